@@ -1,0 +1,5 @@
+import sys
+
+from rdma_cni.cli import main
+
+sys.exit(main())

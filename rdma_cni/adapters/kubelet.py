@@ -1,0 +1,162 @@
+"""Kubelet adapter: which device IDs the kubelet gave a pod.
+
+Two sources, both read-only:
+
+- the PodResources API (``v1.PodResourcesLister`` on a unix socket): ``Get``
+  (kubelet >= 1.27, feature gate ``KubeletPodResourcesGet``), else ``List``
+  filtered by namespace and name;
+- the device manager checkpoint ``kubelet_internal_checkpoint`` (JSON), whose
+  ``DeviceIDs`` is a map NUMA node -> IDs since k8s 1.20 and a plain list before.
+
+Both return ``None`` when the source does not exist on this node, ``[]`` when it
+exists but does not give the pod that resource. gRPC is imported lazily: this
+module sits on the CNI hot path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from rdma_cni.errors import IOFailure, TryAgain
+
+__all__ = ["checkpoint_devices", "pod_resources_devices"]
+
+
+def pod_resources_devices(
+    socket: str, namespace: str, name: str, resource: str, timeout: float
+) -> list[str] | None:
+    """Device IDs of ``resource`` held by pod ``namespace/name`` per the PodResources API.
+
+    Returns None when ``socket`` does not exist, [] when the pod is not listed or
+    holds none. Raises TryAgain past ``timeout`` seconds, IOFailure on other errors.
+    """
+    if not os.path.exists(socket):
+        return None
+    import grpc
+
+    from rdma_cni.proto import podresources_v1_pb2 as pb
+    from rdma_cni.proto import podresources_v1_pb2_grpc as pb_grpc
+
+    deadline = time.monotonic() + timeout
+    pod_ref = f"{namespace}/{name}"
+    try:
+        with grpc.insecure_channel(f"unix://{socket}") as channel:
+            stub = pb_grpc.PodResourcesListerStub(channel)
+            pod = _get_pod(stub, pb, grpc, namespace, name, deadline)
+    except grpc.RpcError as err:
+        raise _rpc_error(err, grpc, socket, pod_ref) from None
+    if pod is None:
+        return []
+    return _devices_of(pod, resource)
+
+
+def _remaining(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.001)
+
+
+def _get_pod(stub: Any, pb: Any, grpc: Any, namespace: str, name: str, deadline: float) -> Any:
+    """The pod's PodResources via Get, or List when Get is unavailable; None if unlisted."""
+    req = pb.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
+    try:
+        return stub.Get(req, timeout=_remaining(deadline)).pod_resources
+    except grpc.RpcError as err:
+        # Old kubelets lack Get (UNIMPLEMENTED); with the feature gate off, or when
+        # the pod is unknown, the kubelet answers a plain error (UNKNOWN).
+        if err.code() not in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNKNOWN):
+            raise
+    listing = stub.List(pb.ListPodResourcesRequest(), timeout=_remaining(deadline))
+    for pod in listing.pod_resources:
+        if pod.namespace == namespace and pod.name == name:
+            return pod
+    return None
+
+
+def _devices_of(pod: Any, resource: str) -> list[str]:
+    ids: list[str] = []
+    # Restartable init containers (sidecars) are reported among `containers`.
+    for container in pod.containers:
+        for dev in container.devices:
+            if dev.resource_name == resource:
+                ids.extend(dev.device_ids)
+    return ids
+
+
+def _rpc_error(err: Any, grpc: Any, socket: str, pod_ref: str) -> Exception:
+    code = err.code()
+    detail = err.details() or str(code)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return TryAgain(
+            f"failed to query pod resources of {pod_ref} from kubelet at {socket}: "
+            "deadline exceeded"
+        )
+    return IOFailure(
+        f"failed to query pod resources of {pod_ref} from kubelet at {socket}: "
+        f"{code.name}: {detail}"
+    )
+
+
+def checkpoint_devices(path: str, pod_uid: str, resource: str) -> list[str] | None:
+    """Device IDs of ``resource`` held by pod ``pod_uid`` per the kubelet checkpoint.
+
+    Returns None when ``path`` does not exist, [] when the pod has none there.
+    Raises IOFailure (naming the file) when it cannot be read or parsed.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise IOFailure(f"failed to read kubelet checkpoint {path}: {err.strerror}") from None
+    try:
+        return parse_checkpoint(raw, pod_uid, resource)
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        raise IOFailure(f"failed to parse kubelet checkpoint {path}: {err}") from None
+
+
+def parse_checkpoint(raw: str, pod_uid: str, resource: str) -> list[str]:
+    """Pure parser of the checkpoint text; raises ValueError/TypeError on bad shapes."""
+    doc = json.loads(raw)
+    if not isinstance(doc, dict) or not isinstance(doc.get("Data"), dict):
+        raise ValueError("no Data object")
+    entries = doc["Data"].get("PodDeviceEntries")
+    if entries is None:  # Go encodes an empty slice as null
+        entries = []
+    if not isinstance(entries, list):
+        raise TypeError("PodDeviceEntries is not a list")
+    ids: list[str] = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise TypeError("a PodDeviceEntries item is not an object")
+        if entry.get("PodUID") == pod_uid and entry.get("ResourceName") == resource:
+            ids.extend(_entry_ids(entry.get("DeviceIDs")))
+    return ids
+
+
+def _entry_ids(value: object) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, dict):  # k8s >= 1.20: {"<numa node>": [ids]}
+        groups = [value[k] for k in sorted(value, key=_numa_key)]
+    elif isinstance(value, list):  # older kubelets: [ids]
+        groups = [value]
+    else:
+        raise TypeError(f"DeviceIDs is a {type(value).__name__}, not a map or list")
+    ids: list[str] = []
+    for group in groups:
+        if group is None:
+            continue
+        if not isinstance(group, list) or not all(isinstance(i, str) for i in group):
+            raise TypeError("DeviceIDs holds something other than lists of strings")
+        ids.extend(group)
+    return ids
+
+
+def _numa_key(key: str) -> tuple[int, str]:
+    try:
+        return (int(key), key)
+    except ValueError:
+        return (1 << 30, key)

@@ -1,0 +1,71 @@
+"""Entry point: binds the real environment and stdio.
+
+With no argument the binary is the CNI plugin (reads ``CNI_COMMAND``); otherwise
+the first argument names a subcommand, each imported only when used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+
+SUBCOMMANDS = {
+    "doctor": "rdma_cni.doctor",
+    "nccl-env": "rdma_cni.nccl_env",
+    "ls": "rdma_cni.ls",
+    "install": "rdma_cni.install",
+    "uninstall": "rdma_cni.install",
+    "agent": "rdma_cni.agent",
+    "device-plugin": "rdma_cni.deviceplugin.cli",
+    "exporter": "rdma_cni.exporter",
+}
+USAGE = "usage: rdma-cni [" + "|".join(SUBCOMMANDS) + "] [--config FILE] ...\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and not os.environ.get("CNI_COMMAND"):
+        return _subcommand(argv)
+    return plugin_main()
+
+
+def plugin_main() -> int:
+    from . import dispatch, log
+
+    stdin = sys.stdin.buffer.read(dispatch.MAX_STDIN + 1)
+    log.setup(_peek_conf(stdin))
+    return dispatch.run(os.environ, stdin, sys.stdout, sys.stderr)
+
+
+def _peek_conf(stdin: bytes) -> dict[str, object]:
+    """Logging settings from the raw config, tolerating anything (the dispatcher validates)."""
+    try:
+        conf = json.loads(stdin)
+    except (ValueError, RecursionError):
+        return {}
+    return conf if isinstance(conf, dict) else {}
+
+
+def _subcommand(argv: list[str]) -> int:
+    name = argv[0]
+    if name in ("-h", "--help", "help"):
+        sys.stdout.write(USAGE)
+        return 0
+    if name in ("-v", "--version", "version"):
+        from . import __version__
+
+        sys.stdout.write(f"rdma-cni {__version__}\n")
+        return 0
+    module = SUBCOMMANDS.get(name)
+    if module is None:
+        sys.stderr.write(f"rdma-cni: unknown subcommand {name!r}\n{USAGE}")
+        return 2
+    mod = importlib.import_module(module)
+    args = argv if name == "uninstall" else argv[1:]
+    return int(mod.main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

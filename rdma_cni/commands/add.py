@@ -1,0 +1,177 @@
+"""ADD for a pod that asks for RDMA interfaces of this network.
+
+1. validate our blocks, open the namespaces, read host facts, decide NICs;
+2. under the store lock: claim NICs (1:1 modes), reserve addresses, save the
+   state as pending (so a crash from here on is cleaned by DEL/GC);
+3. apply the steps in the pod netns, rolling back on failure;
+4. wait (bounded) for the RoCE GIDs, save the state as ready, return the result.
+"""
+
+from __future__ import annotations
+
+import logging
+from ipaddress import IPv4Network
+from typing import Any
+
+from .. import records, result
+from ..allocation import AllocationAnswer, PodRef, assign, kubelet_sources, lookup
+from ..errors import CniError, ConfigError, NicUnavailable
+from ..execute import apply, steps_for
+from ..hostinfo import host_ipv4, nic_facts
+from ..ipam.allocator import RangeConf, build_pool
+from ..ipam.reserve import allocate
+from ..models.blocks import validate_blocks
+from ..models.netconf import NetConf
+from ..plan import IfacePlan, NicFacts, plan_interfaces, with_address
+from ..request import Request
+from ..session import Session
+from ..store import Store
+from ..teardown import marker_of, teardown
+from . import nics as nic_select
+
+log = logging.getLogger("rdma_cni")
+KUBELET_TIMEOUT = 3.0
+
+
+def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
+    nc = req.netconf
+    blocks = validate_blocks(raw_blocks)
+    if nc.mode == "shared-host" and len(blocks) != 1:
+        raise ConfigError(
+            f"pod annotation k8s.volcengine.com/pod-networks has {len(blocks)} blocks for "
+            f"network {nc.cniConfName!r}: shared-host mode allows exactly one"
+        )
+    store = Store(nc.dataDir)
+    session = Session(req.netns, pod_required=True)
+    try:
+        again = _repeat(req, store, session)
+        if again is not None:
+            return again
+        rdma = nic_select.rdma_nics(nc)
+        n_ifaces = len(blocks)
+        answer = _allocation(req, nc)
+        with store.lock():
+            busy = set(store.nic_claims()) if nc.mode in ("shared", "exclusive") else set()
+            names = assign(nc.mode, rdma.nics, answer.ids, n_ifaces, resolve=rdma.resolve,
+                           pod=req.args.pod, resource=nc.resource, busy=busy)
+        assert session.host is not None
+        facts = nic_facts(session.host, names, rdma.by_netdev)
+        plans = plan_interfaces(nc, blocks, [facts[n] for n in names], req.key.digest())
+        plans = _reserve(req, nc, store, session, plans, facts)
+        return _apply(req, nc, store, session, plans)
+    finally:
+        session.close()
+
+
+def _allocation(req: Request, nc: NetConf) -> AllocationAnswer:
+    if nc.allocation == "config":
+        return lookup(allocation="config")
+    pod = PodRef(req.args.pod_namespace, req.args.pod_name, req.args.pod_uid)
+    api, ckpt = kubelet_sources(pod, nc.resource,
+                                pod_resources_socket=nc.kubelet.podResourcesSocket,
+                                checkpoint_file=nc.kubelet.checkpointFile,
+                                timeout=KUBELET_TIMEOUT)
+    answer = lookup(allocation="auto", device_id=nc.device_id,
+                    pod_resources=api if pod.name else None, checkpoint=ckpt)
+    if answer.ids is None:
+        log.info("no kubelet allocation source on this node: NICs taken from config order; "
+                 "GPU/NIC NUMA alignment is not guaranteed")
+    return answer
+
+
+def _repeat(req: Request, store: Store, session: Session) -> dict[str, Any] | None:
+    """A repeated ADD of the same attachment returns the same interfaces when intact."""
+    state = store.get_state(req.key)
+    if state is None:
+        return None
+    if state.get("status") == records.READY and state.get("netns") == req.netns and \
+            _intact(session, state, req.key.digest()):
+        return result.append(req.prev_result, state["result"])
+    log.info("ADD of %s: replacing the earlier incomplete attachment", req.container_id)
+    teardown(session, state, req.key.digest())
+    with store.lock():
+        store.purge(req.key)
+    return None
+
+
+def _intact(session: Session, state: dict[str, Any], digest: str) -> bool:
+    if session.pod is None:
+        return False
+    marker = marker_of(digest)
+    for p in records.plans_of(state):
+        link = session.pod.link(p.name)
+        if link is None or link.alias != marker:
+            return False
+    return True
+
+
+def _ranges(nc: NetConf) -> dict[str, RangeConf]:
+    return {
+        subnet: RangeConf(
+            range_start=r.rangeStart, range_end=r.rangeEnd,
+            exclude=tuple(IPv4Network(x, strict=False) for x in r.exclude),
+        )
+        for subnet, r in nc.ipam.ranges.items()
+    }
+
+
+def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
+             plans: list[IfacePlan], facts: dict[str, NicFacts]) -> list[IfacePlan]:
+    """Claim NICs and reserve addresses, then save the pending state (all under the lock)."""
+    key = req.key
+    assert session.host is not None
+    host_addrs = host_ipv4(session.host) if nc.shared else set()
+    ranges = _ranges(nc)
+    out: list[IfacePlan] = []
+    with store.lock():
+        try:
+            for p in plans:
+                if nc.mode in ("shared", "exclusive") and not store.claim_nic(p.nic, key, p.name):
+                    owner = store.nic_owner(p.nic)
+                    who = owner[0].container_id[:12] if owner else "another pod"
+                    raise NicUnavailable(f"RDMA NIC {p.nic} is serving another pod ({who})")
+                if nc.shared:
+                    f = facts[p.nic]
+                    pool = build_pool(p.nic, f.addresses, f.gateway, host_addrs, ranges, True)
+                    ip = allocate(store, pool, key, p.name, p.requested_ip)
+                    p = with_address(p, ip, pool.network.prefixlen)
+                out.append(p)
+            store.put_state(key, records.make_state(
+                records.PENDING, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
+                nc.routing.rulePriority, out))
+        except BaseException:
+            store.purge(key)
+            raise
+    return out
+
+
+def _apply(req: Request, nc: NetConf, store: Store, session: Session,
+           plans: list[IfacePlan]) -> dict[str, Any]:
+    digest = req.key.digest()
+    ctx = session.ctx(marker_of(digest), nc.routing.rulePriority)
+    try:
+        apply(ctx, steps_for(plans))
+        nic_select.wait_gids(plans)
+        macs = {p.name: ctx.pod.require(p.name).mac for p in plans}
+    except BaseException as exc:
+        _undo(req, store, session, digest, exc)
+        raise
+    ours = result.our_part(plans, macs, req.netns)
+    store.put_state(req.key, records.make_state(
+        records.READY, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
+        nc.routing.rulePriority, plans, ours))
+    return result.append(req.prev_result, ours)
+
+
+def _undo(req: Request, store: Store, session: Session, digest: str, exc: BaseException) -> None:
+    state = store.get_state(req.key)
+    try:
+        if state is not None:
+            teardown(session, state, digest)
+    except CniError as err:
+        log.error("ADD rollback left work for DEL: %s", err.msg)
+        return  # keep state: DEL finishes the job
+    with store.lock():
+        store.purge(req.key)
+    log.info("ADD of %s rolled back after: %s", req.container_id, exc)
+

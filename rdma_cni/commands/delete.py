@@ -1,0 +1,49 @@
+"""DEL: undo from the saved state only. Succeeds whenever nothing is left to
+undo (netns gone, state gone, NIC gone, called twice, never added)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..attachment import AttachmentKey
+from ..errors import ConfigError
+from ..request import Request
+from ..session import Session
+from ..store import Store
+from ..teardown import teardown
+
+log = logging.getLogger("rdma_cni")
+DEFAULT_DATA_DIR = "/var/lib/cni/rdma-cni"
+
+
+def data_dir(req: Request) -> str:
+    value = req.conf.get("dataDir", DEFAULT_DATA_DIR)
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ConfigError("invalid network configuration: dataDir must be an absolute path")
+    return value
+
+
+def cmd_del(req: Request) -> None:
+    store = Store(data_dir(req))
+    key = req.key
+    state = store.get_state(key)
+    if state is None:
+        if key in store.owners():
+            with store.lock():
+                store.purge(key)
+        return
+    release(store, req.netns or str(state.get("netns") or ""), state, key)
+
+
+def release(store: Store, netns_path: str, state: dict[str, Any], key: AttachmentKey) -> None:
+    session = Session(netns_path if netns_path == state.get("netns") else "",
+                      pod_required=False)
+    try:
+        teardown(session, state, key.digest())
+    finally:
+        session.close()
+    with store.lock():
+        store.purge(key)
+    log.info("DEL of %s/%s released %d interface(s)", key.network, key.container_id,
+             len(state.get("interfaces") or []))

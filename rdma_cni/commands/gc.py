@@ -1,0 +1,50 @@
+"""GC: release what ``cni.dev/valid-attachments`` no longer names (this network only)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..attachment import AttachmentKey
+from ..errors import CniError, ConfigError
+from ..request import Request
+from ..store import Store
+from .delete import data_dir, release
+
+log = logging.getLogger("rdma_cni")
+VALID = "cni.dev/valid-attachments"
+
+
+def valid_attachments(conf: dict[str, Any]) -> set[tuple[str, str]]:
+    raw = conf.get(VALID, [])
+    if not isinstance(raw, list):
+        raise ConfigError(f"invalid {VALID}: expected a list")
+    out = set()
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("containerID"), str) or \
+                not isinstance(item.get("ifname"), str):
+            raise ConfigError(f"invalid {VALID}: entries need containerID and ifname strings")
+        out.add((item["containerID"], item["ifname"]))
+    return out
+
+
+def cmd_gc(req: Request) -> None:
+    valid = valid_attachments(req.conf)
+    store = Store(data_dir(req))
+    for key in sorted(store.owners()):
+        if key.network != req.network or (key.container_id, key.ifname) in valid:
+            continue
+        collect(store, key)
+
+
+def collect(store: Store, key: AttachmentKey) -> None:
+    state = store.get_state(key)
+    try:
+        if state is None:
+            with store.lock():
+                store.purge(key)
+        else:
+            release(store, str(state.get("netns") or ""), state, key)
+        log.info("GC released %s/%s", key.network, key.container_id)
+    except CniError as exc:
+        log.warning("GC of %s/%s left for later: %s", key.network, key.container_id, exc.msg)

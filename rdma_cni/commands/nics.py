@@ -1,0 +1,43 @@
+"""The node's RDMA NICs as ADD sees them (discovery or the pinned `devices`),
+and the bounded wait for the pod interfaces' RoCE GIDs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..adapters.sysfs import Sysfs
+from ..discovery import Nic, discover, resolve_device_id
+from ..models.netconf import NetConf
+from ..plan import IfacePlan
+
+GID_TIMEOUT = 5.0
+SYSFS_ROOT = "/"
+
+
+@dataclass(frozen=True)
+class NodeNics:
+    sysfs: Sysfs
+    nics: Sequence[Nic]
+
+    @property
+    def by_netdev(self) -> dict[str, Nic]:
+        return {n.netdev: n for n in self.nics}
+
+    def resolve(self, dev_id: str) -> Nic:
+        return resolve_device_id(self.sysfs, self.nics, dev_id)
+
+
+def rdma_nics(nc: NetConf) -> NodeNics:
+    sysfs = Sysfs(SYSFS_ROOT)
+    return NodeNics(sysfs, discover(sysfs, nc.devices))
+
+
+def wait_gids(plans: Sequence[IfacePlan]) -> None:
+    wanted = {p.name: (p.ibdev, p.address.ip) for p in plans
+              if p.ibdev and p.address is not None}
+    if not wanted:
+        return
+    from ..gids import wait_for_gids
+
+    wait_for_gids(Sysfs(SYSFS_ROOT), wanted, GID_TIMEOUT)  # type: ignore[arg-type]

@@ -1,0 +1,176 @@
+"""Which netdevs are RoCE NICs, and how device IDs map to them (DESIGN §3, §8).
+
+RoCE netdevs are those with ``sys/class/net/<if>/device/infiniband/<ibdev>``
+whose port ``link_layer`` is Ethernet, plus the netdevs named in a port's
+``gid_attrs/ndevs`` that exist on the host and have no ``device`` link of
+their own (a RoCE bond has no ``device/infiniband``; requiring a virtual
+netdev keeps a pod's same-named upper device from marking an unrelated
+physical host NIC as RoCE); the slaves of such a bond are dropped. Port
+state is health, not a filter.
+
+With ``pinned`` (the config ``devices``) exactly those netdevs come back, in
+config order, with whatever RDMA information exists and no RoCE check. A
+pinned netdev missing from sysfs comes back with every other field None:
+``missing()`` names them so the caller can report it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.errors import AllocationError
+
+NET = "sys/class/net"
+IB = "sys/class/infiniband"
+PCI_RE = re.compile(r"^[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+@dataclass(frozen=True)
+class Nic:
+    netdev: str
+    ibdev: str | None = None
+    port: int | None = None
+    pci: str | None = None
+    numa: int | None = None
+    link_layer: str | None = None
+    state: str | None = None
+    uverbs: str | None = None
+
+    @property
+    def device_id(self) -> str:
+        """The device-plugin ID: PCI address, else netdev name (DESIGN §8)."""
+        return self.pci or self.netdev
+
+
+def _ports(sysfs: Sysfs, ibdev: str) -> list[int]:
+    return sorted(int(p) for p in sysfs.listdir(f"{IB}/{ibdev}/ports") if p.isdigit())
+
+
+def _ndevs(sysfs: Sysfs, ibdev: str, port: int) -> set[str]:
+    base = f"{IB}/{ibdev}/ports/{port}/gid_attrs/ndevs"
+    return {v for i in sysfs.listdir(base) if (v := sysfs.read(f"{base}/{i}"))}
+
+
+def _pci_of(sysfs: Sysfs, rel_device: str) -> tuple[str | None, int | None]:
+    real = sysfs.realpath(rel_device)
+    if real is None:
+        return None, None
+    name = real.rsplit("/", 1)[-1]
+    if not PCI_RE.match(name):
+        return None, None
+    numa = sysfs.read(f"{rel_device}/numa_node")
+    node = int(numa) if numa and numa.lstrip("-").isdigit() and int(numa) >= 0 else None
+    return name.lower(), node
+
+
+def _uverbs_map(sysfs: Sysfs) -> dict[str, str]:
+    base = "sys/class/infiniband_verbs"
+    out: dict[str, str] = {}
+    for uv in sysfs.listdir(base):
+        ib = sysfs.read(f"{base}/{uv}/ibdev")
+        if ib:
+            out.setdefault(ib, uv)
+    return out
+
+
+def _port_for(sysfs: Sysfs, netdev: str, ibdev: str) -> int | None:
+    ports = _ports(sysfs, ibdev)
+    for p in ports:
+        if netdev in _ndevs(sysfs, ibdev, p):
+            return p
+    dev_port = sysfs.read(f"{NET}/{netdev}/dev_port")
+    if dev_port and dev_port.isdigit() and int(dev_port) + 1 in ports:
+        return int(dev_port) + 1
+    return ports[0] if ports else None
+
+
+def _rdma_of(sysfs: Sysfs, netdev: str) -> tuple[str, int | None] | None:
+    """(ibdev, port) of a netdev: its own device/infiniband, else a GID owner."""
+    own = sysfs.listdir(f"{NET}/{netdev}/device/infiniband")
+    if own:
+        return own[0], _port_for(sysfs, netdev, own[0])
+    for ib in sysfs.listdir(IB):
+        for p in _ports(sysfs, ib):
+            if netdev in _ndevs(sysfs, ib, p):
+                return ib, p
+    return None
+
+
+def _build(sysfs: Sysfs, netdev: str, uverbs: dict[str, str]) -> Nic:
+    if not sysfs.exists(f"{NET}/{netdev}"):
+        return Nic(netdev)
+    pci, numa = _pci_of(sysfs, f"{NET}/{netdev}/device")
+    rdma = _rdma_of(sysfs, netdev)
+    if rdma is None:
+        return Nic(netdev, pci=pci, numa=numa)
+    ib, port = rdma
+    if pci is None:  # a bond: the RDMA device's own PCI function
+        pci, numa = _pci_of(sysfs, f"{IB}/{ib}/device")
+    link = state = None
+    if port is not None:
+        link = sysfs.read(f"{IB}/{ib}/ports/{port}/link_layer")
+        raw = sysfs.read(f"{IB}/{ib}/ports/{port}/state")
+        state = raw.split(":", 1)[-1].strip() if raw else None
+    return Nic(netdev, ib, port, pci, numa, link, state, uverbs.get(ib))
+
+
+def _roce_candidates(sysfs: Sysfs) -> set[str]:
+    host = set(sysfs.listdir(NET))
+    found = {n for n in host if sysfs.listdir(f"{NET}/{n}/device/infiniband")}
+    for ib in sysfs.listdir(IB):
+        for p in _ports(sysfs, ib):
+            for nd in _ndevs(sysfs, ib, p) & host:
+                if not sysfs.exists(f"{NET}/{nd}/device"):
+                    found.add(nd)
+    return {n for n in found if _master(sysfs, n) not in found}
+
+
+def _master(sysfs: Sysfs, netdev: str) -> str | None:
+    """The bond a netdev is enslaved to (its slaves are not NICs of their own)."""
+    real = sysfs.realpath(f"{NET}/{netdev}/master")
+    return real.rsplit("/", 1)[-1] if real else None
+
+
+def discover(sysfs: Sysfs, pinned: Sequence[str] | None = None) -> list[Nic]:
+    """RoCE NICs sorted by netdev name, or exactly the ``pinned`` netdevs."""
+    uverbs = _uverbs_map(sysfs)
+    if pinned is not None:
+        return [_build(sysfs, n, uverbs) for n in pinned]
+    nics = [_build(sysfs, n, uverbs) for n in sorted(_roce_candidates(sysfs))]
+    return [n for n in nics if n.link_layer == "Ethernet"]
+
+
+def missing(sysfs: Sysfs, nics: Iterable[Nic]) -> list[str]:
+    """Netdev names of NICs that do not exist in sysfs."""
+    return [n.netdev for n in nics if not sysfs.exists(f"{NET}/{n.netdev}")]
+
+
+def strip_slot(dev_id: str) -> str:
+    """``0000:3b:00.0@3`` -> ``0000:3b:00.0`` (shared slots of one NIC)."""
+    return dev_id.split("@", 1)[0].strip()
+
+
+def normalize_ids(ids: Iterable[str]) -> list[str]:
+    """Strip ``@n`` slot suffixes, de-duplicate, sort."""
+    return sorted({s for s in (strip_slot(i) for i in ids) if s})
+
+
+def resolve_device_id(sysfs: Sysfs, nics: Sequence[Nic], dev_id: str) -> Nic:
+    """Map a PCI address (with optional ``@n``), RDMA device or netdev to its NIC."""
+    key = strip_slot(dev_id)
+    for match in (
+        lambda n: n.pci is not None and n.pci == key.lower(),
+        lambda n: n.ibdev == key,
+        lambda n: n.netdev == key,
+    ):
+        for nic in nics:
+            if match(nic):
+                return nic
+    known = ", ".join(n.device_id for n in nics) or "none"
+    raise AllocationError(
+        f"failed to map device ID {dev_id!r} to an RDMA NIC: no NIC has that PCI address, "
+        f"RDMA device or netdev name (known: {known})"
+    )

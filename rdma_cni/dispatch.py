@@ -1,0 +1,167 @@
+"""The CNI protocol: required variables, version negotiation, the one write to
+stdout and the one place where any exception becomes a CNI error.
+
+Callable in-process: ``run(env, stdin, stdout)`` with injected streams and
+handlers, so tests and a resident process drive it without exec.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import IO, Any, Protocol
+
+from . import versions
+from .errors import CniError, Code, DecodeError, EnvError, VersionError
+from .models.cniargs import parse_cni_args
+from .request import Request, check_container_id, check_ifname, check_netns, check_path
+
+log = logging.getLogger("rdma_cni")
+
+MAX_STDIN = 1 << 20
+COMMANDS = ("ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC")
+# CNI spec 1.1.0, "Parameters": what each command needs
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "ADD": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
+    "DEL": ("CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"),
+    "CHECK": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
+    "STATUS": (),
+    "GC": (),
+    "VERSION": (),
+}
+MIN_VERSION = {"CHECK": "0.4.0", "STATUS": "1.1.0", "GC": "1.1.0"}
+ABOUT = (
+    "rdma-cni: CNI plugin for RDMA (RoCE) pod interfaces, chained after the primary CNI.\n"
+    "Run by the container runtime with CNI_COMMAND set; subcommands: doctor, nccl-env, ls,\n"
+    "install, uninstall, agent, device-plugin, exporter (see --help).\n"
+)
+
+
+class Handlers(Protocol):
+    def add(self, req: Request) -> dict[str, Any]: ...
+    def delete(self, req: Request) -> None: ...
+    def check(self, req: Request) -> None: ...
+    def status(self, req: Request) -> None: ...
+    def gc(self, req: Request) -> None: ...
+
+
+def run(
+    env: Mapping[str, str],
+    stdin: bytes,
+    stdout: IO[str],
+    stderr: IO[str] | None = None,
+    handlers: Handlers | None = None,
+    on_request: Callable[[Request], None] | None = None,
+) -> int:
+    """Run one CNI command. Returns the exit status (0 or 1)."""
+    command = env.get("CNI_COMMAND", "")
+    if not command:
+        if stderr is not None:
+            stderr.write(ABOUT)
+        return 0
+    version = versions.LATEST
+    try:
+        conf = _decode(stdin, command)
+        version = _request_version(conf, command)
+        if command == "VERSION":
+            _emit(stdout, {"cniVersion": version, "supportedVersions": list(versions.SUPPORTED)})
+            return 0
+        req = _build_request(env, command, conf, version)
+        if on_request is not None:
+            on_request(req)
+        result = _call(handlers or _default_handlers(), req)
+        if result is not None:
+            _emit(stdout, versions.convert(result, version))
+        return 0
+    except CniError as exc:
+        log.warning("%s failed: code %d: %s", command, int(exc.code), exc.msg)
+        _emit(stdout, _error_doc(version, exc.code, exc.msg, exc.details))
+    except Exception as exc:  # the one place an unexpected exception becomes a CNI error
+        log.exception("%s failed with an internal error", command)
+        msg = f"{command} failed: internal error: {type(exc).__name__}: {exc}"[:1000]
+        _emit(stdout, _error_doc(version, Code.IO_FAILURE, msg, ""))
+    return 1
+
+
+def _decode(stdin: bytes, command: str) -> dict[str, Any]:
+    if command not in COMMANDS:
+        raise EnvError(
+            f"invalid CNI_COMMAND {command[:40]!r}: expected one of {', '.join(COMMANDS)}"
+        )
+    if len(stdin) > MAX_STDIN:
+        raise DecodeError(f"failed to decode network configuration: larger than {MAX_STDIN} bytes")
+    if command == "VERSION" and not stdin.strip():
+        return {}
+    try:
+        conf = json.loads(stdin)
+    except (ValueError, RecursionError) as exc:
+        reason = str(exc)[:200] or type(exc).__name__
+        raise DecodeError(f"failed to decode network configuration: {reason}") from None
+    if not isinstance(conf, dict):
+        raise DecodeError("failed to decode network configuration: expected a JSON object")
+    return conf
+
+
+def _request_version(conf: dict[str, Any], command: str) -> str:
+    raw = conf.get("cniVersion")
+    if command == "VERSION":
+        return raw if raw in versions.SUPPORTED else versions.LATEST
+    version = versions.check_supported(raw)
+    minimum = MIN_VERSION.get(command)
+    if minimum and not versions.at_least(version, minimum):
+        raise VersionError(f"{command} needs cniVersion {minimum} or later, got {version}")
+    return version
+
+
+def _build_request(
+    env: Mapping[str, str], command: str, conf: dict[str, Any], version: str
+) -> Request:
+    missing = [name for name in REQUIRED[command] if not env.get(name)]
+    if missing:
+        raise EnvError(f"{command} needs the environment variables {', '.join(missing)}")
+    req = Request(command=command, conf=conf, cni_version=version)
+    if "CNI_CONTAINERID" in REQUIRED[command]:
+        req.container_id = check_container_id(env["CNI_CONTAINERID"])
+        req.ifname = check_ifname(env["CNI_IFNAME"])
+        req.cni_path = check_path(env.get("CNI_PATH", ""))
+        netns = env.get("CNI_NETNS", "")
+        req.netns = check_netns(netns) if netns else ""
+    req.args = parse_cni_args(env.get("CNI_ARGS", ""))
+    prev = conf.get("prevResult")
+    if prev is not None:
+        req.prev_result = versions.normalize_prev_result(prev)
+    return req
+
+
+def _call(handlers: Handlers, req: Request) -> dict[str, Any] | None:
+    if req.command == "ADD":
+        return handlers.add(req)
+    if req.command == "DEL":
+        handlers.delete(req)
+    elif req.command == "CHECK":
+        handlers.check(req)
+    elif req.command == "STATUS":
+        handlers.status(req)
+    elif req.command == "GC":
+        handlers.gc(req)
+    return None
+
+
+def _default_handlers() -> Handlers:
+    from .commands import DefaultHandlers
+
+    return DefaultHandlers()
+
+
+def _error_doc(version: str, code: int, msg: str, details: str) -> dict[str, Any]:
+    doc: dict[str, Any] = {"cniVersion": version, "code": int(code), "msg": msg}
+    if details:
+        doc["details"] = details
+    return doc
+
+
+def _emit(stdout: IO[str], doc: dict[str, Any]) -> None:
+    stdout.write(json.dumps(doc, separators=(",", ":")))
+    stdout.write("\n")
+    stdout.flush()

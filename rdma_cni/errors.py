@@ -1,0 +1,112 @@
+"""The one error family of rdma-cni, and the CNI codes it maps to.
+
+Every failure the plugin reports is a :class:`CniError` (or a subclass). The
+dispatcher is the only place that turns exceptions into the CNI error document;
+anything that is not a ``CniError`` becomes an I/O error (code 5) there, with the
+traceback in the log only.
+
+Messages name the action, the object and the cause, e.g.
+``failed to move eth3 into /var/run/netns/x: device busy``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Code(IntEnum):
+    # CNI spec codes
+    INCOMPATIBLE_VERSION = 1
+    UNSUPPORTED_FIELD = 2
+    UNKNOWN_CONTAINER = 3
+    INVALID_ENV = 4
+    IO_FAILURE = 5
+    DECODE_FAILURE = 6
+    INVALID_CONFIG = 7
+    TRY_AGAIN_LATER = 11
+    NOT_AVAILABLE = 50
+    LIMITED_CONNECTIVITY = 51
+    # Plugin codes (DESIGN.md section 8)
+    NIC_NETMASK = 100
+    NO_ALLOCATION = 101
+    NO_ADDRESS = 102
+    IFNAME_IN_USE = 103
+    NIC_UNAVAILABLE = 104
+    CHECK_MISMATCH = 105
+    TOO_MANY_INTERFACES = 106
+
+
+class CniError(Exception):
+    """An error reported to the runtime as a CNI error document."""
+
+    code: Code = Code.IO_FAILURE
+
+    def __init__(self, msg: str, details: str = "", *, code: Code | int | None = None) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.details = details
+        if code is not None:
+            self.code = Code(code)
+
+    def __str__(self) -> str:
+        return self.msg
+
+
+class VersionError(CniError):
+    code = Code.INCOMPATIBLE_VERSION
+
+
+class UnsupportedField(CniError):
+    code = Code.UNSUPPORTED_FIELD
+
+
+class EnvError(CniError):
+    code = Code.INVALID_ENV
+
+
+class IOFailure(CniError):
+    code = Code.IO_FAILURE
+
+
+class DecodeError(CniError):
+    code = Code.DECODE_FAILURE
+
+
+class ConfigError(CniError):
+    code = Code.INVALID_CONFIG
+
+
+class TryAgain(CniError):
+    code = Code.TRY_AGAIN_LATER
+
+
+class StatusError(CniError):
+    code = Code.NOT_AVAILABLE
+
+
+class NetmaskError(CniError):
+    code = Code.NIC_NETMASK
+
+
+class AllocationError(CniError):
+    code = Code.NO_ALLOCATION
+
+
+class AddressError(CniError):
+    code = Code.NO_ADDRESS
+
+
+class IfNameInUse(CniError):
+    code = Code.IFNAME_IN_USE
+
+
+class NicUnavailable(CniError):
+    code = Code.NIC_UNAVAILABLE
+
+
+class CheckMismatch(CniError):
+    code = Code.CHECK_MISMATCH
+
+
+class TooManyInterfaces(CniError):
+    code = Code.TOO_MANY_INTERFACES

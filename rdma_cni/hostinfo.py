@@ -1,0 +1,44 @@
+"""Read what the host shows of its RDMA NICs into plain facts for the planner."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from ipaddress import IPv4Address, IPv4Interface
+
+from .adapters.netlink import Link, Netlink
+from .discovery import Nic
+from .errors import NicUnavailable
+from .plan import NicFacts
+
+
+def nic_facts(nl: Netlink, names: Iterable[str], rdma: dict[str, Nic]) -> dict[str, NicFacts]:
+    wanted = list(dict.fromkeys(names))
+    links = {link.name: link for link in nl.links()}
+    missing = [n for n in wanted if n not in links]
+    if missing:
+        raise NicUnavailable(f"RDMA NIC {', '.join(missing)} not found on the host")
+    addrs = nl.addresses()
+    routes = nl.routes()
+    out = {}
+    for name in wanted:
+        link = links[name]
+        own = tuple(sorted((a for i, a in addrs if i == link.index), key=lambda a: a.ip))
+        via = [(r.dst, r.gateway) for r in routes if r.oif == link.index and r.gateway]
+        out[name] = _facts(link, own, via, rdma.get(name))
+    return out
+
+
+def _facts(link: Link, addresses: tuple[IPv4Interface, ...], via: Sequence[tuple[str, str | None]],
+           nic: Nic | None) -> NicFacts:
+    default = [gw for dst, gw in via if dst == "0.0.0.0/0"]
+    gateway = default[0] if default else (via[0][1] if via else None)
+    return NicFacts(
+        name=link.name, index=link.index, mtu=link.mtu, mac=link.mac, up=link.up,
+        addresses=addresses, gateway=IPv4Address(gateway) if gateway else None,
+        routes=tuple(via), pci=link.parent_dev or (nic.pci if nic else None),
+        perm_mac=link.perm_mac, ibdev=nic.ibdev if nic else None,
+    )
+
+
+def host_ipv4(nl: Netlink) -> set[IPv4Address]:
+    return {a.ip for _, a in nl.addresses()}

@@ -1,0 +1,64 @@
+"""``CNI_ARGS``: ``K=V;K=V`` pairs, with ``IgnoreUnknown`` and the Kubernetes keys typed.
+
+Pure and cheap: it runs on every invocation, the pass-through ADD included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import EnvError
+
+K8S_KEYS = ("K8S_POD_NAMESPACE", "K8S_POD_NAME", "K8S_POD_INFRA_CONTAINER_ID", "K8S_POD_UID")
+_KNOWN = frozenset((*K8S_KEYS, "IgnoreUnknown"))
+MAX_LEN = 4096
+
+
+@dataclass(frozen=True)
+class CniArgs:
+    pod_namespace: str = ""
+    pod_name: str = ""
+    infra_container_id: str = ""
+    pod_uid: str = ""
+    ignore_unknown: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pod(self) -> str:
+        return f"{self.pod_namespace}/{self.pod_name}" if self.pod_name else ""
+
+
+def _truthy(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("1", "true", "t"):
+        return True
+    if lowered in ("0", "false", "f", ""):
+        return False
+    raise EnvError(f"invalid CNI_ARGS: IgnoreUnknown={value!r} is not a boolean")
+
+
+def parse_cni_args(raw: str) -> CniArgs:
+    if len(raw) > MAX_LEN:
+        raise EnvError(f"invalid CNI_ARGS: longer than {MAX_LEN} characters")
+    if "\x00" in raw or "\n" in raw:
+        raise EnvError("invalid CNI_ARGS: contains a NUL or newline character")
+    pairs: dict[str, str] = {}
+    for item in raw.split(";"):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise EnvError(f"invalid CNI_ARGS: {item!r} is not KEY=VALUE")
+        pairs[key] = value
+    ignore = _truthy(pairs.get("IgnoreUnknown", ""))
+    extra = {k: v for k, v in pairs.items() if k not in _KNOWN}
+    if extra and not ignore:
+        raise EnvError(f"invalid CNI_ARGS: unknown keys {', '.join(sorted(extra))}")
+    return CniArgs(
+        pod_namespace=pairs.get("K8S_POD_NAMESPACE", ""),
+        pod_name=pairs.get("K8S_POD_NAME", ""),
+        infra_container_id=pairs.get("K8S_POD_INFRA_CONTAINER_ID", ""),
+        pod_uid=pairs.get("K8S_POD_UID", ""),
+        ignore_unknown=ignore,
+        extra=extra,
+    )

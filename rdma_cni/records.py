@@ -1,0 +1,49 @@
+"""Attachment state records: what ADD made, enough for DEL/CHECK/GC to work from
+the saved state alone. Pure conversion between plans and JSON-able dicts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from ipaddress import IPv4Address, IPv4Interface
+from typing import Any
+
+from .plan import IfacePlan
+
+SCHEMA = 1
+PENDING = "pending"
+READY = "ready"
+
+
+def plan_to_dict(p: IfacePlan) -> dict[str, Any]:
+    d = asdict(p)
+    d["requested_ip"] = str(p.requested_ip) if p.requested_ip else None
+    d["addresses"] = [str(a) for a in p.addresses]
+    d["gateway"] = str(p.gateway) if p.gateway else None
+    d["routes"] = [list(r) for r in p.routes]
+    return d
+
+
+def plan_from_dict(d: dict[str, Any]) -> IfacePlan:
+    return IfacePlan(
+        k=int(d["k"]), name=str(d["name"]), tmp=str(d["tmp"]), nic=str(d["nic"]),
+        kind=str(d["kind"]), mtu=int(d["mtu"]), table=int(d["table"]), mac=d.get("mac"),
+        requested_ip=IPv4Address(d["requested_ip"]) if d.get("requested_ip") else None,
+        addresses=tuple(IPv4Interface(a) for a in d.get("addresses", [])),
+        gateway=IPv4Address(d["gateway"]) if d.get("gateway") else None,
+        routes=tuple((str(r[0]), r[1]) for r in d.get("routes", [])),
+        ibdev=d.get("ibdev"), identity=dict(d.get("identity") or {}),
+        host_mtu=int(d.get("host_mtu") or 0), host_up=bool(d.get("host_up", True)),
+    )
+
+
+def make_state(status: str, mode: str, netns: str, pod: str, uid: str, priority: int,
+               plans: list[IfacePlan], result: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA, "status": status, "mode": mode, "netns": netns, "pod": pod,
+        "podUID": uid, "rulePriority": priority,
+        "interfaces": [plan_to_dict(p) for p in plans], "result": result,
+    }
+
+
+def plans_of(state: dict[str, Any]) -> list[IfacePlan]:
+    return [plan_from_dict(d) for d in state.get("interfaces") or []]

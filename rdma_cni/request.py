@@ -1,0 +1,83 @@
+"""One CNI invocation, validated: the command, its environment, the raw config.
+
+Built by the dispatcher; handed to the command handlers. The pydantic model of
+the config is built on first use only, so a pass-through ADD never pays for it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from .attachment import AttachmentKey
+from .errors import EnvError
+from .models.cniargs import CniArgs
+
+if TYPE_CHECKING:
+    from .models.netconf import NetConf
+
+# CNI spec: container ID is alphanumeric then [A-Za-z0-9_.-]*
+_CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_IFNAME_BAD = re.compile(r"[/:\s\x00]")
+MAX_CONTAINER_ID = 1024
+MAX_PATH = 4096
+
+
+@dataclass
+class Request:
+    command: str
+    conf: dict[str, Any]
+    cni_version: str
+    container_id: str = ""
+    netns: str = ""
+    ifname: str = ""
+    cni_path: str = ""
+    args: CniArgs = field(default_factory=CniArgs)
+    prev_result: dict[str, Any] | None = None
+
+    @property
+    def network(self) -> str:
+        name = self.conf.get("name")
+        return name if isinstance(name, str) else ""
+
+    @property
+    def key(self) -> AttachmentKey:
+        return AttachmentKey(self.network, self.container_id, self.ifname)
+
+    @cached_property
+    def netconf(self) -> NetConf:
+        from .models.netconf import load_netconf
+
+        return load_netconf(self.conf)
+
+
+def check_container_id(value: str) -> str:
+    if len(value) > MAX_CONTAINER_ID or not _CONTAINER_ID.match(value):
+        raise EnvError(
+            "invalid CNI_CONTAINERID: must start with a letter or digit and contain only "
+            f"[A-Za-z0-9_.-], at most {MAX_CONTAINER_ID} characters"
+        )
+    return value
+
+
+def check_ifname(value: str) -> str:
+    if len(value) > 15 or value in (".", "..") or _IFNAME_BAD.search(value):
+        raise EnvError(
+            "invalid CNI_IFNAME: at most 15 characters, not '.' or '..', "
+            "without '/', ':', whitespace or NUL"
+        )
+    return value
+
+
+def check_netns(value: str) -> str:
+    if len(value) > MAX_PATH or not value.startswith("/") or "\x00" in value or "\n" in value:
+        raise EnvError("invalid CNI_NETNS: must be an absolute path without NUL or newline")
+    return value
+
+
+def check_path(value: str) -> str:
+    if len(value) > MAX_PATH * 4 or "\x00" in value:
+        raise EnvError("invalid CNI_PATH: too long or contains NUL")
+    return value

@@ -1,0 +1,68 @@
+"""Undo an attachment from its saved state: shared by DEL, GC and a repeated ADD.
+
+Best effort: anything already gone is success. The one real failure is an
+exclusive NIC that is still in the pod and cannot move right now; the caller
+then keeps the state so a retry can finish.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .adapters.netlink import Netlink
+from .errors import CniError, IOFailure
+from .execute import _delete, fallback_name, find_moved, move_out, restore_host
+from .plan import IfacePlan
+from .records import plans_of
+from .session import Session
+
+log = logging.getLogger("rdma_cni")
+
+
+def marker_of(digest: str) -> str:
+    return f"rdma-cni:{digest}"
+
+
+def teardown(session: Session, state: dict[str, Any], digest: str) -> None:
+    marker = marker_of(digest)
+    priority = int(state.get("rulePriority") or 20000)
+    failures: list[str] = []
+    for p in reversed(plans_of(state)):
+        try:
+            if session.has_pod:
+                _in_pod(session, p, marker, priority)
+            if p.kind == "physical":
+                assert session.host is not None
+                _recover_on_host(session.host, p, marker)
+        except CniError as exc:
+            if p.kind == "physical":
+                failures.append(f"{p.nic}: {exc.msg}")
+            else:
+                log.warning("DEL of %s: %s (ignored)", p.name, exc.msg)
+    if failures:
+        raise IOFailure("failed to return exclusive NIC(s) to the host: " + "; ".join(failures))
+
+
+def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int) -> None:
+    ctx = session.ctx(marker, priority)
+    for addr in p.addresses:
+        ctx.pod.del_rule(str(addr.ip), p.table, priority)
+    if p.kind == "physical":
+        move_out(ctx, p)
+    else:
+        _delete(ctx, p)
+
+
+def _recover_on_host(host: Netlink, p: IfacePlan, marker: str) -> None:
+    """The NIC came back by itself (pod netns died) or a move half-finished: fix name and config."""
+    if host.link(p.nic) is not None and find_moved(host, p, marker) == p.nic:
+        restore_host(host, p.nic, p)
+        return
+    current = find_moved(host, p, marker)
+    if current is None:
+        return  # still in the pod (or gone with its hardware): nothing to do on the host
+    name = p.nic if host.link(p.nic) is None else fallback_name(p)
+    if current != name:
+        host.set_link(current, f"rename {current} to {name}", ifname=name, ifalias="")
+    restore_host(host, name, p)

@@ -1,0 +1,16 @@
+#!/bin/sh
+# The whole test suite, from a fresh Debian 12 machine (as root): setup, lint,
+# type check, unit and native integration tests, then the VM tier (ipvlan,
+# dummy, Soft-RoCE in a Debian kernel under qemu).
+set -eu
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+echo "== ruff"; .venv/bin/ruff check rdma_cni tests bench
+echo "== mypy"; .venv/bin/mypy rdma_cni
+echo "== build"; ./scripts/build.sh
+echo "== pytest (unit + native integration)"
+.venv/bin/python -m pytest -q -p no:cacheprovider tests "$@"
+if [ -x scripts/vm-run.sh ] && [ "${RDMA_CNI_SKIP_VM:-0}" != 1 ]; then
+    echo "== pytest (VM tier)"
+    ./scripts/vm-run.sh -q
+fi

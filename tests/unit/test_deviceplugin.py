@@ -1,0 +1,295 @@
+"""The RDMA device plugin against a fake sysfs tree and a fake kubelet (real gRPC)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: fakekubelet
+
+from fakekubelet import FakeKubelet, PluginClient
+from fakesys import FakeSys
+
+from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.deviceplugin.addresses import HostFreeAddresses, free_in_subnet, parse_ip_json
+from rdma_cni.deviceplugin.devices import preferred_allocation
+from rdma_cni.deviceplugin.inventory import Inventory, PluginSettings
+from rdma_cni.deviceplugin.server import DevicePlugin, socket_name
+from rdma_cni.discovery import Nic
+
+REPO = Path(__file__).resolve().parents[2]
+# netdev, pci, numa, ibdev, uverbs
+NICS = [("eth1", "0000:3b:00.0", 0, "mlx5_0", "uverbs0"),
+        ("eth2", "0000:5e:00.0", 0, "mlx5_1", "uverbs1"),
+        ("eth3", "0000:af:00.0", 1, "mlx5_2", "uverbs2"),
+        ("eth4", "0000:d8:00.0", 1, "mlx5_3", "uverbs3")]
+PCI = {n: p for n, p, *_ in NICS}
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    # short path: unix socket paths are limited to 108 bytes
+    path = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def fs(root: Path) -> FakeSys:
+    fake = FakeSys(root)
+    for i, (netdev, pci, numa, ib, uv) in enumerate(NICS):
+        fake.netdev(netdev, pci=pci, numa=numa, ifindex=10 + i)
+        fake.ibdev(ib, pci=pci, numa=numa, uverbs=uv)
+        fake.write(f"dev/infiniband/{uv}", "")
+    fake.write("dev/infiniband/rdma_cm", "")
+    fake.write("opt/cni/bin/nccl_env.sh", "#!/bin/sh\n")
+    (root / "dp").mkdir()
+    return fake
+
+
+def _inventory(root: Path, mode: str, free: Callable[[Nic], int] = lambda n: 250,
+               **kw) -> Inventory:
+    inv = Inventory(PluginSettings(mode=mode, resource=_res(mode), **kw), Sysfs(str(root)), free)
+    inv.refresh()
+    return inv
+
+
+def _res(mode: str) -> str:
+    return "vke.volcengine.com/rdma-host" if mode == "shared-host" else "vke.volcengine.com/rdma"
+
+
+def _port_state(fs: FakeSys, ib: str, state: str) -> None:
+    fs.write(f"sys/class/infiniband/{ib}/ports/1/state", state)
+
+
+# --- device lists per mode ----------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["exclusive", "shared"])
+def test_one_device_per_nic_with_numa(fs: FakeSys, root: Path, mode: str) -> None:
+    inv = _inventory(root, mode)
+    got = [(d.id, d.numa, d.healthy) for d in inv.devices]
+    assert got == [(p, (numa,), True) for _, p, numa, *_ in NICS]
+
+
+def test_shared_multi_slots_capped_by_free_addresses(fs: FakeSys, root: Path) -> None:
+    free = {"eth1": 250, "eth2": 3, "eth3": 0, "eth4": 16}
+    inv = _inventory(root, "shared-multi", lambda n: free[n.netdev], slots_per_nic=4)
+    ids = [d.id for d in inv.devices]
+    want = [(PCI["eth1"], 4), (PCI["eth2"], 3), (PCI["eth4"], 4)]
+    assert ids == [f"{p}@{i}" for p, k in want for i in range(k)]
+    assert inv.by_id[f"{PCI['eth4']}@2"].numa == (1,)
+
+
+def test_shared_host_capacity_is_smallest_range(fs: FakeSys, root: Path) -> None:
+    free = {"eth1": 250, "eth2": 5, "eth3": 100, "eth4": 16}
+    inv = _inventory(root, "shared-host", lambda n: free[n.netdev], host_slots=8)
+    assert [d.id for d in inv.devices] == [f"host-{i}" for i in range(5)]
+    assert inv.devices[0].numa == (0, 1)
+    assert [n.netdev for n in inv.devices[0].nics] == ["eth1", "eth2", "eth3", "eth4"]
+    inv = _inventory(root, "shared-host", lambda n: 250, host_slots=3)
+    assert len(inv.devices) == 3
+
+
+def test_pinned_stand_in_without_numa_has_no_topology(fs: FakeSys, root: Path) -> None:
+    fs.netdev("veth9", ifindex=40)
+    inv = _inventory(root, "exclusive", pinned=["veth9", "eth3"])
+    assert [(d.id, d.numa) for d in inv.devices] == [("veth9", ()), (PCI["eth3"], (1,))]
+
+
+def test_free_addresses_default() -> None:
+    out = json.dumps([
+        {"ifname": "eth1", "addr_info": [{"family": "inet", "local": "192.0.2.10",
+                                          "prefixlen": 24}]},
+        {"ifname": "eth2", "addr_info": [{"family": "inet", "local": "198.51.100.5",
+                                          "prefixlen": 30}]},
+        {"ifname": "lo", "addr_info": [{"family": "inet", "local": "192.0.2.11",
+                                        "prefixlen": 32}, {"family": "inet6", "local": "::1"}]},
+    ])
+    addrs = parse_ip_json(out)
+    free = HostFreeAddresses(reader=lambda: addrs)
+    assert free(Nic("eth1")) == 256 - 3 - 2
+    assert free(Nic("eth2")) == 0  # /30 is refused in shared modes
+    assert free(Nic("eth9")) == 0  # no address, no range
+    assert free_in_subnet([("203.0.113.9", 28), ("203.0.113.1", 28)], ["203.0.113.9"]) == 12
+
+
+# --- preferred allocation ----------------------------------------------------------------
+
+def test_preferred_distinct_nics_on_one_numa_node(fs: FakeSys, root: Path) -> None:
+    inv = _inventory(root, "shared-multi", slots_per_nic=4)
+    avail = sorted(inv.by_id)
+    got = preferred_allocation(avail, [], 2, inv.by_id)
+    assert got == [f"{PCI['eth1']}@0", f"{PCI['eth2']}@0"]
+    got = preferred_allocation(avail, [], 3, inv.by_id)
+    assert {inv.by_id[g].numa for g in got} == {(0,)}
+    assert sorted(inv.by_id[g].nics[0].netdev for g in got) == ["eth1", "eth1", "eth2"]
+
+
+def test_preferred_packs_numa_and_honours_must_include(fs: FakeSys, root: Path) -> None:
+    inv = _inventory(root, "exclusive")
+    avail = [PCI["eth1"], PCI["eth3"], PCI["eth4"]]  # NUMA 1 has more room
+    assert preferred_allocation(avail, [], 2, inv.by_id) == [PCI["eth3"], PCI["eth4"]]
+    got = preferred_allocation(avail, [PCI["eth1"]], 2, inv.by_id)
+    assert got[0] == PCI["eth1"] and len(got) == 2
+    got = preferred_allocation(list(PCI.values()), [PCI["eth4"]], 2, inv.by_id)
+    assert got == [PCI["eth4"], PCI["eth3"]]  # must-include's node first
+
+
+# --- gRPC: registration, ListAndWatch, Allocate, health ------------------------------------
+
+class Running:
+    def __init__(self, plugin: DevicePlugin) -> None:
+        self.plugin = plugin
+        self.thread = threading.Thread(target=plugin.run, daemon=True)
+
+    def __enter__(self) -> DevicePlugin:
+        self.thread.start()
+        _wait(lambda: os.path.exists(self.plugin.path), "plugin socket")
+        return self.plugin
+
+    def __exit__(self, *exc: object) -> None:
+        self.plugin.stop.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+
+
+def _wait(cond: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _plugin(root: Path, mode: str = "exclusive", **kw) -> DevicePlugin:
+    sysfs = Sysfs(str(root))
+    return DevicePlugin(_inventory(root, mode, **kw), str(root / "dp"),
+                        exists=lambda p: sysfs.exists(p.lstrip("/")),
+                        nccl_env_path="/opt/cni/bin/nccl_env.sh", poll=0.05)
+
+
+@pytest.fixture
+def kubelet(root: Path, fs: FakeSys) -> Iterator[FakeKubelet]:
+    fake = FakeKubelet(reg_socket=str(root / "dp" / "kubelet.sock")).start()
+    yield fake
+    fake.stop()
+
+
+def test_registers_and_reregisters_after_kubelet_restart(kubelet: FakeKubelet, root: Path) -> None:
+    with Running(_plugin(root, "shared-host")) as plugin:
+        regs = kubelet.wait_registrations(1)
+        assert len(regs) == 1
+        assert (regs[0].version, regs[0].endpoint, regs[0].resource_name) == (
+            "v1beta1", "rdma-cni-rdma-host.sock", "vke.volcengine.com/rdma-host")
+        assert regs[0].options.get_preferred_allocation_available
+        time.sleep(0.3)
+        assert len(kubelet.registrations) == 1  # no re-registration while nothing changes
+        kubelet.restart()
+        assert len(kubelet.wait_registrations(2)) == 2
+        os.unlink(plugin.path)  # a restarting kubelet wipes plugin sockets
+        assert len(kubelet.wait_registrations(3)) == 3
+        _wait(lambda: os.path.exists(plugin.path), "socket recreated")
+        client = PluginClient(plugin.path)
+        assert client.options().get_preferred_allocation_available
+        client.close()
+    assert not os.path.exists(plugin.path)
+
+
+def test_list_and_watch_and_health_flips(kubelet: FakeKubelet, fs: FakeSys, root: Path) -> None:
+    with Running(_plugin(root)) as plugin:
+        client = PluginClient(plugin.path)
+        stream = client.list_and_watch()
+        first = next(stream)
+        assert [(d.ID, d.health, [n.ID for n in d.topology.nodes]) for d in first] == [
+            (p, "Healthy", [numa]) for _, p, numa, *_ in NICS]
+        _port_state(fs, "mlx5_2", "1: DOWN")
+        second = {d.ID: d.health for d in next(stream)}
+        assert second[PCI["eth3"]] == "Unhealthy" and second[PCI["eth1"]] == "Healthy"
+        _port_state(fs, "mlx5_2", "4: ACTIVE")
+        assert {d.health for d in next(stream)} == {"Healthy"}
+        os.unlink(root / "sys/class/net/eth4")  # the netdev disappears
+        gone = {d.ID: d.health for d in next(stream)}
+        assert gone[PCI["eth4"]] == "Unhealthy" and len(gone) == 4
+        fs.symlink("sys/class/net/eth4", f"sys/devices/pci0000:00/{PCI['eth4']}/net/eth4")
+        assert {d.health for d in next(stream)} == {"Healthy"}
+        client.close()
+
+
+def test_allocate_and_preferred_over_grpc(kubelet: FakeKubelet, root: Path) -> None:
+    with Running(_plugin(root, "shared-multi", slots_per_nic=2)) as plugin:
+        client = PluginClient(plugin.path)
+        ids = [f"{PCI['eth1']}@1", f"{PCI['eth3']}@0"]
+        resp = client.allocate(ids, [f"{PCI['eth2']}@0"])
+        first, second = resp.container_responses
+        assert [(d.container_path, d.host_path, d.permissions) for d in first.devices] == [
+            ("/dev/infiniband/uverbs0", "/dev/infiniband/uverbs0", "rw"),
+            ("/dev/infiniband/uverbs2", "/dev/infiniband/uverbs2", "rw"),
+            ("/dev/infiniband/rdma_cm", "/dev/infiniband/rdma_cm", "rw")]
+        assert first.envs["RDMA_CNI_DEVICES"] == "mlx5_0,mlx5_2"
+        assert first.envs["RDMA_CNI_DEVICE_IDS"] == ",".join(ids)
+        assert [(m.container_path, m.host_path, m.read_only) for m in first.mounts] == [
+            ("/usr/local/bin/nccl_env.sh", "/opt/cni/bin/nccl_env.sh", True)]
+        assert second.envs["RDMA_CNI_DEVICES"] == "mlx5_1"
+        avail = [f"{p}@{i}" for p in PCI.values() for i in range(2)]
+        assert client.preferred(avail, [], 2) == [f"{PCI['eth1']}@0", f"{PCI['eth2']}@0"]
+        import grpc
+        with pytest.raises(grpc.RpcError) as exc:
+            client.allocate(["0000:00:00.0@9"])
+        assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+        client.close()
+
+
+def test_allocate_skips_missing_device_files(kubelet: FakeKubelet, root: Path) -> None:
+    os.unlink(root / "dev/infiniband/rdma_cm")
+    os.unlink(root / "opt/cni/bin/nccl_env.sh")
+    with Running(_plugin(root)) as plugin:
+        client = PluginClient(plugin.path)
+        resp = client.allocate([PCI["eth4"]]).container_responses[0]
+        assert [d.host_path for d in resp.devices] == ["/dev/infiniband/uverbs3"]
+        assert list(resp.mounts) == []
+        client.close()
+
+
+def test_socket_name() -> None:
+    assert socket_name("vke.volcengine.com/rdma") == "rdma-cni-rdma.sock"
+
+
+def test_main_registers_and_stops_on_sigterm(kubelet: FakeKubelet, root: Path) -> None:
+    conf = root / "conf.json"
+    conf.write_text(json.dumps({"type": "rdma-cni", "mode": "exclusive",
+                                "kubelet": {"devicePluginDir": str(root / "dp")}}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rdma_cni.deviceplugin", "--config", str(conf),
+         "--sysfs-root", str(root), "--poll", "0.1"],
+        cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        regs = kubelet.wait_registrations(1, timeout=20)
+        assert regs and regs[0].resource_name == "vke.volcengine.com/rdma"
+        client = PluginClient(str(root / "dp" / "rdma-cni-rdma.sock"))
+        assert len(next(client.list_and_watch())) == 4
+        client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert not (root / "dp" / "rdma-cni-rdma.sock").exists()
+
+
+def test_main_bad_config_fails(root: Path) -> None:
+    from rdma_cni.deviceplugin.cli import main
+
+    conf = root / "conf.json"
+    conf.write_text('{"mode": "bogus"}')
+    assert main(["--config", str(conf)]) == 1
+    assert main(["--config", str(root / "absent.json")]) == 1

@@ -1,0 +1,379 @@
+"""The disk store: layout, atomicity, O_EXCL ownership, path safety, concurrency."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import stat
+import threading
+import time
+from ipaddress import IPv4Address, IPv4Interface
+from pathlib import Path
+
+import pytest
+
+from rdma_cni.attachment import AttachmentKey
+from rdma_cni.errors import AddressError, Code, ConfigError, IOFailure, TryAgain
+from rdma_cni.ipam.allocator import Pool, RangeConf, build_pool
+from rdma_cni.ipam.reserve import allocate
+from rdma_cni.store import UNKNOWN_OWNER, Store
+
+A = IPv4Address
+POOL = "192.0.2.0/28"
+OLD = AttachmentKey("rdma-net", "sandbox-old", "eth0")
+NEW = AttachmentKey("rdma-net", "sandbox-new", "eth0")
+SPAWN = mp.get_context("spawn")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(str(tmp_path / "data"))
+
+
+def files_under(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+# -- state --------------------------------------------------------------------
+
+def test_state_roundtrip_layout_and_modes(store: Store) -> None:
+    assert store.get_state(OLD) is None
+    assert not os.path.exists(store.root)  # reads create nothing
+    store.put_state(OLD, {"ifaces": ["eth1"], "key": "spoof", "schema": 9})
+    rec = store.get_state(OLD)
+    assert rec == {"schema": 1, "key": OLD.as_dict(), "ifaces": ["eth1"]}
+    path = Path(store.state_dir) / f"{OLD.digest()}.json"
+    assert json.loads(path.read_text()) == rec
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    for d in (store.root, store.state_dir):
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    store.put_state(OLD, {"ifaces": []})
+    assert store.get_state(OLD)["ifaces"] == []  # type: ignore[index]
+    assert store.list_states() == [{"schema": 1, "key": OLD.as_dict(), "ifaces": []}]
+    store.delete_state(OLD)
+    store.delete_state(OLD)  # missing is fine
+    assert store.get_state(OLD) is None and store.list_states() == []
+
+
+@pytest.mark.parametrize("content", [b'{"schema": 1, "key": {"netw', b"", b"[1,2]", b"\xff\xfe",
+                                     b'{"schema": 1, "key": {"network": 1}}'])
+def test_corrupt_or_truncated_state_is_moved_aside(store: Store, content: bytes) -> None:
+    store.put_state(NEW, {"n": 1})
+    path = Path(store.state_dir) / f"{OLD.digest()}.json"
+    path.write_bytes(content)  # a torn write / disk corruption
+    assert store.get_state(OLD) is None
+    assert not path.exists()
+    assert len(store.corrupt_records()) == 1
+    store.put_state(OLD, {"n": 2})  # the store stays usable
+    assert store.get_state(OLD)["n"] == 2  # type: ignore[index]
+    assert {r["key"]["containerID"] for r in store.list_states()} == {"sandbox-old",
+                                                                      "sandbox-new"}
+
+
+def test_misplaced_state_record_is_not_listed(store: Store) -> None:
+    store.put_state(OLD, {})
+    os.rename(Path(store.state_dir) / f"{OLD.digest()}.json",
+              Path(store.state_dir) / f"{NEW.digest()}.json")
+    assert store.get_state(NEW) is None
+    assert store.list_states() == []
+    assert store.owners() == set()
+
+
+def test_orphaned_temp_files_are_ignored_and_cleaned(store: Store) -> None:
+    store.put_state(OLD, {"n": 1})
+    store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
+    sdir, idir = Path(store.state_dir), Path(store.ips_dir) / "192.0.2.0_28"
+    dead = SPAWN.Process(target=os.getpid)
+    dead.start()
+    dead.join()
+    crash_state = sdir / f".tmp-{dead.pid}-0000-{NEW.digest()}.json"
+    crash_state.write_bytes(b'{"schema": 1, "ke')  # half written, writer died
+    crash_ip = idir / f".tmp-{dead.pid}-0000-192.0.2.3"
+    crash_ip.write_bytes(b"")
+    live = sdir / f".tmp-{os.getpid()}-0000-x.json"  # a writer still at work
+    live.write_bytes(b"{")
+    stale = sdir / f".tmp-{os.getpid()}-0001-y.json"
+    stale.write_bytes(b"{")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    assert [r["key"] for r in store.list_states()] == [OLD.as_dict()]
+    assert store.ip_owners(POOL) == {A("192.0.2.2"): (OLD, "eth1")}
+    assert not crash_state.exists() and not crash_ip.exists() and not stale.exists()
+    assert live.exists()
+    assert store.reserve_ip(POOL, A("192.0.2.3"), NEW, "eth1")
+
+
+# -- IP reservations ------------------------------------------------------------
+
+def test_reserve_ip_o_excl_semantics(store: Store) -> None:
+    ip = A("192.0.2.2")
+    assert store.reserve_ip(POOL, ip, OLD, "eth1")
+    path = Path(store.ips_dir) / "192.0.2.0_28" / "192.0.2.2"
+    before = path.read_bytes()
+    assert json.loads(before) == {"key": OLD.as_dict(), "ifname": "eth1"}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert store.reserve_ip(POOL, ip, OLD, "eth1")  # same owner: idempotent
+    assert not store.reserve_ip(POOL, ip, NEW, "eth1")
+    assert not store.reserve_ip(POOL, ip, OLD, "eth2")  # same key, other interface
+    assert path.read_bytes() == before
+    assert store.ip_owners(POOL) == {ip: (OLD, "eth1")}
+    assert files_under(Path(store.ips_dir)) == {"192.0.2.0_28/192.0.2.2"}
+
+
+def test_release_only_by_exact_owner(store: Store) -> None:
+    store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
+    assert store.release_ips(OLD) == 1
+    # the pod's new sandbox gets the same address; the old sandbox's late DEL comes
+    assert store.reserve_ip(POOL, A("192.0.2.2"), NEW, "eth1")
+    store.reserve_ip("198.51.100.0/24", A("198.51.100.9"), NEW, "eth2")
+    assert store.release_ips(OLD) == 0
+    assert store.release_ips(OLD, "eth1") == 0
+    assert store.ip_owners(POOL) == {A("192.0.2.2"): (NEW, "eth1")}
+    assert store.ips_of(NEW) == [("192.0.2.0/28", A("192.0.2.2"), "eth1"),
+                                 ("198.51.100.0/24", A("198.51.100.9"), "eth2")]
+    assert store.release_ips(NEW, "eth2") == 1
+    assert store.ips_of(NEW) == [("192.0.2.0/28", A("192.0.2.2"), "eth1")]
+    assert store.release_ips(NEW) == 1
+    assert store.ips_of(NEW) == []
+
+
+def test_corrupt_reservation_is_held_by_unknown_owner(store: Store) -> None:
+    store.reserve_ip(POOL, A("192.0.2.3"), OLD, "eth1")
+    d = Path(store.ips_dir) / "192.0.2.0_28"
+    (d / "192.0.2.2").write_bytes(b'{"key": ')
+    assert not store.reserve_ip(POOL, A("192.0.2.2"), NEW, "eth1")
+    assert store.ip_owners(POOL)[A("192.0.2.2")] == (UNKNOWN_OWNER, "")
+    assert store.owners() == {OLD}
+    assert store.release_ips(UNKNOWN_OWNER) == 0
+    store.purge(OLD)
+    assert (d / "192.0.2.2").exists()
+    assert store.corrupt_records() == [str(d / "192.0.2.2")]
+    pool = _pool("192.0.2.1/28")
+    with store.lock():
+        assert allocate(store, pool, NEW, "eth1") == A("192.0.2.3")
+
+
+def test_stray_entries_are_ignored(store: Store) -> None:
+    store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
+    os.makedirs(os.path.join(store.ips_dir, "junk"))
+    Path(store.ips_dir, "192.0.2.0_28", "README").write_text("x")
+    assert store.ips_of(OLD) == [(POOL, A("192.0.2.2"), "eth1")]
+    assert store.ip_owners(POOL) == {A("192.0.2.2"): (OLD, "eth1")}
+
+
+@pytest.mark.parametrize("pool", ["../../etc", "192.0.2.1/28", "192.0.2.0_28", "", "x/y",
+                                  "192.0.2.0/28\x00", "2001:db8::/64", "192.0.2.0/28/.."])
+def test_hostile_pool_names_are_refused(store: Store, pool: str) -> None:
+    with pytest.raises(ConfigError):
+        store.reserve_ip(pool, A("192.0.2.2"), OLD, "eth1")
+    with pytest.raises(ConfigError):
+        store.ip_owners(pool)
+    assert not os.path.exists(store.ips_dir) or os.listdir(store.ips_dir) == []
+
+
+def test_reserve_outside_pool_is_address_error(store: Store) -> None:
+    with pytest.raises(AddressError):
+        store.reserve_ip(POOL, A("198.51.100.2"), OLD, "eth1")
+
+
+# -- NIC claims ---------------------------------------------------------------
+
+def test_nic_claims(store: Store) -> None:
+    assert store.nic_owner("eth3") is None and store.nic_claims() == {}
+    assert store.claim_nic("eth3", OLD, "eth1")
+    assert store.claim_nic("eth3", OLD, "eth1")
+    assert not store.claim_nic("eth3", NEW, "eth1")
+    assert store.claim_nic("bond0.100", NEW, "eth2")
+    assert store.nic_owner("eth3") == (OLD, "eth1")
+    assert store.nic_claims() == {"eth3": (OLD, "eth1"), "bond0.100": (NEW, "eth2")}
+    assert store.release_nics(NEW, "eth9") == 0
+    assert store.release_nics(OLD) == 1
+    assert store.nic_claims() == {"bond0.100": (NEW, "eth2")}
+    Path(store.nics_dir, "eth4").write_text("garbage")
+    assert store.nic_owner("eth4") == (UNKNOWN_OWNER, "")
+    assert not store.claim_nic("eth4", OLD, "eth1")
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../etc", "a/b", "x" * 16, "eth0\n", "eth\x000",
+                                  "eth 1", "/etc/passwd"])
+def test_hostile_netdev_names_are_refused(store: Store, name: str) -> None:
+    for call in (lambda: store.claim_nic(name, OLD, "eth1"), lambda: store.nic_owner(name)):
+        with pytest.raises(ConfigError, match="invalid netdev name"):
+            call()
+
+
+# -- keys, paths, whole-store operations ----------------------------------------------
+
+HOSTILE = [AttachmentKey("../../etc", "../../../../tmp/x", "eth0"),
+           AttachmentKey("net\x00work", "id\nwith\nnewlines", "/../.."),
+           AttachmentKey("..", ".", "")]
+
+
+def test_hostile_keys_never_escape_the_data_dir(tmp_path: Path) -> None:
+    data = tmp_path / "a" / "b" / "data"
+    store = Store(str(data))
+    for i, key in enumerate(HOSTILE):
+        store.put_state(key, {"i": i})
+        assert store.reserve_ip(POOL, A(f"192.0.2.{i + 2}"), key, "eth1")
+        assert store.claim_nic(f"eth{i + 1}", key, "eth1")
+    assert {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()} == {
+        f"a/b/data/{f}" for f in files_under(data)}
+    assert all(len(Path(f).name) == 45 for f in files_under(data / "state"))
+    assert store.owners() == set(HOSTILE)
+    for i, key in enumerate(HOSTILE):
+        assert store.get_state(key)["i"] == i  # type: ignore[index]
+        assert store.ips_of(key) == [(POOL, A(f"192.0.2.{i + 2}"), "eth1")]
+        store.purge(key)
+    assert files_under(data) == {"lock"}
+
+
+def test_owners_and_purge(store: Store) -> None:
+    k3 = AttachmentKey("other", "c3", "eth0")
+    store.put_state(OLD, {})
+    store.reserve_ip(POOL, A("192.0.2.2"), NEW, "eth1")
+    store.claim_nic("eth2", k3, "eth1")
+    assert store.owners() == {OLD, NEW, k3}
+    with store.lock():
+        store.purge(NEW)  # re-entrant: no self-deadlock
+    assert store.owners() == {OLD, k3}
+    store.purge(OLD)
+    store.purge(k3)
+    assert store.owners() == set()
+    store.purge(k3)  # nothing left: fine
+
+
+def test_usable(store: Store, tmp_path: Path) -> None:
+    store.usable()
+    assert files_under(Path(store.root)) == {"lock"}
+    (tmp_path / "file").write_text("")
+    with pytest.raises(IOFailure) as ei:
+        Store(str(tmp_path / "file" / "data")).usable()
+    assert ei.value.code == Code.IO_FAILURE and "file/data" in str(ei.value)
+
+
+def test_write_failure_is_io_failure(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    bad = Store(str(tmp_path / "file" / "data"))
+    with pytest.raises(IOFailure, match="failed to create directory"):
+        bad.put_state(OLD, {})
+    with pytest.raises(IOFailure):
+        bad.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
+    with pytest.raises(IOFailure, match="Not a directory"):
+        bad.get_state(OLD)
+    with pytest.raises(IOFailure, match="failed to list"):
+        bad.owners()
+    missing = Store(str(tmp_path / "missing"))
+    assert missing.get_state(OLD) is None and missing.list_states() == []
+    assert missing.owners() == set() and missing.nic_claims() == {}
+    assert not (tmp_path / "missing").exists()
+
+
+# -- locking and concurrency ------------------------------------------------------------
+
+def _hold_lock(data_dir: str, held: object, release: object) -> None:
+    with Store(data_dir).lock(timeout=5):
+        held.set()  # type: ignore[attr-defined]
+        release.wait(10)  # type: ignore[attr-defined]
+
+
+def test_store_lock_timeout_is_try_again_across_processes(store: Store) -> None:
+    held, release = SPAWN.Event(), SPAWN.Event()
+    p = SPAWN.Process(target=_hold_lock, args=(store.root, held, release))
+    p.start()
+    try:
+        assert held.wait(30)
+        t0 = time.monotonic()
+        with pytest.raises(TryAgain) as ei, store.lock(timeout=0.2):
+            pass
+        assert 0.2 <= time.monotonic() - t0 < 2
+        assert ei.value.code == 11 and store.lock_path in str(ei.value)
+        with pytest.raises(TryAgain):
+            Store(store.root, lock_timeout=0.05).release_ips(OLD)  # releases lock too
+    finally:
+        release.set()
+        p.join(30)
+    assert p.exitcode == 0
+    with store.lock(timeout=5):
+        pass
+
+
+def _alloc_worker(data_dir: str, pool: Pool, idx: int, use_lock: bool, barrier: object,
+                  out: object) -> None:
+    store = Store(data_dir, lock_timeout=60)
+    key = AttachmentKey("rdma-net", f"sandbox-{idx}", "eth0")
+    barrier.wait(60)  # type: ignore[attr-defined]
+    try:
+        if use_lock:
+            with store.lock():
+                ip = allocate(store, pool, key, "eth1")
+        else:
+            ip = allocate(store, pool, key, "eth1")
+        out.put((idx, str(ip)))  # type: ignore[attr-defined]
+    except AddressError as e:
+        out.put((idx, f"AddressError {e.code}"))  # type: ignore[attr-defined]
+
+
+def _run_allocators(data_dir: str, pool: Pool, n: int, use_lock: bool) -> dict[int, str]:
+    barrier, out = SPAWN.Barrier(n), SPAWN.Queue()
+    procs = [SPAWN.Process(target=_alloc_worker, args=(data_dir, pool, i, use_lock, barrier, out))
+             for i in range(n)]
+    for p in procs:
+        p.start()
+    results = dict(out.get(timeout=120) for _ in range(n))
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    return results
+
+
+def _pool(cidr_host: str, **ranges: RangeConf) -> Pool:
+    return build_pool("eth1", [IPv4Interface(cidr_host)], None, [], dict(ranges), True)
+
+
+@pytest.mark.parametrize(("use_lock", "n"), [(True, 32), (False, 16)])
+def test_processes_allocate_distinct_addresses(store: Store, use_lock: bool, n: int) -> None:
+    """Under the lock; and without it, where O_EXCL and the retry alone must hold."""
+    pool = _pool("198.18.0.1/26")
+    results = _run_allocators(store.root, pool, n, use_lock)
+    ips = [A(v) for v in results.values()]
+    assert len(set(ips)) == n
+    assert all(pool.first <= ip <= pool.last for ip in ips)
+    owners = store.ip_owners(pool.name)
+    assert {ip: o[0].container_id for ip, o in owners.items()} == {
+        A(ip): f"sandbox-{i}" for i, ip in results.items()}
+    if use_lock:  # serialised: exactly the first n candidates
+        assert set(ips) == set(list(pool.candidates())[:n])
+
+
+def test_exhaustion_under_concurrency(store: Store) -> None:
+    conf = RangeConf(A("192.0.2.2"), A("192.0.2.6"))
+    pool = _pool("192.0.2.1/28", **{"192.0.2.0/28": conf})
+    n = pool.size()
+    assert n == 5
+    results = _run_allocators(store.root, pool, n + 8, True)
+    ok = [v for v in results.values() if not v.startswith("AddressError")]
+    assert sorted(A(v) for v in ok) == list(pool.candidates())
+    assert [v for v in results.values() if v.startswith("AddressError")] == ["AddressError 102"] * 8
+    assert files_under(Path(store.root)) == {"lock"} | {
+        f"ips/192.0.2.0_28/{v}" for v in ok}
+
+
+def test_store_lock_reentrant_per_thread_only(store: Store) -> None:
+
+    seen: list[BaseException | None] = []
+
+    def other() -> None:
+        try:
+            with store.lock(timeout=0.05):
+                seen.append(None)
+        except TryAgain as e:
+            seen.append(e)
+
+    with store.lock(), store.lock(timeout=0):  # same thread: re-entrant
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        store.release_ips(OLD)  # takes the lock internally: no self-deadlock
+    assert isinstance(seen[0], TryAgain)
+    with store.lock(timeout=0):  # fully released after the outer block
+        pass

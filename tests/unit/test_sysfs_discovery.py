@@ -1,0 +1,107 @@
+"""Sysfs adapter, NIC discovery and device-ID mapping on fake sysfs trees."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.discovery import Nic, discover, missing, normalize_ids, resolve_device_id
+from rdma_cni.errors import AllocationError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fakesys import FakeSys
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Sysfs:
+    fs = FakeSys(tmp_path)
+    fs.netdev("lo")
+    fs.netdev("eth0", pci="0000:00:03.0")  # plain virtio, no RDMA
+    fs.netdev("eth1", pci="0000:3b:00.0", numa=0)
+    fs.ibdev("mlx5_0", pci="0000:3b:00.0", numa=0, uverbs="uverbs0")
+    fs.netdev("eth2", pci="0000:af:00.0", numa=1)
+    fs.ibdev("mlx5_1", pci="0000:af:00.0", numa=1, uverbs="uverbs1", state="1: DOWN")
+    fs.netdev("ib0", pci="0000:d8:00.0", numa=1)  # InfiniBand link layer: not RoCE
+    fs.ibdev("mlx5_2", pci="0000:d8:00.0", ports={1: "InfiniBand"}, uverbs="uverbs2")
+    # a RoCE bond: no device/infiniband, named by the GID table of mlx5_bond_0
+    fs.netdev("bond0")
+    fs.netdev("ens5f0", pci="0000:5e:00.0", numa=0, master="bond0")  # slave: not a NIC
+    fs.ibdev("mlx5_bond_0", pci="0000:5e:00.0", numa=0, uverbs="uverbs3")
+    fs.roce_pair("mlx5_bond_0", 1, 2, "192.0.2.1", "bond0")
+    # a pod's upper device named like a host NIC without RDMA must not count
+    fs.roce_pair("mlx5_0", 1, 4, "192.0.2.50", "eth0")
+    fs.netdev("veth9")
+    return Sysfs(str(tmp_path))
+
+
+def test_sysfs_adapter(tmp_path: Path) -> None:
+    fs = FakeSys(tmp_path)
+    fs.netdev("eth1", pci="0000:3b:00.0", mtu=9000)
+    fs.unreadable("sys/class/net/eth1/broken")
+    s = Sysfs(str(tmp_path))
+    assert s.read("sys/class/net/eth1/mtu") == "9000"
+    assert s.read("/sys/class/net/eth1/mtu") == "9000"
+    assert s.read("sys/class/net/eth1/broken") is None
+    assert s.read("sys/class/net/eth9/mtu") is None
+    assert s.listdir("sys/class/net") == ["eth1"]
+    assert s.listdir("sys/nothing") == []
+    assert s.realpath("sys/class/net/eth1/device") == "sys/devices/pci0000:00/0000:3b:00.0"
+    assert s.realpath("sys/class/net/eth9") is None
+    assert s.exists("sys/class/net/eth1") and not s.exists("sys/class/net/eth9")
+
+
+def test_discover_roce_nics(node: Sysfs) -> None:
+    nics = discover(node)
+    assert [n.netdev for n in nics] == ["bond0", "eth1", "eth2"]
+    eth1 = nics[1]
+    assert eth1 == Nic("eth1", "mlx5_0", 1, "0000:3b:00.0", 0, "Ethernet", "ACTIVE", "uverbs0")
+    assert nics[2].state == "DOWN" and nics[2].numa == 1  # health, not a filter
+    bond = nics[0]
+    assert (bond.ibdev, bond.port, bond.pci, bond.uverbs) == (
+        "mlx5_bond_0",
+        1,
+        "0000:5e:00.0",
+        "uverbs3",
+    )
+    assert bond.device_id == "0000:5e:00.0"
+
+
+def test_discover_pinned(node: Sysfs) -> None:
+    nics = discover(node, ["veth9", "eth2", "gone0", "ib0"])
+    assert [n.netdev for n in nics] == ["veth9", "eth2", "gone0", "ib0"]
+    assert nics[0] == Nic("veth9") and nics[0].device_id == "veth9"
+    assert nics[1].ibdev == "mlx5_1"
+    assert nics[2] == Nic("gone0")
+    assert nics[3].link_layer == "InfiniBand"  # pinned: no RoCE check
+    assert missing(node, nics) == ["gone0"]
+
+
+def test_normalize_ids() -> None:
+    ids = ["0000:af:00.0@3", "0000:3b:00.0@1", "0000:af:00.0@0", "mlx5_1", "0000:3b:00.0"]
+    assert normalize_ids(ids) == ["0000:3b:00.0", "0000:af:00.0", "mlx5_1"]
+    assert normalize_ids([]) == []
+
+
+@pytest.mark.parametrize(
+    ("dev_id", "netdev"),
+    [
+        ("0000:3b:00.0", "eth1"),
+        ("0000:AF:00.0@3", "eth2"),
+        ("mlx5_1", "eth2"),
+        ("eth1", "eth1"),
+        ("veth9", "veth9"),
+        ("mlx5_bond_0", "bond0"),
+    ],
+)
+def test_resolve_device_id(node: Sysfs, dev_id: str, netdev: str) -> None:
+    nics = discover(node) + discover(node, ["veth9"])
+    assert resolve_device_id(node, nics, dev_id).netdev == netdev
+
+
+def test_resolve_unknown(node: Sysfs) -> None:
+    with pytest.raises(AllocationError, match=r"0000:99:00\.0@2") as exc:
+        resolve_device_id(node, discover(node), "0000:99:00.0@2")
+    assert exc.value.code == 101

@@ -1,0 +1,89 @@
+"""Fixtures for the VM tier: netns, dummy and virtio stand-in NICs, Soft-RoCE devices.
+
+All of them remove what they create. They only work inside the VM (RDMA_CNI_IN_VM=1);
+tests using them carry the `vm` marker, so elsewhere they are skipped before setup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import pytest
+import vmkit
+from vmkit import Rxe
+
+
+@pytest.fixture
+def make_netns() -> Iterator[Callable[[], str]]:
+    """Factory: a fresh network namespace (deleted at teardown)."""
+    made: list[str] = []
+
+    def make() -> str:
+        name = vmkit.unique_name("vmns")
+        vmkit.run("ip", "netns", "add", name)
+        made.append(name)
+        return name
+
+    yield make
+    for name in reversed(made):
+        with contextlib.suppress(RuntimeError):
+            vmkit.run("ip", "netns", "delete", name)
+
+
+@pytest.fixture
+def make_dummy() -> Iterator[Callable[[], str]]:
+    """Factory: an up dummy NIC in the VM's root netns (deleted at teardown)."""
+    made: list[str] = []
+
+    def make() -> str:
+        name = vmkit.unique_name("dum")
+        vmkit.ip("link", "add", name, "type", "dummy")
+        made.append(name)
+        vmkit.ip("link", "set", name, "up")
+        return name
+
+    yield make
+    for name in reversed(made):
+        if vmkit.link_exists(name):
+            with contextlib.suppress(RuntimeError):
+                vmkit.ip("link", "delete", name)
+
+
+@pytest.fixture(scope="session")
+def virtio_nics() -> list[str]:
+    """The VM's two virtio-net PCI NICs (vng --network loop), up, in the root netns.
+
+    They behave like physical NICs: a PCI device in sysfs, returned to the root
+    netns when their netns dies. Tests that move one must leave it in the root netns.
+    """
+    nics = vmkit.virtio_nics()
+    if len(nics) < 2:
+        pytest.skip(f"needs two virtio-net NICs (vng --network loop), found {nics}")
+    for nic in nics:
+        vmkit.ip("link", "set", nic, "up")
+    return nics
+
+
+@pytest.fixture(scope="session")
+def make_rxe() -> Iterator[Callable[[str], Rxe]]:
+    """Factory: a Soft-RoCE device on a netdev (one per netdev; deleted at session end)."""
+    made: dict[str, Rxe] = {}
+
+    def make(netdev: str) -> Rxe:
+        if netdev not in made:
+            name = f"rxe{len(made)}"
+            vmkit.add_rxe(name, netdev)
+            made[netdev] = Rxe(name, netdev)
+        return made[netdev]
+
+    yield make
+    for rxe in made.values():
+        with contextlib.suppress(RuntimeError):
+            vmkit.delete_rxe(rxe.name)
+
+
+@pytest.fixture(scope="session")
+def rxe(virtio_nics: list[str], make_rxe: Callable[[str], Rxe]) -> Rxe:
+    """Soft-RoCE on the first virtio NIC: an RDMA NIC stand-in with a PCI device."""
+    return make_rxe(virtio_nics[0])
