@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
 def plugin_main() -> int:
     from . import dispatch, log
 
-    stdin = sys.stdin.buffer.read(dispatch.MAX_STDIN + 1)
+    # without CNI_COMMAND only the about text is printed: never wait on a terminal's stdin
+    stdin = sys.stdin.buffer.read(dispatch.MAX_STDIN + 1) if os.environ.get("CNI_COMMAND") else b""
     log.setup(_peek_conf(stdin))
     return dispatch.run(os.environ, stdin, sys.stdout, sys.stderr)
 

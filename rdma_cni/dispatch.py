@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any, Protocol
 
 from . import versions
@@ -20,6 +20,7 @@ from .request import Request, check_container_id, check_ifname, check_netns, che
 log = logging.getLogger("rdma_cni")
 
 MAX_STDIN = 1 << 20
+MAX_DEPTH = 64  # nesting of the stdin document (CNI configs are a few levels deep)
 COMMANDS = ("ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC")
 # CNI spec 1.1.0, "Parameters": what each command needs
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -62,11 +63,12 @@ def run(
         return 0
     version = versions.LATEST
     try:
-        conf = _decode(stdin, command)
-        version = _request_version(conf, command)
         if command == "VERSION":
-            _emit(stdout, {"cniVersion": version, "supportedVersions": list(versions.SUPPORTED)})
+            _emit(stdout, _version_doc(stdin))
             return 0
+        conf = _decode(stdin, command)
+        version = versions.check_supported(conf.get("cniVersion"))
+        _check_gate(command, version)
         req = _build_request(env, command, conf, version)
         if on_request is not None:
             on_request(req)
@@ -91,8 +93,6 @@ def _decode(stdin: bytes, command: str) -> dict[str, Any]:
         )
     if len(stdin) > MAX_STDIN:
         raise DecodeError(f"failed to decode network configuration: larger than {MAX_STDIN} bytes")
-    if command == "VERSION" and not stdin.strip():
-        return {}
     try:
         conf = json.loads(stdin)
     except (ValueError, RecursionError) as exc:
@@ -100,18 +100,48 @@ def _decode(stdin: bytes, command: str) -> dict[str, Any]:
         raise DecodeError(f"failed to decode network configuration: {reason}") from None
     if not isinstance(conf, dict):
         raise DecodeError("failed to decode network configuration: expected a JSON object")
+    if _too_deep(conf, MAX_DEPTH):
+        raise DecodeError(
+            f"failed to decode network configuration: nested deeper than {MAX_DEPTH} levels"
+        )
     return conf
 
 
-def _request_version(conf: dict[str, Any], command: str) -> str:
-    raw = conf.get("cniVersion")
-    if command == "VERSION":
-        return raw if raw in versions.SUPPORTED else versions.LATEST
-    version = versions.check_supported(raw)
+def _too_deep(value: object, limit: int) -> bool:
+    """Iterative nesting check, so deep documents never reach recursive code (deepcopy)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children: Iterable[object]
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _version_doc(stdin: bytes) -> dict[str, Any]:
+    """VERSION never fails (like the reference skel): echo a supported cniVersion, else LATEST."""
+    raw: object = None
+    if len(stdin) <= MAX_STDIN:
+        try:
+            conf = json.loads(stdin) if stdin.strip() else {}
+        except (ValueError, RecursionError):
+            conf = {}
+        raw = conf.get("cniVersion") if isinstance(conf, dict) else None
+    version = raw if isinstance(raw, str) and raw in versions.SUPPORTED else versions.LATEST
+    return {"cniVersion": version, "supportedVersions": list(versions.SUPPORTED)}
+
+
+def _check_gate(command: str, version: str) -> None:
     minimum = MIN_VERSION.get(command)
     if minimum and not versions.at_least(version, minimum):
         raise VersionError(f"{command} needs cniVersion {minimum} or later, got {version}")
-    return version
 
 
 def _build_request(
@@ -130,8 +160,19 @@ def _build_request(
     req.args = parse_cni_args(env.get("CNI_ARGS", ""))
     prev = conf.get("prevResult")
     if prev is not None:
-        req.prev_result = versions.normalize_prev_result(prev)
+        req.prev_result = _prev_result(prev, command)
     return req
+
+
+def _prev_result(prev: object, command: str) -> dict[str, Any] | None:
+    try:
+        return versions.normalize_prev_result(prev)
+    except DecodeError as exc:
+        if command != "DEL":
+            raise
+        # DEL is best-effort and does not use prevResult: failing here would stop the chain
+        log.warning("DEL ignores an undecodable prevResult: %s", exc.msg)
+        return None
 
 
 def _call(handlers: Handlers, req: Request) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from ipaddress import IPv4Interface
 
 from .adapters import netns
 from .adapters.netlink import RT_TABLE_MAIN, Netlink, NetlinkFailure, Route
+from .adapters.rdmanl import RdmaNetlink
 from .errors import IfNameInUse, IOFailure
 from .plan import SYSCTLS, IfacePlan, pod_routes
 
@@ -37,6 +38,7 @@ class Ctx:
     pod_path: str
     marker: str
     priority: int = 20000
+    rdma: RdmaNetlink | None = None
     _tmp: tuple[int, Netlink] | None = field(default=None, repr=False)
 
     def tmpns(self) -> tuple[int, Netlink]:
@@ -66,6 +68,8 @@ def steps_for(plans: Sequence[IfacePlan]) -> list[Step]:
         steps.append(Step("check name", p, _check_name))
         if p.kind == "physical":
             steps.append(Step("move NIC in", p, move_in, move_out))
+            if p.rdma_move:
+                steps.append(Step("move RDMA device in", p, rdma_in, rdma_out))
         else:
             steps.append(Step(f"create {p.kind}", p, _create, _delete))
             steps.append(Step("rename", p, _rename))
@@ -163,6 +167,28 @@ def _home_from(tmp: Netlink, current: str, p: IfacePlan, ctx: Ctx) -> None:
         tmp.set_link(current, f"rename {current} to {name}", ifname=name, ifalias="")
     tmp.set_link(name, f"return {name} to the host", net_ns_fd=ctx.host_fd)
     restore_host(ctx.host, name, p)
+
+
+def _rdma(ctx: Ctx) -> RdmaNetlink:
+    if ctx.rdma is None:
+        ctx.rdma = RdmaNetlink()
+    return ctx.rdma
+
+
+def rdma_in(ctx: Ctx, p: IfacePlan) -> None:
+    """RDMA netns mode exclusive: the NIC's RDMA device follows its netdev into the pod."""
+    assert p.ibdev is not None
+    if not _rdma(ctx).move(p.ibdev, ctx.pod_fd):
+        raise IOFailure(f"failed to move RDMA device {p.ibdev} into {ctx.pod_path}: "
+                        "not visible in the host netns")
+
+
+def rdma_out(ctx: Ctx, p: IfacePlan) -> None:
+    """Return the RDMA device to the host (asked from inside the pod, where it is visible)."""
+    if p.ibdev is None:
+        return
+    with netns.entered(ctx.pod_fd, ctx.host_fd):
+        _rdma(ctx).move(p.ibdev, ctx.host_fd)
 
 
 def fallback_name(p: IfacePlan) -> str:

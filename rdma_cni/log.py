@@ -13,6 +13,18 @@ BACKUPS = 2
 _FORMAT = "%(asctime)s %(process)d %(levelname)s %(message)s"
 
 
+class _Brief(logging.Formatter):
+    """One line per record: tracebacks go to the log file only, never to stderr."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
+
+
 def setup(conf: dict[str, Any] | None = None, stderr_level: int = logging.WARNING) -> None:
     """Configure the ``rdma_cni`` logger from a raw config dict (tolerates bad values)."""
     conf = conf or {}
@@ -23,7 +35,7 @@ def setup(conf: dict[str, Any] | None = None, stderr_level: int = logging.WARNIN
     logger.setLevel(min(level, stderr_level))
     err = logging.StreamHandler(sys.stderr)
     err.setLevel(stderr_level)
-    err.setFormatter(logging.Formatter("rdma-cni: %(levelname)s %(message)s"))
+    err.setFormatter(_Brief("rdma-cni: %(levelname)s %(message)s"))
     logger.addHandler(err)
     path = conf.get("logFile", "/var/log/rdma-cni.log")
     if isinstance(path, str) and path:

@@ -56,6 +56,7 @@ class IfacePlan:
     identity: dict[str, str | None] = field(default_factory=dict)
     host_mtu: int = 0
     host_up: bool = True
+    rdma_move: bool = False  # exclusive NIC under RDMA netns mode "exclusive"
 
     @property
     def address(self) -> IPv4Interface | None:

@@ -33,6 +33,7 @@ def plan_from_dict(d: dict[str, Any]) -> IfacePlan:
         routes=tuple((str(r[0]), r[1]) for r in d.get("routes", [])),
         ibdev=d.get("ibdev"), identity=dict(d.get("identity") or {}),
         host_mtu=int(d.get("host_mtu") or 0), host_up=bool(d.get("host_up", True)),
+        rdma_move=bool(d.get("rdma_move", False)),
     )
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .models.netconf import NetConf
 
 # CNI spec: container ID is alphanumeric then [A-Za-z0-9_.-]*
-_CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 _IFNAME_BAD = re.compile(r"[/:\s\x00]")
 MAX_CONTAINER_ID = 1024
 MAX_PATH = 4096
@@ -54,7 +54,7 @@ class Request:
 
 
 def check_container_id(value: str) -> str:
-    if len(value) > MAX_CONTAINER_ID or not _CONTAINER_ID.match(value):
+    if len(value) > MAX_CONTAINER_ID or not _CONTAINER_ID.fullmatch(value):
         raise EnvError(
             "invalid CNI_CONTAINERID: must start with a letter or digit and contain only "
             f"[A-Za-z0-9_.-], at most {MAX_CONTAINER_ID} characters"
@@ -63,9 +63,11 @@ def check_container_id(value: str) -> str:
 
 
 def check_ifname(value: str) -> str:
-    if len(value) > 15 or value in (".", "..") or _IFNAME_BAD.search(value):
+    # IFNAMSIZ counts bytes, as the kernel and the reference skel do
+    too_long = len(value.encode("utf-8", "surrogatepass")) > 15
+    if too_long or value in (".", "..") or _IFNAME_BAD.search(value):
         raise EnvError(
-            "invalid CNI_IFNAME: at most 15 characters, not '.' or '..', "
+            "invalid CNI_IFNAME: at most 15 bytes, not '.' or '..', "
             "without '/', ':', whitespace or NUL"
         )
     return value

@@ -12,7 +12,7 @@ from typing import Any
 
 from .adapters.netlink import Netlink
 from .errors import CniError, IOFailure
-from .execute import _delete, fallback_name, find_moved, move_out, restore_host
+from .execute import _delete, fallback_name, find_moved, move_out, rdma_out, restore_host
 from .plan import IfacePlan
 from .records import plans_of
 from .session import Session
@@ -49,6 +49,8 @@ def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int) -> None:
     for addr in p.addresses:
         ctx.pod.del_rule(str(addr.ip), p.table, priority)
     if p.kind == "physical":
+        if p.rdma_move:
+            rdma_out(ctx, p)  # reverse order of ADD: RDMA device first, then the netdev
         move_out(ctx, p)
     else:
         _delete(ctx, p)

@@ -57,6 +57,7 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
         assert session.host is not None
         facts = nic_facts(session.host, names, rdma.by_netdev)
         plans = plan_interfaces(nc, blocks, [facts[n] for n in names], req.key.digest())
+        plans = nic_select.rdma_netns(nc, plans)
         plans = _reserve(req, nc, store, session, plans, facts)
         return _apply(req, nc, store, session, plans)
     finally:

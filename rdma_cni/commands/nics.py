@@ -4,7 +4,7 @@ and the bounded wait for the pod interfaces' RoCE GIDs."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..adapters.sysfs import Sysfs
 from ..discovery import Nic, discover, resolve_device_id
@@ -41,3 +41,18 @@ def wait_gids(plans: Sequence[IfacePlan]) -> None:
     from ..gids import wait_for_gids
 
     wait_for_gids(Sysfs(SYSFS_ROOT), wanted, GID_TIMEOUT)  # type: ignore[arg-type]
+
+
+def rdma_netns(nc: NetConf, plans: list[IfacePlan]) -> list[IfacePlan]:
+    """Check the RDMA netns mode against the node mode; in exclusive RDMA netns mode an
+    exclusive NIC's RDMA device moves with its netdev (DESIGN section 2)."""
+    if not any(p.ibdev for p in plans):
+        return plans
+    from ..adapters.rdmanl import RdmaNetlink
+    from ..rdma_mode import check_mode
+
+    mode = RdmaNetlink().netns_mode()
+    check_mode(nc.mode, mode)
+    if nc.mode == "exclusive" and mode == "exclusive":
+        return [replace(p, rdma_move=True) if p.ibdev else p for p in plans]
+    return plans

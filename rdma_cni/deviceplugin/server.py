@@ -123,6 +123,7 @@ class DevicePlugin:
         self.kubelet = os.path.join(plugin_dir, KUBELET_SOCKET)
         self.poll = poll
         self.stop = threading.Event()
+        self.serving = threading.Event()  # set once the gRPC server accepts connections
         self.servicer = DevicePluginServicer(inventory, exists, nccl_env_path, self.stop)
         self._server: grpc.Server | None = None
         self._registered: tuple[int, int, int] | None = None
@@ -138,9 +139,11 @@ class DevicePlugin:
         server.start()
         self._server = server
         self._registered = None
+        self.serving.set()
         log.info("serving %s on %s", self.inv.settings.resource, self.path)
 
     def _halt_server(self) -> None:
+        self.serving.clear()
         if self._server is not None:
             self._server.stop(grace=1.0).wait()
             self._server = None

@@ -10,13 +10,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from ..errors import ConfigError
 
-_IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+_IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 RESERVED_IFNAMES = frozenset((".", "..", "lo", "eth0"))
-_MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+_MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 
 
 def check_ifname(value: str) -> str:
-    if not _IFNAME.match(value) or value in RESERVED_IFNAMES:
+    if not _IFNAME.fullmatch(value) or value in RESERVED_IFNAMES:
         raise ValueError(
             f"interface name {value!r} is invalid: 1-15 characters of [A-Za-z0-9_.-], "
             "not '.', '..', 'lo' or 'eth0'"
@@ -25,7 +25,7 @@ def check_ifname(value: str) -> str:
 
 
 def _check_mac(value: str) -> str:
-    if not _MAC.match(value):
+    if not _MAC.fullmatch(value):
         raise ValueError(f"mac {value!r} is not a MAC address like 02:00:00:00:00:01")
     return value.lower()
 

@@ -70,7 +70,11 @@ def _res(mode: str) -> str:
 
 
 def _port_state(fs: FakeSys, ib: str, state: str) -> None:
-    fs.write(f"sys/class/infiniband/{ib}/ports/1/state", state)
+    """Atomic, so the plugin's poll never reads a half-written file."""
+    path = fs.root / f"sys/class/infiniband/{ib}/ports/1/state"
+    tmp = path.with_name("state.tmp")
+    tmp.write_text(state + "\n")
+    os.replace(tmp, path)
 
 
 # --- device lists per mode ----------------------------------------------------------
@@ -155,7 +159,7 @@ class Running:
 
     def __enter__(self) -> DevicePlugin:
         self.thread.start()
-        _wait(lambda: os.path.exists(self.plugin.path), "plugin socket")
+        assert self.plugin.serving.wait(10), "plugin never served"
         return self.plugin
 
     def __exit__(self, *exc: object) -> None:
@@ -199,7 +203,7 @@ def test_registers_and_reregisters_after_kubelet_restart(kubelet: FakeKubelet, r
         assert len(kubelet.wait_registrations(2)) == 2
         os.unlink(plugin.path)  # a restarting kubelet wipes plugin sockets
         assert len(kubelet.wait_registrations(3)) == 3
-        _wait(lambda: os.path.exists(plugin.path), "socket recreated")
+        _wait(lambda: plugin.serving.is_set() and os.path.exists(plugin.path), "socket recreated")
         client = PluginClient(plugin.path)
         assert client.options().get_preferred_allocation_available
         client.close()

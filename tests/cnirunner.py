@@ -1,0 +1,399 @@
+"""Drive rdma-cni the way libcni does, against throwaway network namespaces.
+
+Reusable by every root test tier (native integration, VM tier, containerd,
+hardening):
+
+- :func:`run_plugin` runs one CNI command (built binary or ``python -m rdma_cni``),
+  optionally inside a "node" netns via ``ip netns exec`` (the plugin then treats
+  that netns as the host), and returns ``(rc, parsed_stdout, stderr)``.
+- :class:`Chain` chains the plugin after a vpc-cni-shaped primary exactly as libcni
+  does: ADD gets the primary's result as ``prevResult`` at the list's cniVersion,
+  the final result is cached, DEL and CHECK get the cached result as ``prevResult``,
+  GC gets ``cni.dev/valid-attachments``.
+- :class:`Node` builds a node netns, stand-in NICs (veth ends whose peers live in a
+  "fabric" netns; ``kind="dummy"``/other kinds for the VM tier), pod netns (with an
+  ``eth0`` mimicking the primary) and takes ``ip -j`` snapshots for before/after checks.
+
+Only documentation ranges are used by the defaults (198.51.100.0/24, 203.0.113.0/24,
+198.18.0.0/15), always inside namespaces made here.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import os
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+REPO = Path(__file__).resolve().parents[1]
+BINARY = REPO / "dist" / "rdma-cni" / "rdma-cni"
+PYTHON = REPO / ".venv" / "bin" / "python"
+NETNS_DIR = "/var/run/netns"
+ANNOTATION = "k8s.volcengine.com/pod-networks"
+CAP_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
+VALID_ATTACHMENTS = "cni.dev/valid-attachments"
+
+_counter = itertools.count()
+
+
+# --- running commands ----------------------------------------------------------
+def sh(*argv: str, check: bool = True, input: str | None = None) -> str:
+    """Run a command; raise with its stderr when it fails and ``check`` is set."""
+    proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=60)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def ip_json(ns: str | None, *args: str) -> list[dict[str, Any]]:
+    """``ip -j [-n ns] args...`` parsed (an empty list for empty output)."""
+    argv = ["ip", "-j"] + (["-n", ns] if ns else []) + list(args)
+    out = sh(*argv).strip()
+    return json.loads(out) if out else []
+
+
+def in_ns(ns: str, *argv: str, check: bool = True) -> str:
+    return sh("ip", "netns", "exec", ns, *argv, check=check)
+
+
+def python_command() -> list[str]:
+    return [str(PYTHON if PYTHON.exists() else "python3"), "-m", "rdma_cni"]
+
+
+def binary_command() -> list[str]:
+    return [str(BINARY)]
+
+
+class PluginRun(NamedTuple):
+    rc: int
+    out: Any  # parsed stdout (None when empty; the raw text when not JSON)
+    err: str
+
+    @property
+    def code(self) -> int | None:
+        """The CNI error code of a failed run, else None."""
+        return self.out.get("code") if isinstance(self.out, dict) and self.rc else None
+
+
+def run_plugin(
+    cmd: str,
+    conf: Mapping[str, Any],
+    *,
+    container_id: str = "",
+    netns: str | None = None,
+    ifname: str = "eth0",
+    cni_args: str = "",
+    node_ns: str | None = None,
+    binary: Sequence[str] | str | None = None,
+    env: Mapping[str, str] | None = None,
+    cni_path: str = "/opt/cni/bin",
+    timeout: float = 60,
+) -> PluginRun:
+    """Run one CNI command; ``binary`` defaults to ``python -m rdma_cni`` from the venv."""
+    if binary is None:
+        argv = python_command()
+    elif isinstance(binary, str):
+        argv = [binary]
+    else:
+        argv = list(binary)
+    if node_ns:
+        argv = ["ip", "netns", "exec", node_ns, *argv]
+    full_env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+                "CNI_COMMAND": cmd, "CNI_PATH": cni_path, "PYTHONDONTWRITEBYTECODE": "1"}
+    if container_id:
+        full_env["CNI_CONTAINERID"] = container_id
+        full_env["CNI_IFNAME"] = ifname
+    if netns is not None:
+        full_env["CNI_NETNS"] = netns
+    if cni_args:
+        full_env["CNI_ARGS"] = cni_args
+    full_env.update(env or {})
+    proc = subprocess.run(argv, input=json.dumps(conf).encode(), env=full_env,
+                          capture_output=True, timeout=timeout, cwd="/")
+    text = proc.stdout.decode(errors="replace").strip()
+    out: Any = None
+    if text:
+        try:
+            out = json.loads(text)
+        except ValueError:
+            out = text
+    return PluginRun(proc.returncode, out, proc.stderr.decode(errors="replace"))
+
+
+# --- libcni-like chaining -------------------------------------------------------
+def pod_networks(blocks: Sequence[Mapping[str, Any]] | str) -> dict[str, str]:
+    """The pod annotations map carrying ``k8s.volcengine.com/pod-networks``."""
+    return {ANNOTATION: blocks if isinstance(blocks, str) else json.dumps(list(blocks))}
+
+
+def rdma_blocks(n: int, name: str = "rdma", **device_conf: Any) -> list[dict[str, Any]]:
+    block: dict[str, Any] = {"cniConf": {"name": name}}
+    if device_conf:
+        block["deviceConf"] = device_conf
+    return [copy.deepcopy(block) for _ in range(n)]
+
+
+def vpc_result(sandbox: str, ip: str = "203.0.113.5/24", version: str = "0.4.0",
+               gateway: str = "203.0.113.1") -> dict[str, Any]:
+    """A vpc-cni-shaped primary result (odd ``mac`` value, as the field's primary sends)."""
+    ips: dict[str, Any] = {"address": ip, "interface": 0, "gateway": gateway}
+    if version.startswith("0."):
+        ips["version"] = "4"
+    return {
+        "cniVersion": version,
+        "interfaces": [{"name": "eth0", "sandbox": sandbox, "mac": "not-a-mac"}],
+        "ips": [ips],
+        "routes": [{"dst": "0.0.0.0/0", "gw": gateway}],
+        "dns": {},
+    }
+
+
+@dataclass
+class Chain:
+    """The conflist ``[vpc-cni, rdma-cni]`` as libcni runs it (our plugin's half).
+
+    ``plugin`` is our plugin's entry of the conflist (type, mode, devices, ...);
+    the primary is simulated by ``primary_result`` (the runtime-visible result of
+    vpc-cni). Results are cached per attachment like libcni's result cache.
+    """
+
+    plugin: dict[str, Any]
+    name: str = "vpc-cni"
+    cni_version: str = "0.4.0"
+    node_ns: str | None = None
+    binary: Sequence[str] | str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    cache: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def conf(self, prev: Mapping[str, Any] | None = None,
+             annotations: Mapping[str, str] | None = None,
+             extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """libcni's buildOneConfig: name/cniVersion injected, runtimeConfig by capability."""
+        conf = copy.deepcopy(self.plugin)
+        conf["name"] = self.name
+        conf["cniVersion"] = self.cni_version
+        caps = conf.get("capabilities") or {}
+        if annotations is not None and caps.get(CAP_ANNOTATIONS):
+            conf.setdefault("runtimeConfig", {})[CAP_ANNOTATIONS] = dict(annotations)
+        if prev is not None:
+            conf["prevResult"] = copy.deepcopy(prev)
+        conf.update(extra or {})
+        return conf
+
+    def _run(self, cmd: str, conf: Mapping[str, Any], container_id: str = "",
+             netns: str | None = None, ifname: str = "eth0", cni_args: str = "",
+             env: Mapping[str, str] | None = None) -> PluginRun:
+        return run_plugin(cmd, conf, container_id=container_id, netns=netns, ifname=ifname,
+                          cni_args=cni_args, node_ns=self.node_ns, binary=self.binary,
+                          env={**self.env, **(env or {})})
+
+    def add(self, container_id: str, netns: str, blocks: Sequence[Mapping[str, Any]] | str,
+            *, prev: Mapping[str, Any] | None = None, pod: str = "p1", namespace: str = "default",
+            ifname: str = "eth0", env: Mapping[str, str] | None = None,
+            extra: Mapping[str, Any] | None = None) -> PluginRun:
+        """ADD with the primary's result as prevResult; cache the final result on success."""
+        prev = prev if prev is not None else vpc_result(netns, version=self.cni_version)
+        conf = self.conf(prev, pod_networks(blocks), extra)
+        args = k8s_args(namespace, pod, container_id)
+        run = self._run("ADD", conf, container_id, netns, ifname, args, env)
+        if run.rc == 0:
+            self.cache[(container_id, ifname)] = {"conf": conf, "result": run.out,
+                                                  "args": args, "netns": netns}
+        return run
+
+    def delete(self, container_id: str, netns: str | None = None, *, ifname: str = "eth0",
+               with_prev: bool = True, blocks: Sequence[Mapping[str, Any]] | str | None = None,
+               env: Mapping[str, str] | None = None) -> PluginRun:
+        """DEL with the cached ADD result as prevResult (libcni); the cache entry goes on success."""
+        cached = self.cache.get((container_id, ifname))
+        prev = cached["result"] if cached and with_prev else None
+        annotations = pod_networks(blocks) if blocks is not None else (
+            cached["conf"].get("runtimeConfig", {}).get(CAP_ANNOTATIONS) if cached else None)
+        conf = self.conf(prev, annotations)
+        args = cached["args"] if cached else k8s_args("default", "p1", container_id)
+        if netns is None:
+            netns = cached["netns"] if cached else ""
+        run = self._run("DEL", conf, container_id, netns, ifname, args, env)
+        if run.rc == 0:
+            self.cache.pop((container_id, ifname), None)
+        return run
+
+    def check(self, container_id: str, *, ifname: str = "eth0") -> PluginRun:
+        cached = self.cache[(container_id, ifname)]
+        conf = self.conf(cached["result"],
+                         cached["conf"].get("runtimeConfig", {}).get(CAP_ANNOTATIONS))
+        return self._run("CHECK", conf, container_id, cached["netns"], ifname, cached["args"])
+
+    def status(self, extra: Mapping[str, Any] | None = None) -> PluginRun:
+        return self._run("STATUS", self.conf(extra=extra))
+
+    def gc(self, valid: Iterable[tuple[str, str]]) -> PluginRun:
+        attachments = [{"containerID": c, "ifname": i} for c, i in valid]
+        return self._run("GC", self.conf(extra={VALID_ATTACHMENTS: attachments}))
+
+
+def k8s_args(namespace: str, pod: str, container_id: str) -> str:
+    return (f"IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod};"
+            f"K8S_POD_INFRA_CONTAINER_ID={container_id};K8S_POD_UID=uid-{pod}")
+
+
+# --- namespaces, stand-in NICs, snapshots -----------------------------------------
+def netns_path(name: str) -> str:
+    return f"{NETNS_DIR}/{name}"
+
+
+def unique_prefix() -> str:
+    return f"rc{os.getpid() % 100000}x{next(_counter)}"
+
+
+@dataclass
+class Pod:
+    name: str
+
+    @property
+    def path(self) -> str:
+        return netns_path(self.name)
+
+    def links(self) -> dict[str, dict[str, Any]]:
+        return {lk["ifname"]: lk for lk in ip_json(self.name, "link", "show")}
+
+    def addrs(self, dev: str | None = None) -> list[str]:
+        """``ip/prefix`` of every IPv4 address (of ``dev``) in the pod."""
+        args = ["-4", "addr", "show"] + (["dev", dev] if dev else [])
+        return [f"{a['local']}/{a['prefixlen']}" for lk in ip_json(self.name, *args)
+                for a in lk.get("addr_info", [])]
+
+    def sysctl(self, dev: str, key: str) -> str:
+        return in_ns(self.name, "cat", f"/proc/sys/net/ipv4/conf/{dev}/{key}").strip()
+
+    def routes(self, table: str | int = "main") -> list[dict[str, Any]]:
+        return ip_json(self.name, "-4", "route", "show", "table", str(table))
+
+    def rules(self) -> list[dict[str, Any]]:
+        return ip_json(self.name, "-4", "rule", "show")
+
+
+class Node:
+    """A node netns with stand-in NICs, a fabric netns for the peers, and pod netns."""
+
+    def __init__(self, prefix: str | None = None) -> None:
+        self.prefix = prefix or unique_prefix()
+        self.ns = f"{self.prefix}n"
+        self.fabric = f"{self.prefix}f"
+        self.pods: list[Pod] = []
+        self._n_pods = 0
+        for ns in (self.ns, self.fabric):
+            sh("ip", "netns", "add", ns)
+        sh("ip", "-n", self.ns, "link", "set", "lo", "up")
+
+    @property
+    def path(self) -> str:
+        return netns_path(self.ns)
+
+    def add_nic(self, name: str, cidr: str | None = "198.51.100.1/26", *, mtu: int = 1500,
+                routes: Sequence[tuple[str, str]] = (), kind: str = "veth",
+                up: bool = True, extra_addrs: Sequence[str] = ()) -> str:
+        """A stand-in RDMA NIC in the node netns; ``routes`` are (dst, via) through it."""
+        if kind == "veth":
+            sh("ip", "-n", self.ns, "link", "add", name, "mtu", str(mtu), "type", "veth",
+               "peer", "name", f"f{name}"[:15], "mtu", str(mtu), "netns", self.fabric)
+            sh("ip", "-n", self.fabric, "link", "set", f"f{name}"[:15], "up")
+        else:
+            sh("ip", "-n", self.ns, "link", "add", name, "mtu", str(mtu), "type", kind)
+        for addr in ([cidr] if cidr else []) + list(extra_addrs):
+            sh("ip", "-n", self.ns, "addr", "add", addr, "dev", name)
+        if up:
+            sh("ip", "-n", self.ns, "link", "set", name, "up")
+        for dst, via in routes:
+            sh("ip", "-n", self.ns, "route", "add", dst, "via", via, "dev", name)
+        return name
+
+    def delete_nic(self, name: str) -> None:
+        sh("ip", "-n", self.ns, "link", "del", name)
+
+    def add_pod(self, eth0: str | None = "203.0.113.5/24") -> Pod:
+        """A pod netns; with ``eth0`` set, a veth eth0 like the primary CNI's."""
+        pod = Pod(f"{self.prefix}p{self._n_pods}")
+        self._n_pods += 1
+        sh("ip", "netns", "add", pod.name)
+        self.pods.append(pod)
+        sh("ip", "-n", pod.name, "link", "set", "lo", "up")
+        if eth0:
+            peer = f"v{pod.name}"[-15:]
+            sh("ip", "-n", pod.name, "link", "add", "eth0", "type", "veth",
+               "peer", "name", peer, "netns", self.fabric)
+            sh("ip", "-n", pod.name, "addr", "add", eth0, "dev", "eth0")
+            sh("ip", "-n", pod.name, "link", "set", "eth0", "up")
+            gw = eth0.rsplit(".", 1)[0] + ".1"
+            sh("ip", "-n", pod.name, "route", "add", "default", "via", gw, "dev", "eth0",
+               "onlink")
+        return pod
+
+    def delete_pod(self, pod: Pod) -> None:
+        if os.path.exists(pod.path):
+            sh("ip", "netns", "del", pod.name)
+        if pod in self.pods:
+            self.pods.remove(pod)
+
+    def snapshot(self, ns: str | None = None) -> dict[str, Any]:
+        return snapshot(ns or self.ns)
+
+    def links(self) -> dict[str, dict[str, Any]]:
+        return {lk["ifname"]: lk for lk in ip_json(self.ns, "link", "show")}
+
+    def close(self) -> None:
+        for pod in list(self.pods):
+            self.delete_pod(pod)
+        for ns in (self.ns, self.fabric):
+            if os.path.exists(netns_path(ns)):
+                sh("ip", "netns", "del", ns, check=False)
+
+
+_LINK_KEYS = ("ifname", "flags", "mtu", "address", "link_type", "operstate", "master")
+_ADDR_KEYS = ("local", "prefixlen", "broadcast", "scope", "label")
+_ROUTE_DROP = ("expires",)
+
+
+def snapshot(ns: str) -> dict[str, Any]:
+    """What a netns shows (links, IPv4 addresses, routes of all tables, rules), normalised.
+
+    Interface indexes are dropped (a NIC that comes back may get a new one);
+    routes and addresses refer to devices by name.
+    """
+    links = sorted(({k: lk.get(k) for k in _LINK_KEYS} for lk in ip_json(ns, "link", "show")),
+                   key=lambda x: x["ifname"])
+    addrs = sorted(
+        (lk["ifname"], *(a.get(k) for k in _ADDR_KEYS))
+        for lk in ip_json(ns, "-4", "addr", "show") for a in lk.get("addr_info", [])
+    )
+    routes = sorted(json.dumps({k: v for k, v in r.items() if k not in _ROUTE_DROP},
+                               sort_keys=True)
+                    for r in ip_json(ns, "-4", "route", "show", "table", "all"))
+    rules = sorted(json.dumps(r, sort_keys=True) for r in ip_json(ns, "-4", "rule", "show"))
+    return {"links": links, "addrs": addrs, "routes": routes, "rules": rules}
+
+
+def without(snap: Mapping[str, Any], gone: Iterable[str]) -> dict[str, Any]:
+    """``snap`` minus everything of the interfaces ``gone`` (expected to have vanished)."""
+    gone = set(gone)
+    return {
+        "links": [lk for lk in snap["links"] if lk["ifname"] not in gone],
+        "addrs": [a for a in snap["addrs"] if a[0] not in gone],
+        "routes": [r for r in snap["routes"] if json.loads(r).get("dev") not in gone],
+        "rules": list(snap["rules"]),
+    }
+
+
+def data_files(data_dir: str | Path) -> list[str]:
+    """Files under the store's state/, ips/ and nics/ (what must be empty after DEL)."""
+    out = []
+    for sub in ("state", "ips", "nics"):
+        base = Path(data_dir) / sub
+        if base.exists():
+            out += [str(p.relative_to(data_dir)) for p in base.rglob("*") if p.is_file()]
+    return sorted(out)

@@ -1,0 +1,136 @@
+"""Fixtures of the native integration tier (root, veth/macvlan/netns on this kernel).
+
+``rig`` gives each test a node netns with stand-in NICs, pod netns, a data dir and
+a libcni-like :class:`~cnirunner.Chain`; after the test it asserts that the node
+netns is exactly as it was, the data dir holds no state/ips/nics files, and every
+netns the test made is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cnirunner import (  # noqa: E402
+    BINARY,
+    CAP_ANNOTATIONS,
+    REPO,
+    Chain,
+    Node,
+    Pod,
+    data_files,
+    sh,
+    snapshot,
+    without,
+)
+
+if os.geteuid() != 0:  # tests/conftest.py skips `root` tests; never build netns as non-root
+    pytestmark = pytest.mark.skip(reason="needs root")
+
+HPC_NET = "198.18.0.0/15"
+
+
+@pytest.fixture(scope="session")
+def built_binary() -> list[str]:
+    """Build dist/rdma-cni once per session (scripts/build.sh is a no-op when up to date)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    proc = subprocess.run([str(REPO / "scripts" / "build.sh")], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, f"build failed: {proc.stdout}{proc.stderr}"
+    assert BINARY.exists()
+    return [str(BINARY)]
+
+
+class Rig:
+    """One test's node, pods, data dir and chain; verified clean at the end."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.node = Node()
+        self.tmp = tmp
+        self.data_dir = tmp / "data"
+        self.log_file = tmp / "rdma-cni.log"
+        self.baseline: dict[str, Any] | None = None
+        self.gone: set[str] = set()  # NICs a test destroys on purpose (veth dies with a netns)
+
+    # --- building -------------------------------------------------------------
+    def nic(self, name: str = "rnic0", cidr: str | None = "198.51.100.1/26",
+            gw: str | None = "198.51.100.62", **kw: Any) -> str:
+        routes = kw.pop("routes", [(HPC_NET, gw)] if gw and cidr else [])
+        return self.node.add_nic(name, cidr, routes=routes, **kw)
+
+    def pod(self, eth0: str | None = "203.0.113.5/24") -> Pod:
+        return self.node.add_pod(eth0)
+
+    def plugin(self, mode: str, devices: Sequence[str] = ("rnic0",), **extra: Any) -> dict[str, Any]:
+        conf: dict[str, Any] = {
+            "type": "rdma-cni", "mode": mode, "devices": list(devices),
+            "dataDir": str(self.data_dir), "logFile": str(self.log_file), "logLevel": "debug",
+            "capabilities": {CAP_ANNOTATIONS: True},
+            "kubelet": {"podResourcesSocket": str(self.tmp / "no-kubelet.sock"),
+                        "checkpointFile": str(self.tmp / "no-checkpoint"),
+                        "devicePluginDir": str(self.tmp)},
+        }
+        conf.update(extra)
+        return conf
+
+    def chain(self, mode: str, devices: Sequence[str] = ("rnic0",), *,
+              binary: Sequence[str] | None = None, cni_version: str = "0.4.0",
+              **extra: Any) -> Chain:
+        """The chain to drive; the node's baseline snapshot is taken at the first call."""
+        if self.baseline is None:
+            self.baseline = snapshot(self.node.ns)
+        return Chain(self.plugin(mode, devices, **extra), cni_version=cni_version,
+                     node_ns=self.node.ns, binary=binary)
+
+    # --- oracles ----------------------------------------------------------------
+    def files(self) -> list[str]:
+        return data_files(self.data_dir)
+
+    def node_changes(self) -> dict[str, Any]:
+        """What differs from the baseline (empty when the node is as before)."""
+        assert self.baseline is not None
+        want, have = without(self.baseline, self.gone), snapshot(self.node.ns)
+        return {k: {"was": [x for x in want[k] if x not in have[k]],
+                    "now": [x for x in have[k] if x not in want[k]]}
+                for k in want if want[k] != have[k]}
+
+    def assert_clean(self) -> None:
+        assert self.files() == [], f"data dir not clean: {self.files()}"
+        if self.baseline is not None:
+            assert self.node_changes() == {}, "node netns changed"
+
+    def log_tail(self, n: int = 30) -> str:
+        if not self.log_file.exists():
+            return ""
+        return "\n".join(self.log_file.read_text().splitlines()[-n:])
+
+
+def _leftover_netns(prefix: str) -> list[str]:
+    return [line.split()[0] for line in sh("ip", "netns", "list").splitlines()
+            if line.startswith(prefix)]
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    r = Rig(tmp_path)
+    failed_check: AssertionError | None = None
+    try:
+        yield r
+        try:
+            r.assert_clean()
+        except AssertionError as exc:
+            failed_check = exc
+    finally:
+        r.node.close()
+    assert _leftover_netns(r.node.prefix) == [], "netns left behind"
+    if failed_check is not None:
+        raise AssertionError(f"{failed_check}\nplugin log:\n{r.log_tail()}")
