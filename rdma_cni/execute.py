@@ -25,6 +25,8 @@ log = logging.getLogger("rdma_cni")
 
 #: test-only seam (issue 7): stop before step k with SIGKILL; inert unless set
 _CRASH_AT = "RDMA_CNI_TEST_CRASH_AT_STEP"
+#: test-only seam: raise IOFailure before step k (rollback runs); inert unless set
+_FAIL_AT = "RDMA_CNI_TEST_FAIL_AT_STEP"
 #: link kinds we create ourselves: never mistaken for a moved NIC
 _SUBLINKS = ("macvlan", "ipvlan", "macvtap", "ipvtap")
 
@@ -85,16 +87,23 @@ def steps_for(plans: Sequence[IfacePlan]) -> list[Step]:
 
 def apply(ctx: Ctx, steps: Sequence[Step]) -> None:
     applied: list[Step] = []
-    crash_at = int(os.environ.get(_CRASH_AT, "-1") or -1)
     try:
         for i, step in enumerate(steps):
-            if i == crash_at:
-                os.kill(os.getpid(), 9)
+            _inject(i)
             step.do(ctx, step.plan)
             applied.append(step)
+        _inject(len(steps))
     except BaseException:
         rollback(ctx, applied)
         raise
+
+
+def _inject(k: int) -> None:
+    """The test seams, at the boundary before step k (k == len(steps): after the last)."""
+    if k == int(os.environ.get(_CRASH_AT, "-1") or -1):
+        os.kill(os.getpid(), 9)
+    if k == int(os.environ.get(_FAIL_AT, "-1") or -1):
+        raise IOFailure(f"injected failure at step {k}")
 
 
 def rollback(ctx: Ctx, applied: Sequence[Step]) -> None:

@@ -12,7 +12,7 @@ Layout (little-endian), always exactly :data:`FILE_SIZE` bytes::
             crc32 of the preceding slot bytes u32
 
 Bounded: the file never grows; a (command, code) pair beyond the table lands in
-the last slot, reserved for code :data:`OVERFLOW_CODE` ("other").
+the last slot, reserved for command OTHER, code :data:`OVERFLOW_CODE`.
 
 Writers (:func:`record`) never raise and never wait: they try a non-blocking
 ``flock(LOCK_EX)`` a few times within :data:`LOCK_BUDGET` seconds (the critical
@@ -121,7 +121,10 @@ def _open_for_update(path: str) -> int:
         return os.open(path, flags, 0o644)
 
 
-def _find_slot(data: bytes, cmd: int, code: int) -> tuple[int, tuple | None]:
+_Slot = tuple[int, int, int, float, list[int]]
+
+
+def _find_slot(data: bytes, cmd: int, code: int) -> tuple[int, _Slot | None]:
     """Index of the slot for (cmd, code) and its current values (None: start afresh)."""
     free = -1
     for i in range(SLOTS - 1):
@@ -135,7 +138,7 @@ def _find_slot(data: bytes, cmd: int, code: int) -> tuple[int, tuple | None]:
         return free, None
     off = len(MAGIC) + (SLOTS - 1) * SLOT_SIZE
     cur = _unpack(data[off : off + SLOT_SIZE])
-    return SLOTS - 1, cur if cur is not None and cur[:2] == (cmd, OVERFLOW_CODE) else None
+    return SLOTS - 1, cur if cur is not None and cur[:2] == (0, OVERFLOW_CODE) else None
 
 
 def _update(fd: int, cmd: int, code: int, seconds: float) -> None:
@@ -145,8 +148,8 @@ def _update(fd: int, cmd: int, code: int, seconds: float) -> None:
         os.pwrite(fd, MAGIC + bytes(FILE_SIZE - len(MAGIC)), 0)
         data = MAGIC + bytes(FILE_SIZE - len(MAGIC))
     index, cur = _find_slot(data, cmd, code)
-    if index == SLOTS - 1:
-        code = OVERFLOW_CODE
+    if index == SLOTS - 1:  # table full: the shared overflow slot
+        cmd, code = 0, OVERFLOW_CODE
     count, total, buckets = (cur[2], cur[3], cur[4]) if cur else (0, 0.0, [0] * len(BUCKETS))
     b = _bucket_index(seconds)
     if b < len(BUCKETS):

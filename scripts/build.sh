@@ -1,9 +1,14 @@
 #!/bin/sh
 # Build the one-dir PyInstaller bundle dist/rdma-cni/ (binary: dist/rdma-cni/rdma-cni).
+# Skipped when nothing it is built from changed since the last build.
 set -eu
 cd "$(dirname "$0")/.."
-if [ -x dist/rdma-cni/rdma-cni ] && [ -z "$(find rdma_cni build.spec scripts/nccl_env.sh -newer dist/rdma-cni/rdma-cni 2>/dev/null | head -1)" ]; then
+stamp=dist/rdma-cni/.built
+if [ -f "$stamp" ] && [ -x dist/rdma-cni/rdma-cni ] && \
+   [ -z "$(find rdma_cni build.spec scripts/nccl_env.sh pyproject.toml -newer "$stamp" 2>/dev/null | head -1)" ]; then
     echo "build: dist/rdma-cni is up to date"; exit 0
 fi
-.venv/bin/pyinstaller --noconfirm --log-level WARN build.spec >/dev/null
+.venv/bin/pyinstaller --noconfirm --log-level WARN build.spec >/dev/null 2>.build.log || { cat .build.log >&2; exit 1; }
+rm -f .build.log
+touch "$stamp"
 echo "build: dist/rdma-cni/rdma-cni"

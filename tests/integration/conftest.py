@@ -40,9 +40,15 @@ HPC_NET = "198.18.0.0/15"
 
 @pytest.fixture(scope="session")
 def built_binary() -> list[str]:
-    """Build dist/rdma-cni once per session (scripts/build.sh is a no-op when up to date)."""
+    """Build dist/rdma-cni once per session (scripts/build.sh is a no-op when up to date).
+
+    ``RDMA_CNI_TEST_BINARY`` points the suite at another build instead.
+    """
     if os.geteuid() != 0:
         pytest.skip("needs root")
+    override = os.environ.get("RDMA_CNI_TEST_BINARY")
+    if override:
+        return [override]
     proc = subprocess.run([str(REPO / "scripts" / "build.sh")], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, f"build failed: {proc.stdout}{proc.stderr}"

@@ -1,0 +1,127 @@
+"""Per node: RDMA slots allocated vs capacity (DESIGN §8) and IPAM addresses
+per NIC, from the NICs (discovery), their host addresses (an injectable
+:class:`HostReader`) and the store's reservations and claims.
+
+Capacity by mode: ``shared``/``exclusive`` one slot per NIC; ``shared-multi``
+``min(slotsPerNic, pool size)`` per NIC; ``shared-host`` ``min(hostSlots,
+smallest pool size)``. Allocated: claimed NICs (shared, exclusive), pod
+interfaces (shared-multi), attachments (shared-host).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv4Interface
+from typing import Protocol
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.discovery import discover
+from rdma_cni.errors import CniError
+from rdma_cni.exporter.storeview import StoreView
+from rdma_cni.ipam.allocator import Pool, RangeConf, build_pool
+
+log = logging.getLogger("rdma_cni.exporter")
+
+
+@dataclass(frozen=True)
+class HostNic:
+    addresses: tuple[IPv4Interface, ...]
+    gateway: IPv4Address | None = None
+
+
+class HostReader(Protocol):
+    def __call__(self, names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
+        """(the named NICs present on the host, every IPv4 address of the host)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: str
+    resource: str
+    pinned: Sequence[str] | None = None
+    slots_per_nic: int = 16
+    host_slots: int = 16
+    ranges: Mapping[str, RangeConf] = field(default_factory=dict)
+
+
+def free_in(pool: Pool, reserved: set[IPv4Address]) -> tuple[int, int]:
+    """(reserved assignable addresses, free addresses) of ``pool``."""
+    used = sum(1 for ip in reserved if pool.in_range(ip) and ip not in pool.excluded)
+    return used, max(pool.size() - used, 0)
+
+
+def capacity(settings: Settings, nics: Sequence[str], pools: Mapping[str, Pool]) -> int:
+    if settings.mode in ("shared", "exclusive"):
+        return len(nics)
+    sizes = [pools[n].size() if n in pools else 0 for n in nics]
+    if settings.mode == "shared-multi":
+        return sum(min(settings.slots_per_nic, s) for s in sizes)
+    return min(settings.host_slots, *sizes) if sizes else 0
+
+
+def allocated(settings: Settings, view: StoreView, nics: Sequence[str]) -> int:
+    if settings.mode in ("shared", "exclusive"):
+        return len(set(view.nic_claims()) & set(nics))
+    states = view.states()
+    if settings.mode == "shared-multi":
+        return sum(len(s.get("interfaces") or []) for s in states)
+    return sum(1 for s in states if s.get("interfaces"))
+
+
+class CapacityCollector:
+    name = "capacity"
+
+    def __init__(self, settings: Settings, sysfs: Sysfs, view: StoreView,
+                 host: HostReader) -> None:
+        self.settings = settings
+        self.sysfs = sysfs
+        self.view = view
+        self.host = host
+
+    def _pools(self, facts: Mapping[str, HostNic], host_addrs: set[IPv4Address]
+               ) -> dict[str, Pool]:
+        pools = {}
+        for nic, f in facts.items():
+            try:
+                pools[nic] = build_pool(nic, f.addresses, f.gateway, host_addrs,
+                                        self.settings.ranges, True)
+            except CniError as exc:
+                log.info("no address pool for RDMA NIC %s: %s", nic, exc.msg)
+        return pools
+
+    def collect(self) -> Iterator[Metric]:
+        names = [n.netdev for n in discover(self.sysfs, self.settings.pinned)]
+        facts, host_addrs = self.host(names)
+        nics = [n for n in names if n in facts]
+        pools = self._pools(facts, host_addrs) if self.settings.mode != "exclusive" else {}
+        res = [self.settings.resource]
+        cap = GaugeMetricFamily("rdma_cni_slots_capacity", "RDMA device-plugin slots this "
+                                "node offers", labels=["resource", "mode"])
+        cap.add_metric([*res, self.settings.mode], capacity(self.settings, nics, pools))
+        used = GaugeMetricFamily("rdma_cni_slots_allocated", "RDMA slots in use by pods "
+                                 "(from the plugin's state)", labels=["resource", "mode"])
+        used.add_metric([*res, self.settings.mode], allocated(self.settings, self.view, nics))
+        yield cap
+        yield used
+        yield from self._ipam(pools)
+
+    def _ipam(self, pools: Mapping[str, Pool]) -> Iterator[Metric]:
+        lab = ["nic", "subnet"]
+        size = GaugeMetricFamily("rdma_cni_ipam_pool_addresses",
+                                 "Assignable pod addresses in the NIC's range", labels=lab)
+        held = GaugeMetricFamily("rdma_cni_ipam_reserved_addresses",
+                                 "Addresses of the NIC's range reserved by pods", labels=lab)
+        free = GaugeMetricFamily("rdma_cni_ipam_free_addresses",
+                                 "Addresses of the NIC's range still free", labels=lab)
+        for nic, pool in sorted(pools.items()):
+            used, left = free_in(pool, self.view.reserved(pool.name))
+            size.add_metric([nic, pool.name], pool.size())
+            held.add_metric([nic, pool.name], used)
+            free.add_metric([nic, pool.name], left)
+        yield from (size, held, free)

@@ -1,0 +1,58 @@
+"""The exporter's real readers of the OS: pod interface counters through
+rtnetlink inside the pod's netns (IFLA_STATS64; ``/sys/class/net`` would show
+the netns that mounted sysfs, not the pod's), and the host NICs' addresses and
+gateways through rtnetlink in the exporter's own netns."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from ipaddress import IPv4Address
+
+from rdma_cni.adapters import netns
+from rdma_cni.adapters.netlink import Netlink
+from rdma_cni.exporter.attachments import IfStats
+from rdma_cni.exporter.capacity import HostNic
+from rdma_cni.hostinfo import host_ipv4, nic_facts
+
+
+def _stats(msg: object) -> IfStats | None:
+    st = msg.get_attr("IFLA_STATS64") or msg.get_attr("IFLA_STATS")  # type: ignore[attr-defined]
+    if st is None:
+        return None
+    return IfStats(int(st["rx_bytes"]), int(st["tx_bytes"]),
+                   int(st["rx_packets"]), int(st["tx_packets"]))
+
+
+def pod_stats(path: str, ifnames: Sequence[str]) -> dict[str, IfStats]:
+    """Counters of ``ifnames`` in the netns at ``path`` (NetnsGone if it vanished)."""
+    fd = netns.open_netns(path)
+    home = netns.host_fd()
+    try:
+        nl = Netlink.inside(fd, home, f"netns {path}")
+    finally:
+        os.close(fd)
+        os.close(home)
+    try:
+        wanted = set(ifnames)
+        out = {}
+        for msg in nl.ipr.get_links():
+            name = msg.get_attr("IFLA_IFNAME")
+            st = _stats(msg) if name in wanted else None
+            if st is not None:
+                out[name] = st
+        return out
+    finally:
+        nl.close()
+
+
+def host_nics(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
+    """Addresses and gateway of the named NICs present here, and all host IPv4 addresses."""
+    nl = Netlink.here()
+    try:
+        present = {link.name for link in nl.links()}
+        facts = nic_facts(nl, [n for n in names if n in present], {})
+        out = {n: HostNic(f.addresses, f.gateway) for n, f in facts.items()}
+        return out, host_ipv4(nl)
+    finally:
+        nl.close()
