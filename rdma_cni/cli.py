@@ -20,7 +20,9 @@ SUBCOMMANDS = {
     "agent": "rdma_cni.agent",
     "device-plugin": "rdma_cni.deviceplugin.cli",
     "exporter": "rdma_cni.exporter",
+    "serve": "rdma_cni.resident.server",
 }
+DEFAULT_SOCKET = "/run/rdma-cni/rdma-cni.sock"
 USAGE = "usage: rdma-cni [" + "|".join(SUBCOMMANDS) + "] [--config FILE] ...\n"
 
 
@@ -36,8 +38,36 @@ def plugin_main() -> int:
 
     # without CNI_COMMAND only the about text is printed: never wait on a terminal's stdin
     stdin = sys.stdin.buffer.read(dispatch.MAX_STDIN + 1) if os.environ.get("CNI_COMMAND") else b""
-    log.setup(_peek_conf(stdin))
+    conf = _peek_conf(stdin)
+    reply = _resident(conf, stdin)
+    if reply is not None:
+        sys.stdout.write(str(reply.get("stdout", "")))
+        sys.stderr.write(str(reply.get("stderr", "")))
+        code = reply.get("exit", 1)
+        return code if isinstance(code, int) else 1
+    log.setup(conf)
     return dispatch.run(os.environ, stdin, sys.stdout, sys.stderr)
+
+
+def _resident(conf: dict[str, object], stdin: bytes) -> dict[str, object] | None:
+    """Forward to the resident process when it can serve this request faster; None:
+    run in-process (pass-through, DEL/GC without a netns, no server, refused, no answer)."""
+    command = os.environ.get("CNI_COMMAND", "")
+    path = conf.get("residentSocket", DEFAULT_SOCKET)
+    if not path or not isinstance(path, str) or command not in ("ADD", "CHECK", "DEL"):
+        return None
+    if command == "DEL" and not os.environ.get("CNI_NETNS"):
+        return None
+    from .commands import requested_blocks_of
+
+    try:
+        if not requested_blocks_of(conf):
+            return None  # pass-through is cheapest right here
+    except Exception:
+        return None  # the in-process dispatcher reports it
+    from .resident.client import forward
+
+    return forward(dict(os.environ), stdin, path)
 
 
 def _peek_conf(stdin: bytes) -> dict[str, object]:

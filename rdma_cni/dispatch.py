@@ -54,6 +54,7 @@ def run(
     stderr: IO[str] | None = None,
     handlers: Handlers | None = None,
     on_request: Callable[[Request], None] | None = None,
+    netns_fd: int | None = None,
 ) -> int:
     """Run one CNI command. Returns the exit status (0 or 1)."""
     command = env.get("CNI_COMMAND", "")
@@ -70,6 +71,7 @@ def run(
         version = versions.check_supported(conf.get("cniVersion"))
         _check_gate(command, version)
         req = _build_request(env, command, conf, version)
+        req.netns_fd = netns_fd
         if on_request is not None:
             on_request(req)
         result = _call(handlers or _default_handlers(), req)

@@ -43,7 +43,7 @@ BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 
 COMMANDS = ("OTHER", "ADD", "DEL", "CHECK", "STATUS", "GC", "VERSION")
 SLOTS = 64
 OVERFLOW_CODE = 0xFFFF
-LOCK_BUDGET = 0.02
+LOCK_BUDGET = 0.05
 
 _BODY = struct.Struct(f"<BBHQd{len(BUCKETS)}Q")
 _CRC = struct.Struct("<I")
@@ -156,6 +156,15 @@ def _update(fd: int, cmd: int, code: int, seconds: float) -> None:
         buckets[b] += 1
     slot = _pack(cmd, code, count + 1, total + seconds, buckets)
     os.pwrite(fd, slot, len(MAGIC) + index * SLOT_SIZE)
+
+
+def path_from_conf(conf: object) -> str | None:
+    """The ``metricsFile`` of a raw network config: the default when absent or not a
+    string, None when it is ``""`` (recording disabled)."""
+    value = conf.get("metricsFile") if isinstance(conf, dict) else None
+    if not isinstance(value, str):
+        return DEFAULT_PATH
+    return value or None
 
 
 def record(path: str, command: str, code: int, seconds: float) -> None:

@@ -186,9 +186,11 @@ def format_exports(env: Mapping[str, str]) -> str:
     return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
 
 
-def _verify(chosen: Sequence[Gid]) -> list[str]:
+def _verify(chosen: Sequence[Gid], root: str = "/") -> list[str]:
     from rdma_cni.adapters import verbs
 
+    if os.path.realpath(root) != "/":
+        return [f"warning: --verify needs the real sysfs (not {root}); skipped"]
     if not verbs.available():
         return ["warning: pyverbs is not installed; --verify skipped"]
     checks = (verbs.check_gid(g.ibdev, g.port, g.index, g.gid, g.type) for g in chosen)
@@ -222,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pod = discover_pod_ifaces(sysfs, args.socket_ifname, only, gids)
         chosen = select_gids(gids, pod)
         env = env_for(chosen, gids, args.socket_ifname)
-        notes = _verify(chosen) if args.verify else []
+        notes = _verify(chosen, args.root) if args.verify else []
     except CniError as e:
         print(f"nccl-env: {e}", file=sys.stderr)
         return 1

@@ -18,6 +18,8 @@ from .models.netconf import NetConf
 
 KIND = {"shared": "ipvlan", "shared-multi": "macvlan", "shared-host": "ipvlan",
         "exclusive": "physical"}
+#: (dst CIDR, gateway, protocol, metric, onlink): a host route to restore exactly
+HostRoute = tuple[str, str | None, int, int, bool]
 SYSCTLS = (("arp_ignore", "1"), ("arp_announce", "2"), ("rp_filter", "2"), ("arp_notify", "1"))
 
 
@@ -33,6 +35,7 @@ class NicFacts:
     addresses: tuple[IPv4Interface, ...] = ()
     gateway: IPv4Address | None = None
     routes: tuple[tuple[str, str | None], ...] = ()  # (dst CIDR, gateway) through this NIC
+    host_routes: tuple[HostRoute, ...] = ()  # the same routes as the host has them
     pci: str | None = None
     perm_mac: str | None = None
     ibdev: str | None = None
@@ -56,6 +59,7 @@ class IfacePlan:
     identity: dict[str, str | None] = field(default_factory=dict)
     host_mtu: int = 0
     host_up: bool = True
+    host_routes: tuple[HostRoute, ...] = ()
     rdma_move: bool = False  # exclusive NIC under RDMA netns mode "exclusive"
 
     @property
@@ -155,7 +159,7 @@ def _plan_one(nc: NetConf, k: int, name: str, nic: NicFacts, mac: str | None,
         addresses=nic.addresses if exclusive else (), gateway=nic.gateway,
         routes=nic.routes, ibdev=nic.ibdev,
         identity={"pci": nic.pci, "permMac": nic.perm_mac, "mac": nic.mac},
-        host_mtu=nic.mtu, host_up=nic.up,
+        host_mtu=nic.mtu, host_up=nic.up, host_routes=nic.host_routes,
     )
 
 

@@ -36,6 +36,8 @@ class Request:
     cni_path: str = ""
     args: CniArgs = field(default_factory=CniArgs)
     prev_result: dict[str, Any] | None = None
+    #: the pod netns as an open descriptor (resident path); None: open CNI_NETNS
+    netns_fd: int | None = None
 
     @property
     def network(self) -> str:

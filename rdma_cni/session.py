@@ -12,8 +12,9 @@ from .execute import Ctx
 
 
 class Session:
-    def __init__(self, pod_path: str, *, pod_required: bool) -> None:
+    def __init__(self, pod_path: str, *, pod_required: bool, fd: int | None = None) -> None:
         self.pod_path = pod_path
+        self._given_fd = fd
         self.host_fd = netns.host_fd()
         self.pod_fd: int | None = None
         self.host: Netlink | None = None
@@ -32,7 +33,10 @@ class Session:
                 raise EnvError("CNI_NETNS is empty")
             return
         try:
-            self.pod_fd = netns.open_netns(self.pod_path)
+            if self._given_fd is not None:
+                self.pod_fd = netns.adopt_netns(self._given_fd, self.pod_path)
+            else:
+                self.pod_fd = netns.open_netns(self.pod_path)
         except netns.NetnsGone:
             if required:
                 raise EnvError(f"CNI_NETNS {self.pod_path} does not exist") from None

@@ -89,3 +89,34 @@ def data_dir_of(config: dict[str, Any]) -> str:
     if not isinstance(value, str) or not value.startswith("/"):
         raise ConfigError("invalid config: dataDir must be an absolute path")
     return value
+
+
+def in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def core_v1_api() -> Any:
+    """A ``kubernetes`` CoreV1Api with the in-cluster config (imported lazily)."""
+    try:
+        from kubernetes import client, config  # type: ignore[import-untyped]
+    except ImportError as e:
+        raise ConfigError("failed to load the kubernetes client: not installed "
+                          "(pip install 'rdma-cni[k8s]')") from e
+    config.load_incluster_config()
+    return client.CoreV1Api()
+
+
+def node_label(label: str, node: str | None = None) -> str | None:
+    """The value of ``label`` on this node (``NODE_NAME``); None outside a cluster."""
+    node = node or os.environ.get("NODE_NAME")
+    if not node or not in_cluster():
+        return None
+    try:
+        obj = core_v1_api().read_node(node)
+    except ConfigError:
+        raise
+    except Exception as e:  # the client raises ApiException, urllib3 and config errors
+        raise ConfigError(f"failed to read node {node} from the Kubernetes API: {e}") from e
+    labels = (obj.metadata.labels or {}) if obj.metadata else {}
+    value = labels.get(label)
+    return str(value) if value else None

@@ -37,6 +37,7 @@ NETNS_DIR = "/var/run/netns"
 ANNOTATION = "k8s.volcengine.com/pod-networks"
 CAP_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
 VALID_ATTACHMENTS = "cni.dev/valid-attachments"
+HPC_NET = "198.18.0.0/15"  # the fabric ("HPC") network the stand-in NICs route to
 
 _counter = itertools.count()
 
@@ -289,7 +290,7 @@ class Node:
         self._n_pods = 0
         for ns in (self.ns, self.fabric):
             sh("ip", "netns", "add", ns)
-        sh("ip", "-n", self.ns, "link", "set", "lo", "up")
+        sh("ip", "-n", self.ns, "link", "set", "dev", "lo", "up")
 
     @property
     def path(self) -> str:
@@ -300,21 +301,21 @@ class Node:
                 up: bool = True, extra_addrs: Sequence[str] = ()) -> str:
         """A stand-in RDMA NIC in the node netns; ``routes`` are (dst, via) through it."""
         if kind == "veth":
-            sh("ip", "-n", self.ns, "link", "add", name, "mtu", str(mtu), "type", "veth",
+            sh("ip", "-n", self.ns, "link", "add", "name", name, "mtu", str(mtu), "type", "veth",
                "peer", "name", f"f{name}"[:15], "mtu", str(mtu), "netns", self.fabric)
-            sh("ip", "-n", self.fabric, "link", "set", f"f{name}"[:15], "up")
+            sh("ip", "-n", self.fabric, "link", "set", "dev", f"f{name}"[:15], "up")
         else:
-            sh("ip", "-n", self.ns, "link", "add", name, "mtu", str(mtu), "type", kind)
+            sh("ip", "-n", self.ns, "link", "add", "name", name, "mtu", str(mtu), "type", kind)
         for addr in ([cidr] if cidr else []) + list(extra_addrs):
             sh("ip", "-n", self.ns, "addr", "add", addr, "dev", name)
         if up:
-            sh("ip", "-n", self.ns, "link", "set", name, "up")
+            sh("ip", "-n", self.ns, "link", "set", "dev", name, "up")
         for dst, via in routes:
             sh("ip", "-n", self.ns, "route", "add", dst, "via", via, "dev", name)
         return name
 
     def delete_nic(self, name: str) -> None:
-        sh("ip", "-n", self.ns, "link", "del", name)
+        sh("ip", "-n", self.ns, "link", "del", "dev", name)
 
     def add_pod(self, eth0: str | None = "203.0.113.5/24") -> Pod:
         """A pod netns; with ``eth0`` set, a veth eth0 like the primary CNI's."""
@@ -322,13 +323,13 @@ class Node:
         self._n_pods += 1
         sh("ip", "netns", "add", pod.name)
         self.pods.append(pod)
-        sh("ip", "-n", pod.name, "link", "set", "lo", "up")
+        sh("ip", "-n", pod.name, "link", "set", "dev", "lo", "up")
         if eth0:
             peer = f"v{pod.name}"[-15:]
-            sh("ip", "-n", pod.name, "link", "add", "eth0", "type", "veth",
+            sh("ip", "-n", pod.name, "link", "add", "name", "eth0", "type", "veth",
                "peer", "name", peer, "netns", self.fabric)
             sh("ip", "-n", pod.name, "addr", "add", eth0, "dev", "eth0")
-            sh("ip", "-n", pod.name, "link", "set", "eth0", "up")
+            sh("ip", "-n", pod.name, "link", "set", "dev", "eth0", "up")
             gw = eth0.rsplit(".", 1)[0] + ".1"
             sh("ip", "-n", pod.name, "route", "add", "default", "via", gw, "dev", "eth0",
                "onlink")
@@ -397,3 +398,48 @@ def data_files(data_dir: str | Path) -> list[str]:
         if base.exists():
             out += [str(p.relative_to(data_dir)) for p in base.rglob("*") if p.is_file()]
     return sorted(out)
+
+
+# --- oracles for one RDMA interface in a pod ------------------------------------
+SYSCTLS = {"arp_ignore": "1", "arp_announce": "2", "rp_filter": "2", "arp_notify": "1"}
+
+
+def link_detail(ns: str, dev: str) -> dict[str, Any]:
+    return ip_json(ns, "-d", "link", "show", "dev", dev)[0]
+
+
+def rule_of(ns: str, ip: str) -> list[tuple[int, str]]:
+    """(priority, table) of every rule ``from ip/32`` in ``ns``."""
+    return [(r["priority"], str(r["table"])) for r in ip_json(ns, "-4", "rule", "show")
+            if r.get("src") == ip and r.get("srclen", 32) == 32]
+
+
+def table_routes(ns: str, table: int) -> set[tuple[str, str | None, str, bool]]:
+    """(dst, gateway, dev, onlink) of table ``table`` in ``ns`` (empty if it does not exist)."""
+    proc = subprocess.run(["ip", "-j", "-n", ns, "-4", "route", "show", "table", str(table)],
+                          capture_output=True, text=True)
+    routes = json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else []
+    return {(r["dst"], r.get("gateway"), r["dev"], "onlink" in r.get("flags", []))
+            for r in routes}
+
+
+def assert_rdma_iface(pod: Pod, name: str, *, ip: str, table: int, mtu: int,
+                      hpc: Sequence[tuple[str, str]], kind: str = "macvlan",
+                      priority: int = 20000) -> None:
+    """The pod interface as DESIGN section 2 wants it, read with ``ip -j`` and /proc/sys."""
+    link = link_detail(pod.name, name)
+    assert link["linkinfo"]["info_kind"] == kind, link
+    if kind == "macvlan":
+        assert link["linkinfo"]["info_data"]["mode"] == "bridge", link
+    assert link["mtu"] == mtu, link
+    assert "UP" in link["flags"], link
+    assert pod.addrs(name) == [ip], pod.addrs(name)
+    for key, want in SYSCTLS.items():
+        assert pod.sysctl(name, key) == want, f"{name} {key}"
+    addr = ip.split("/")[0]
+    assert rule_of(pod.name, addr) == [(priority, str(table))]
+    from ipaddress import IPv4Interface
+
+    want = {(str(IPv4Interface(ip).network), None, name, False)}
+    want |= {(dst, gw, name, True) for dst, gw in hpc}
+    assert table_routes(pod.name, table) == want

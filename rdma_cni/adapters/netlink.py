@@ -47,7 +47,8 @@ class Route:
     table: int
     onlink: bool = False
     scope: int = 0
-    proto: int = 0
+    proto: int = 0  # 0: pyroute2's default (static)
+    priority: int = 0  # the metric
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -206,6 +207,10 @@ class Netlink:
             spec["gateway"] = route.gateway
         if route.onlink:
             spec["flags"] = RTNH_F_ONLINK
+        if route.proto:
+            spec["proto"] = route.proto
+        if route.priority:
+            spec["priority"] = route.priority
         try:
             self.ipr.route("add", **spec)
         except NetlinkError as exc:
@@ -262,4 +267,5 @@ def _route(m: Any) -> Route:
         onlink=bool(m["flags"] & RTNH_F_ONLINK),
         scope=m["scope"],
         proto=m["proto"],
+        priority=m.get_attr("RTA_PRIORITY") or 0,
     )

@@ -29,7 +29,11 @@ def max_interfaces(conf: dict[str, Any]) -> int:
 
 
 def requested_blocks(req: Request) -> list[tuple[int, Any]]:
-    return our_blocks(req.conf, conf_name(req.conf), max_interfaces(req.conf))
+    return requested_blocks_of(req.conf)
+
+
+def requested_blocks_of(conf: dict[str, Any]) -> list[tuple[int, Any]]:
+    return our_blocks(conf, conf_name(conf), max_interfaces(conf))
 
 
 def passthrough(req: Request) -> dict[str, Any]:

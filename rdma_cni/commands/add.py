@@ -42,7 +42,7 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
             f"network {nc.cniConfName!r}: shared-host mode allows exactly one"
         )
     store = Store(nc.dataDir)
-    session = Session(req.netns, pod_required=True)
+    session = Session(req.netns, pod_required=True, fd=req.netns_fd)
     try:
         again = _repeat(req, store, session)
         if again is not None:

@@ -26,7 +26,7 @@ def cmd_check(req: Request, blocks: list[tuple[int, Any]]) -> None:
         raise CheckMismatch(f"RDMA attachment of {req.container_id} is incomplete")
     plans = plans_of(state)
     owned = {(str(ip), ifname) for _, ip, ifname in store.ips_of(req.key)}
-    session = Session(req.netns, pod_required=True)
+    session = Session(req.netns, pod_required=True, fd=req.netns_fd)
     try:
         for p in plans:
             _check_one(session, p, marker_of(req.key.digest()),

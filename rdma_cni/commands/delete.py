@@ -33,12 +33,14 @@ def cmd_del(req: Request) -> None:
             with store.lock():
                 store.purge(key)
         return
-    release(store, req.netns or str(state.get("netns") or ""), state, key)
+    fd = req.netns_fd if req.netns and req.netns == state.get("netns") else None
+    release(store, req.netns or str(state.get("netns") or ""), state, key, fd)
 
 
-def release(store: Store, netns_path: str, state: dict[str, Any], key: AttachmentKey) -> None:
-    session = Session(netns_path if netns_path == state.get("netns") else "",
-                      pod_required=False)
+def release(store: Store, netns_path: str, state: dict[str, Any], key: AttachmentKey,
+            fd: int | None = None) -> None:
+    same = netns_path == state.get("netns")
+    session = Session(netns_path if same else "", pod_required=False, fd=fd if same else None)
     try:
         teardown(session, state, key.digest())
     finally:

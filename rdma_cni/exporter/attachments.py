@@ -5,9 +5,9 @@ netns (through an injectable :class:`StatsReader`)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -25,11 +25,8 @@ class IfStats:
     tx_packets: int
 
 
-class StatsReader(Protocol):
-    def __call__(self, netns: str, ifnames: Sequence[str]) -> dict[str, IfStats]:
-        """Counters of the named interfaces in ``netns`` (missing ones left out);
-        raises OSError or CniError when the netns cannot be read."""
-        ...
+#: (netns path, ifnames) -> counters of those present; raises when the netns is gone.
+StatsReader = Callable[[str, Sequence[str]], dict[str, IfStats]]
 
 
 @dataclass(frozen=True)

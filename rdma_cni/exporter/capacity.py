@@ -11,10 +11,9 @@ interfaces (shared-multi), attachments (shared-host).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface
-from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -34,10 +33,8 @@ class HostNic:
     gateway: IPv4Address | None = None
 
 
-class HostReader(Protocol):
-    def __call__(self, names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
-        """(the named NICs present on the host, every IPv4 address of the host)."""
-        ...
+#: NIC names -> (those present on the host, every IPv4 address of the host).
+HostReader = Callable[[Sequence[str]], tuple[dict[str, HostNic], set[IPv4Address]]]
 
 
 @dataclass(frozen=True)

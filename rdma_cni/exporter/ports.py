@@ -70,7 +70,8 @@ class _Families:
         self.state = GaugeMetricFamily("rdma_port_state", "1 for the port's current logical "
                                        "state (ports/<p>/state)", labels=[*lab, "state"])
         self.phys = GaugeMetricFamily("rdma_port_phys_state", "1 for the port's current "
-                                      "physical state (ports/<p>/phys_state)", labels=[*lab, "state"])
+                                      "physical state (ports/<p>/phys_state)",
+                                      labels=[*lab, "state"])
         self.info = GaugeMetricFamily("rdma_port_info", "RDMA port: link layer and the host "
                                       "netdev (empty if none)",
                                       labels=[*lab, "link_layer", "netdev"])

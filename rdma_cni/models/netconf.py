@@ -87,6 +87,7 @@ class NetConf(BaseModel):
     dataDir: str = "/var/lib/cni/rdma-cni"
     logFile: str = "/var/log/rdma-cni.log"
     logLevel: Literal["debug", "info", "warning", "error"] = "info"
+    residentSocket: str = "/run/rdma-cni/rdma-cni.sock"
     runtimeConfig: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("mtu")

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cnirunner import (  # noqa: E402
     BINARY,
     CAP_ANNOTATIONS,
+    HPC_NET,
     REPO,
     Chain,
     Node,
@@ -35,7 +36,6 @@ from cnirunner import (  # noqa: E402
 if os.geteuid() != 0:  # tests/conftest.py skips `root` tests; never build netns as non-root
     pytestmark = pytest.mark.skip(reason="needs root")
 
-HPC_NET = "198.18.0.0/15"
 
 
 @pytest.fixture(scope="session")

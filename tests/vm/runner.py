@@ -83,7 +83,7 @@ def guest_script(command: str, status_file: str, modules: Sequence[str] = GUEST_
             command,
             "rc=$?",
             f"echo $rc > {shlex.quote(status_file)}",
-            'sync 2>/dev/null',
+            "sync 2>/dev/null",
             f'echo "{SENTINEL}$rc@@"',
             "",
         ]
@@ -92,9 +92,7 @@ def guest_script(command: str, status_file: str, modules: Sequence[str] = GUEST_
 
 def names_target(args: Sequence[str], repo: Path = REPO) -> bool:
     """Whether the pytest args name a test path (else the runner adds tests/vm)."""
-    return any(
-        not a.startswith("-") and (repo / a.split("::")[0]).exists() for a in args
-    )
+    return any(not a.startswith("-") and (repo / a.split("::")[0]).exists() for a in args)
 
 
 def pytest_command(python: str, args: Sequence[str], repo: Path = REPO) -> str:
@@ -106,12 +104,21 @@ def pytest_command(python: str, args: Sequence[str], repo: Path = REPO) -> str:
 
 def vng_command(cfg: VmConfig, guest_cmd: str) -> list[str]:
     cmd = [
-        cfg.vng, "--force-9p", "--run", cfg.kernel,
+        cfg.vng,
+        "--force-9p",
+        "--run",
+        cfg.kernel,
         f"--rodir=/usr/lib/udev/rules.d={cfg.udev_rules}",
         f"--rwdir={cfg.run_dir}",
-        "--network", "loop", "--no-dhcp",
-        "--memory", cfg.memory, "--cpus", str(cfg.cpus),
-        "--cwd", cfg.repo,
+        "--network",
+        "loop",
+        "--no-dhcp",
+        "--memory",
+        cfg.memory,
+        "--cpus",
+        str(cfg.cpus),
+        "--cwd",
+        cfg.repo,
     ]
     for d in cfg.extra_rwdirs:
         cmd.append(f"--rwdir={d}")
@@ -194,8 +201,12 @@ def run_vm(cmd: list[str], timeout: float, status_file: Path) -> int:
     env = {**os.environ, "PATH": f"{Path(cmd[0]).parent}:{os.environ.get('PATH', '')}"}
     # qemu reopens stdout/stderr: a pipe is the only safe target (files get clobbered).
     proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env=env, start_new_session=True,
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
     )
     assert proc.stdout is not None
     pump = _Pump(proc.stdout, sys.stdout.buffer)
@@ -203,8 +214,9 @@ def run_vm(cmd: list[str], timeout: float, status_file: Path) -> int:
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        print(f"vm-run: timed out after {timeout:.0f}s; stopping VM (pid {proc.pid})",
-              file=sys.stderr)
+        print(
+            f"vm-run: timed out after {timeout:.0f}s; stopping VM (pid {proc.pid})", file=sys.stderr
+        )
         return EXIT_TIMEOUT
     finally:
         kill_group(proc)
@@ -222,11 +234,18 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(prog="vm-run", description=__doc__, allow_abbrev=False,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--timeout", type=float,
-                   default=float(os.environ.get("RDMA_CNI_VM_TIMEOUT", DEFAULT_TIMEOUT)),
-                   help="overall deadline in seconds (env RDMA_CNI_VM_TIMEOUT; default 1500)")
+    p = argparse.ArgumentParser(
+        prog="vm-run",
+        description=__doc__,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=float(os.environ.get("RDMA_CNI_VM_TIMEOUT", DEFAULT_TIMEOUT)),
+        help="overall deadline in seconds (env RDMA_CNI_VM_TIMEOUT; default 1500)",
+    )
     p.add_argument("--exec", dest="command", help="run this sh command instead of pytest")
     p.add_argument("--memory", default=os.environ.get("RDMA_CNI_VM_MEMORY", "2G"))
     p.add_argument("--cpus", type=int, default=int(os.environ.get("RDMA_CNI_VM_CPUS", "2")))
@@ -251,9 +270,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         status_file = run_dir / "status"
         command = opts.command or pytest_command(guest_python(), rest)
         (run_dir / "guest.sh").write_text(guest_script(command, str(status_file)))
-        cfg = VmConfig(vng=vng, kernel=kernel, udev_rules=str(work / "udev-rules"),
-                       run_dir=str(run_dir), repo=str(REPO), use_kvm=kvm_usable(),
-                       memory=opts.memory, cpus=opts.cpus, extra_rwdirs=opts.rwdir)
+        cfg = VmConfig(
+            vng=vng,
+            kernel=kernel,
+            udev_rules=str(work / "udev-rules"),
+            run_dir=str(run_dir),
+            repo=str(REPO),
+            use_kvm=kvm_usable(),
+            memory=opts.memory,
+            cpus=opts.cpus,
+            extra_rwdirs=opts.rwdir,
+        )
         cmd = vng_command(cfg, f"sh {shlex.quote(str(run_dir / 'guest.sh'))}")
         if opts.dry_run:
             print(shlex.join(cmd))
@@ -265,8 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("vm-run: interrupted; VM stopped", file=sys.stderr)
             return 130
-        print(f"vm-run: exit {status} after {time.monotonic() - started:.1f}s "
-              f"(kvm={'on' if cfg.use_kvm else 'off'})", file=sys.stderr)
+        print(
+            f"vm-run: exit {status} after {time.monotonic() - started:.1f}s "
+            f"(kvm={'on' if cfg.use_kvm else 'off'})",
+            file=sys.stderr,
+        )
         return status
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -16,8 +16,9 @@ def _ipvlan_child(parent: str, netns: str, cidr: str) -> str:
     """Create an ipvlan L2 child of `parent` directly in `netns` (like VKE), address it, up."""
     tmp = vmkit.unique_name("tmp")
     name = vmkit.unique_name("ipv")
-    vmkit.ip("link", "add", "link", parent, "name", tmp, "netns", netns,
-             "type", "ipvlan", "mode", "l2")
+    vmkit.ip(
+        "link", "add", "link", parent, "name", tmp, "netns", netns, "type", "ipvlan", "mode", "l2"
+    )
     vmkit.ip("link", "set", tmp, "name", name, netns=netns)
     vmkit.ip("addr", "add", cidr, "dev", name, netns=netns)
     vmkit.ip("link", "set", name, "up", netns=netns)
@@ -39,9 +40,7 @@ def test_ipvlan_l2_child_in_netns_on_dummy(
     assert not vmkit.link_exists(child)  # not in the root netns
 
 
-def test_rxe_gid_follows_ipvlan_child_address(
-    rxe: Rxe, make_netns: Callable[[], str]
-) -> None:
+def test_rxe_gid_follows_ipvlan_child_address(rxe: Rxe, make_netns: Callable[[], str]) -> None:
     ns = make_netns()
     child = _ipvlan_child(rxe.netdev, ns, "198.51.100.21/24")
 

@@ -16,8 +16,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _cfg(tmp_path: Path, use_kvm: bool) -> runner.VmConfig:
-    return runner.VmConfig(vng="/v/vng", kernel="/k/vmlinuz", udev_rules="/u",
-                           run_dir=str(tmp_path), repo="/r", use_kvm=use_kvm)
+    return runner.VmConfig(
+        vng="/v/vng",
+        kernel="/k/vmlinuz",
+        udev_rules="/u",
+        run_dir=str(tmp_path),
+        repo="/r",
+        use_kvm=use_kvm,
+    )
 
 
 def test_vng_command_boots_once_with_loop_nics_and_minimal_udev(tmp_path: Path) -> None:
@@ -87,8 +93,10 @@ def test_run_vm_timeout_kills_the_whole_group(tmp_path: Path) -> None:
 
 def test_run_vm_returns_guest_status_and_reaps_leftovers(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
-    body = (f"sleep 300 & echo $! > {pidfile}; echo '{runner.SENTINEL}7@@'; "
-            "exec >/dev/null 2>&1; exit 0")
+    body = (
+        f"sleep 300 & echo $! > {pidfile}; echo '{runner.SENTINEL}7@@'; "
+        "exec >/dev/null 2>&1; exit 0"
+    )
     status = runner.run_vm([_fake_vng(tmp_path, body)], 30.0, tmp_path / "status")
     assert status == 7
     with pytest.raises(ProcessLookupError):
@@ -102,15 +110,29 @@ def test_run_vm_without_status_is_an_infrastructure_failure(tmp_path: Path) -> N
 
 def test_vm_marker_skips_outside_and_deselects_others_inside() -> None:
     env = {k: v for k, v in os.environ.items() if k != "RDMA_CNI_IN_VM"}
-    base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
-            "tests/vm/test_vm_kernel.py", "tests/vm/test_vm_runner.py::test_parse_status"
-            "_prefers_file_then_last_sentinel"]
+    base = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rs",
+        "tests/vm/test_vm_kernel.py",
+        "tests/vm/test_vm_runner.py::test_parse_status_prefers_file_then_last_sentinel",
+    ]
     out = subprocess.run(base, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     assert "1 passed, 3 skipped" in out.stdout, out.stdout
     assert "needs the VM tier kernel (ipvlan/dummy/rdma_rxe); run scripts/vm-run.sh" in out.stdout
     inside = [*base, "--collect-only"]
-    out = subprocess.run(inside, cwd=REPO, env={**env, "RDMA_CNI_IN_VM": "1"},
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        inside,
+        cwd=REPO,
+        env={**env, "RDMA_CNI_IN_VM": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert "3/4 tests collected (1 deselected)" in out.stdout, out.stdout
 
 
@@ -127,12 +149,15 @@ def _fake_port(root: Path, slots: dict[int, tuple[str, str | None, str | None]])
 
 
 def test_read_gids_parses_sysfs_and_skips_empty_slots(tmp_path: Path) -> None:
-    _fake_port(tmp_path, {
-        0: ("fe80:0000:0000:0000:5054:00ff:fe12:3456", "eth0", "RoCE v2"),
-        1: ("0000:0000:0000:0000:0000:ffff:c633:6415", "ipv1", "RoCE v2"),
-        2: ("0000:0000:0000:0000:0000:ffff:c633:6415", "ipv1", "IB/RoCE v1"),
-        3: ("0000:0000:0000:0000:0000:0000:0000:0000", None, None),
-    })
+    _fake_port(
+        tmp_path,
+        {
+            0: ("fe80:0000:0000:0000:5054:00ff:fe12:3456", "eth0", "RoCE v2"),
+            1: ("0000:0000:0000:0000:0000:ffff:c633:6415", "ipv1", "RoCE v2"),
+            2: ("0000:0000:0000:0000:0000:ffff:c633:6415", "ipv1", "IB/RoCE v1"),
+            3: ("0000:0000:0000:0000:0000:0000:0000:0000", None, None),
+        },
+    )
     gids = vmkit.read_gids("rxe9", sys_root=str(tmp_path))
     assert [g.index for g in gids] == [0, 1, 2]
     found = vmkit.roce_v2_gid_for("rxe9", "198.51.100.21", "ipv1", sys_root=str(tmp_path))

@@ -62,7 +62,7 @@ def ipv4_addrs(name: str, netns: str | None = None) -> list[str]:
     return out
 
 
-def wait_for(pred: Callable[[], bool], timeout: float = 30.0, interval: float = 0.2) -> bool:
+def wait_for(pred: Callable[[], bool], timeout: float = 60.0, interval: float = 0.2) -> bool:
     """Poll `pred` until true or `timeout` seconds pass (emulated guests are slow)."""
     deadline = time.monotonic() + timeout
     while True:

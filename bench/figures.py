@@ -1,0 +1,129 @@
+"""The measured scenarios. Every round makes fresh pod netns (not timed), runs
+each contender in turn (A B A B ...), verifies the pod after ADD and after DEL,
+and deletes the pods, so every ADD starts from the same state.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cni
+import lab
+from cni import Exec, Invocation
+from lab import Pod, Pods
+
+Samples = dict[str, list[float]]
+#: builds a contender's invocations for one pod; returns them and the RDMA links expected
+Builder = Callable[[Pod], tuple[list[Invocation], int]]
+
+
+@dataclass
+class Contender:
+    key: str  # "inproc" | "resident" | "go"
+    label: str
+    build: Builder
+    data_dir: str
+
+
+@dataclass
+class Scenario:
+    key: str
+    title: str
+    contenders: list[Contender]
+    rounds: int
+    parallel: int = 0  # pods ADDed at once; 0 = one pod, serial execs
+    warmup: int = 1
+    samples: dict[str, Samples] = field(default_factory=dict)
+    duplicates: dict[str, int] = field(default_factory=dict)
+
+
+def ms(ns: int) -> float:
+    return ns / 1e6
+
+
+def _expect_links(pod: Pod, n_rdma: int, when: str) -> None:
+    links = pod.links()
+    if len(links) != 2 + n_rdma or "eth0" not in links:
+        raise RuntimeError(f"after {when}, pod {pod.name} has links {links}, "
+                           f"expected lo, eth0 and {n_rdma} more")
+
+
+def _serial_sample(c: Contender, pod: Pod) -> dict[str, float]:
+    invs, n_rdma = c.build(pod)
+    adds = [cni.run(inv, "ADD") for inv in invs]
+    _expect_links(pod, n_rdma, f"{c.label} ADD")
+    dels = [cni.run(inv, "DEL") for inv in reversed(invs)]
+    _expect_links(pod, 0, f"{c.label} DEL")
+    add_ms = sum(ms(e.wall_ns) for e in adds)
+    del_ms = sum(ms(e.wall_ns) for e in dels)
+    return {"add_ms": add_ms, "del_ms": del_ms, "total_ms": add_ms + del_ms,
+            "add_cpu_ms": sum(e.cpu_s for e in adds) * 1e3,
+            "del_cpu_ms": sum(e.cpu_s for e in dels) * 1e3,
+            "add_rss_kib": max(e.maxrss_kib for e in adds),
+            "add_execs": len(adds)}
+
+
+def _parallel_sample(c: Contender, pods: Sequence[Pod]) -> tuple[dict[str, float], int]:
+    built = [c.build(p) for p in pods]
+    invs = [inv for b in built for inv in b[0]]
+    wall, adds = cni.run_parallel(invs, "ADD")
+    addrs: list[str] = []
+    for pod, (_, n_rdma) in zip(pods, built, strict=True):
+        _expect_links(pod, n_rdma, f"{c.label} parallel ADD")
+        addrs += pod.extra_addrs()
+    dups = len(addrs) - len(set(addrs))
+    dwall, dels = cni.run_parallel(list(reversed(invs)), "DEL")
+    left = lab.leftovers(pods)
+    if left:
+        raise RuntimeError(f"after {c.label} parallel DEL, pods kept links: {left}")
+    return {"wall_ms": ms(wall), "del_wall_ms": ms(dwall),
+            "add_cpu_ms": sum(e.cpu_s for e in adds) * 1e3,
+            "add_rss_kib": max(e.maxrss_kib for e in adds),
+            "addresses": len(addrs)}, dups
+
+
+def _record(sc: Scenario, key: str, sample: dict[str, float]) -> None:
+    per = sc.samples.setdefault(key, {})
+    for name, value in sample.items():
+        per.setdefault(name, []).append(value)
+
+
+def _round(sc: Scenario, pods_api: Pods, settle: float, keep: bool) -> None:
+    per_pod = max(sc.parallel, 1)
+    pods = pods_api.create(per_pod * len(sc.contenders))
+    time.sleep(settle)  # let the previous round's netns teardown (async in the kernel) finish
+    try:
+        for i, c in enumerate(sc.contenders):
+            group = pods[i * per_pod:(i + 1) * per_pod]
+            if sc.parallel:
+                sample, dups = _parallel_sample(c, group)
+                if keep:
+                    sc.duplicates[c.key] = sc.duplicates.get(c.key, 0) + dups
+            else:
+                sample = _serial_sample(c, group[0])
+            if keep:
+                _record(sc, c.key, sample)
+    finally:
+        pods_api.delete(pods)
+
+
+def run(sc: Scenario, pods_api: Pods, settle: float, n_nics: int) -> Scenario:
+    """All rounds of a scenario (warm-up rounds first, not recorded)."""
+    sys.stderr.write(f"{sc.key}: {sc.title} ")
+    for r in range(sc.warmup + sc.rounds):
+        _round(sc, pods_api, settle, keep=r >= sc.warmup)
+        sys.stderr.write("." if r >= sc.warmup else "w")
+        sys.stderr.flush()
+    strays = lab.node_strays(n_nics)
+    if strays:
+        raise RuntimeError(f"{sc.key}: links left in the node netns: {strays}")
+    sys.stderr.write("\n")
+    return sc
+
+
+def exec_summary(execs: Sequence[Exec]) -> dict[str, Any]:
+    return {"n": len(execs), "wall_ms": [ms(e.wall_ns) for e in execs]}

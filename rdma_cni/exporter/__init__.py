@@ -1,0 +1,135 @@
+"""``rdma-cni exporter --config FILE [--listen HOST:PORT]``: Prometheus metrics of
+the node's RDMA NICs, the pods' RDMA interfaces, the plugin's capacity and IPAM,
+and the plugin's own operations (docs/metrics.md lists every metric).
+
+Off the CNI hot path: prometheus_client and pyroute2 are fine here. Custom
+collectors read everything at scrape time; no global mutable gauges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from ipaddress import IPv4Network
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from rdma_cni import metrics_file
+from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.errors import CniError, ConfigError
+from rdma_cni.exporter.attachments import AttachmentCollector, StatsReader
+from rdma_cni.exporter.capacity import CapacityCollector, HostReader, Settings
+from rdma_cni.exporter.common import NodeCollector
+from rdma_cni.exporter.operations import OperationsCollector
+from rdma_cni.exporter.ports import RdmaPortCollector
+from rdma_cni.exporter.storeview import StoreView
+from rdma_cni.ipam.allocator import RangeConf
+
+DEFAULT_PORT = 9469
+DEFAULT_HOST = "0.0.0.0"
+DEFAULT_CONF_DIR = "/etc/cni/net.d"
+log = logging.getLogger("rdma_cni.exporter")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT``, ``[v6]:PORT`` or ``HOST`` -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or "]" in port:
+        host, port = text, str(DEFAULT_PORT)
+    host = host.strip("[]") or DEFAULT_HOST
+    if not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"invalid --listen {text!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+def load_config(path: str | None, conf_dir: str = DEFAULT_CONF_DIR) -> tuple[Any, dict[str, Any]]:
+    """(validated NetConf, raw dict) of --config, else the conflist entry in ``conf_dir``."""
+    from rdma_cni.doctor import load_config as find_config
+    from rdma_cni.models.netconf import load_netconf
+
+    try:
+        raw = find_config(path, conf_dir)
+    except OSError as err:
+        raise ConfigError(f"failed to read config {path}: {err.strerror}") from None
+    except ValueError as err:
+        raise ConfigError(f"failed to parse config {path}: {err}") from None
+    if not raw:
+        raise ConfigError(f"no rdma-cni config: pass --config or install one in {conf_dir}")
+    raw = {"cniVersion": "1.0.0", "name": "rdma", **raw}
+    return load_netconf(raw), raw
+
+
+def _ranges(conf: Any) -> dict[str, RangeConf]:
+    return {
+        subnet: RangeConf(r.rangeStart, r.rangeEnd,
+                          tuple(IPv4Network(x, strict=False) for x in r.exclude))
+        for subnet, r in conf.ipam.ranges.items()
+    }
+
+
+def metrics_path(raw: dict[str, Any]) -> str:
+    value = raw.get("metricsFile")
+    return value if isinstance(value, str) and value else metrics_file.DEFAULT_PATH
+
+
+def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
+                   stats: StatsReader | None, host: HostReader) -> CollectorRegistry:
+    """A registry with the exporter's one collector; the readers are injectable."""
+    view = StoreView(conf.dataDir)
+    settings = Settings(conf.mode, conf.resource, conf.devices, conf.slotsPerNic,
+                        conf.hostSlots, _ranges(conf))
+    registry = CollectorRegistry()
+    registry.register(NodeCollector([  # type: ignore[arg-type]
+        RdmaPortCollector(sysfs),
+        AttachmentCollector(view, stats),
+        CapacityCollector(settings, sysfs, view, host),
+        OperationsCollector(metrics_path(raw)),
+    ]))
+    return registry
+
+
+def serve(registry: CollectorRegistry, host: str, port: int) -> Any:
+    """Start the HTTP server in a thread; returns the server (``.server_port``)."""
+    from prometheus_client import start_http_server
+
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return server
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rdma-cni exporter",
+                                description="Prometheus exporter for RDMA NICs and rdma-cni")
+    p.add_argument("--config", help="JSON object like the conflist entry "
+                                    f"(default: the rdma-cni entry in {DEFAULT_CONF_DIR})")
+    p.add_argument("--conf-dir", default=DEFAULT_CONF_DIR, help=argparse.SUPPRESS)
+    p.add_argument("--listen", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="HOST:PORT")
+    p.add_argument("--sysfs-root", default="/", help="root of /sys (tests)")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(list(argv))
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from rdma_cni.exporter.netstats import host_nics, pod_stats
+
+    try:
+        host, port = parse_listen(args.listen)
+        conf, raw = load_config(args.config, args.conf_dir)
+        registry = build_registry(conf, raw, Sysfs(args.sysfs_root), pod_stats, host_nics)
+        server = serve(registry, host, port)
+    except (CniError, OSError) as err:
+        print(f"rdma-cni exporter: {err}", file=sys.stderr)
+        return 1
+    log.info("serving metrics on %s:%d/metrics", host, server.server_port)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.shutdown()
+    return 0

@@ -1,0 +1,83 @@
+"""The exec'd binary's side: forward one CNI request to the resident process.
+
+Returns None whenever the request should run in-process instead: no socket,
+connect refused, the server refuses (other netns, draining), or no answer
+within the deadline. Stdlib only: this runs on every exec.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import socket
+from typing import Any
+
+from . import protocol
+
+CONNECT_TIMEOUT = 0.2
+#: bounded wait for the answer; past it the request runs in-process (the store's lock
+#: and ADD's idempotence make a late duplicate harmless)
+REPLY_TIMEOUT = float(os.environ.get("RDMA_CNI_RESIDENT_TIMEOUT", "") or 25.0)
+
+
+def forward(env: dict[str, str], stdin: bytes, path: str) -> dict[str, Any] | None:
+    if not os.path.exists(path):
+        return None
+    fds = _fds(env)
+    if fds is None:
+        return None
+    try:
+        return _exchange(path, env, stdin, fds)
+    except (OSError, ValueError):
+        return None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _fds(env: dict[str, str]) -> list[int] | None:
+    fds = [os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)]
+    netns = env.get("CNI_NETNS", "")
+    if netns:
+        try:
+            fds.append(os.open(netns, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError:
+            os.close(fds[0])
+            return None  # in-process reports it (or DEL treats it as gone)
+    return fds
+
+
+def _exchange(
+    path: str, env: dict[str, str], stdin: bytes, fds: list[int]
+) -> dict[str, Any] | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(CONNECT_TIMEOUT)
+        sock.connect(path)
+        sock.settimeout(REPLY_TIMEOUT)
+        fwd = {k: v for k, v in env.items() if k in protocol.FORWARDED}
+        data = protocol.encode_request(fwd, stdin)
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+        sent = sock.sendmsg([data], anc)
+        if sent < len(data):
+            sock.sendall(data[sent:])
+        reply = _read(sock)
+    finally:
+        sock.close()
+    if reply is None or "refuse" in reply:
+        return None
+    return reply
+
+
+def _read(sock: socket.socket) -> dict[str, Any] | None:
+    buf = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+        size = protocol.reply_size(buf)
+        if size is not None and len(buf) >= size:
+            return protocol.decode_reply(buf[:size])
+        if len(buf) > protocol.MAX_FRAME:
+            return None

@@ -1,0 +1,148 @@
+"""``rdma-cni serve``: the resident process. One thread per request, each running
+the same dispatcher as the exec'd binary, with the pod netns handed over as a
+file descriptor (so the server never needs the client's mount namespace).
+
+It refuses (and the client runs in-process) when the client is in another
+network namespace than the server, or when the frame is malformed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import io
+import logging
+import os
+import signal
+import socket
+import stat
+import threading
+import time
+from typing import Any
+
+from .. import dispatch, log
+from . import protocol
+
+logger = logging.getLogger("rdma_cni")
+PRELOAD = ("rdma_cni.commands.add", "rdma_cni.commands.delete", "rdma_cni.commands.check",
+           "rdma_cni.commands.status", "rdma_cni.models.netconf", "rdma_cni.adapters.netlink")
+
+
+def _ino(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+class Server:
+    def __init__(self, path: str, handlers: dispatch.Handlers | None = None) -> None:
+        self.path = path
+        self.handlers = handlers
+        fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        self.netns = _ino(fd)
+        os.close(fd)
+        self.sock: socket.socket | None = None
+        self.stopping = threading.Event()
+
+    def bind(self) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
+        if os.path.exists(self.path) and stat.S_ISSOCK(os.lstat(self.path).st_mode):
+            os.unlink(self.path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        tmp = f"{self.path}.{os.getpid()}"
+        sock.bind(tmp)
+        os.chmod(tmp, 0o600)
+        os.rename(tmp, self.path)  # clients never see a half-made socket
+        sock.listen(128)
+        self.sock = sock
+
+    def serve_forever(self) -> None:
+        assert self.sock is not None
+        self.sock.settimeout(0.5)
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self.stopping.is_set():
+                    break
+                raise
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.sock is not None:
+            self.sock.close()
+        try:
+            if os.path.exists(self.path):
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+    def handle(self, conn: socket.socket) -> None:
+        fds: list[int] = []
+        try:
+            conn.settimeout(10.0)
+            data, fds = _receive(conn)
+            conn.sendall(protocol.encode_reply(self._answer(data, fds)))
+        except (OSError, ValueError) as exc:
+            logger.warning("resident request failed: %s", exc)
+        finally:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+
+    def _answer(self, data: bytes, fds: list[int]) -> dict[str, Any]:
+        env, stdin = protocol.decode_request(data)
+        if not fds or _ino(fds[0]) != self.netns:
+            return {"refuse": "client is in another network namespace"}
+        if env.get("CNI_NETNS") and len(fds) < 2:
+            return {"refuse": "no netns descriptor"}
+        out, err = io.StringIO(), io.StringIO()
+        pod_fd = fds[1] if len(fds) > 1 else None
+        start = time.monotonic()
+        code = dispatch.run(env, stdin, out, err, handlers=self.handlers, netns_fd=pod_fd)
+        logger.info("resident %s %s exit %d in %.1f ms", env.get("CNI_COMMAND"),
+                    env.get("CNI_CONTAINERID", "")[:12], code, (time.monotonic() - start) * 1e3)
+        return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
+    fds: list[int] = []
+    buf = b""
+    anc_size = socket.CMSG_SPACE(2 * array.array("i").itemsize)
+    while True:
+        chunk, anc, _flags, _addr = conn.recvmsg(65536, anc_size)
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                got = array.array("i")
+                got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
+                fds += list(got)
+        if not chunk:
+            raise ValueError("resident request truncated")
+        buf += chunk
+        size = protocol.request_size(buf)
+        if size is not None and len(buf) >= size:
+            return buf[:size], fds
+        if len(buf) > protocol.MAX_FRAME:
+            raise ValueError("resident request too large")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rdma-cni serve")
+    parser.add_argument("--socket", default=protocol.DEFAULT_SOCKET)
+    parser.add_argument("--log-file", default="/var/log/rdma-cni.log")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    log.setup({"logFile": args.log_file, "logLevel": args.log_level})
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    server = Server(args.socket)
+    server.bind()
+    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    signal.signal(signal.SIGINT, lambda *_: server.stop())
+    logger.info("rdma-cni serving on %s", args.socket)
+    server.serve_forever()
+    return 0

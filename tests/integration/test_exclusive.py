@@ -1,0 +1,128 @@
+"""exclusive: the NIC itself moves into the pod and comes back on DEL, end to end
+through the built binary in a libcni-like chain. Oracle: ip -j and /proc/sys."""
+
+from __future__ import annotations
+
+import pytest
+from cnirunner import HPC_NET, assert_rdma_iface, link_detail, rdma_blocks, sh
+
+pytestmark = pytest.mark.root
+
+GW = "198.51.100.62"
+
+
+def _nic(rig) -> str:
+    return rig.nic("rnic0", "198.51.100.1/26", GW, mtu=1400)
+
+
+def test_nic_moves_in_and_comes_back(rig, built_binary) -> None:
+    _nic(rig)
+    mac = rig.node.links()["rnic0"]["address"]
+    pod = rig.pod()
+    chain = rig.chain("exclusive", binary=built_binary)
+
+    run = chain.add("c1", pod.path, rdma_blocks(1))
+    assert run.rc == 0, run
+    assert [i["name"] for i in run.out["interfaces"]] == ["eth0", "eth1"]
+    assert run.out["ips"][1] == {"version": "4", "address": "198.51.100.1/26", "interface": 1,
+                                 "gateway": GW}
+
+    # gone from the node (with its routes), in the pod with its address and HPC routes
+    assert "rnic0" not in rig.node.links()
+    assert not [r for r in rig.node.snapshot()["routes"] if "rnic0" in r]
+    assert link_detail(pod.name, "eth1")["address"] == mac
+    assert_rdma_iface(pod, "eth1", ip="198.51.100.1/26", table=100, mtu=1400,
+                      hpc=[(HPC_NET, GW)], kind="veth")
+    assert any(r["dst"] == HPC_NET and r.get("gateway") == GW and r["dev"] == "eth1"
+               for r in pod.routes("main"))
+    assert chain.check("c1").rc == 0
+
+    run = chain.delete("c1")
+    assert run.rc == 0 and run.out is None, run
+    assert sorted(pod.links()) == ["eth0", "lo"]
+    # name, address, routes, MTU and up-state: the fixture compares the whole node netns
+    assert rig.node_changes() == {}
+
+
+def test_host_name_taken_meanwhile_uses_fallback(rig, built_binary) -> None:
+    _nic(rig)
+    mac = rig.node.links()["rnic0"]["address"]
+    pod = rig.pod()
+    chain = rig.chain("exclusive", binary=built_binary)
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    # something else takes the name rnic0 on the node
+    sh("ip", "-n", rig.node.ns, "link", "add", "name", "rnic0", "type", "veth",
+       "peer", "name", "squat")
+
+    run = chain.delete("c1")
+    assert run.rc == 0, run
+    back = [lk for lk in rig.node.links().values() if lk["address"] == mac]
+    assert len(back) == 1 and back[0]["ifname"] != "rnic0", back
+    name = back[0]["ifname"]
+    assert "UP" in back[0]["flags"] and back[0]["mtu"] == 1400
+    assert sh("ip", "-n", rig.node.ns, "-4", "-br", "addr", "show", "dev", name).split()[2:] == \
+        ["198.51.100.1/26"]
+    assert sorted(pod.links()) == ["eth0", "lo"]
+    # give the node back its shape: drop the squatter, rename the NIC
+    sh("ip", "-n", rig.node.ns, "link", "del", "dev", "rnic0")
+    sh("ip", "-n", rig.node.ns, "link", "set", "dev", name, "down")
+    sh("ip", "-n", rig.node.ns, "link", "set", "dev", name, "name", "rnic0")
+    sh("ip", "-n", rig.node.ns, "link", "set", "dev", "rnic0", "up")
+    sh("ip", "-n", rig.node.ns, "route", "replace", HPC_NET, "via", GW, "dev", "rnic0")
+
+
+def test_renamed_in_pod_is_found_by_mac(rig, built_binary) -> None:
+    _nic(rig)
+    pod = rig.pod()
+    chain = rig.chain("exclusive", binary=built_binary)
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    sh("ip", "-n", pod.name, "link", "set", "dev", "eth1", "down")
+    sh("ip", "-n", pod.name, "link", "set", "dev", "eth1", "name", "weird0", "alias", "")
+    run = chain.delete("c1")
+    assert run.rc == 0, run
+    assert sorted(pod.links()) == ["eth0", "lo"]
+    assert rig.node_changes() == {}
+
+
+def test_second_pod_gets_104_and_nothing(rig, built_binary) -> None:
+    _nic(rig)
+    pod1, pod2 = rig.pod(), rig.pod("203.0.113.6/24")
+    chain = rig.chain("exclusive", binary=built_binary)
+    assert chain.add("c1", pod1.path, rdma_blocks(1)).rc == 0
+    files = rig.files()
+    run = chain.add("c2", pod2.path, rdma_blocks(1), pod="p2")
+    assert run.rc == 1 and run.code == 104, run
+    assert "rnic0" in run.out["msg"]
+    assert sorted(pod2.links()) == ["eth0", "lo"]
+    assert rig.files() == files
+    # the runtime's DEL after the failed ADD must not touch the first pod's NIC
+    assert chain.delete("c2").rc == 0
+    assert "eth1" in pod1.links() and rig.files() == files
+    assert chain.check("c1").rc == 0
+    assert chain.delete("c1").rc == 0
+
+
+def test_second_pod_asking_by_device_id_gets_104(rig, built_binary) -> None:
+    _nic(rig)
+    pod1, pod2 = rig.pod(), rig.pod("203.0.113.6/24")
+    chain = rig.chain("exclusive", binary=built_binary)
+    assert chain.add("c1", pod1.path, rdma_blocks(1)).rc == 0
+    files = rig.files()
+    chain.plugin["runtimeConfig"] = {"deviceID": "rnic0"}
+    run = chain.add("c2", pod2.path, rdma_blocks(1), pod="p2")
+    assert run.rc == 1 and run.code == 104, run
+    assert sorted(pod2.links()) == ["eth0", "lo"] and rig.files() == files
+    assert chain.delete("c2").rc == 0
+    assert chain.delete("c1").rc == 0
+
+
+@pytest.mark.parametrize("device_conf", [{"mac": "02:00:5e:10:20:30"},
+                                         {"ips": ["198.51.100.9"]}])
+def test_mac_and_ips_unsupported(rig, built_binary, device_conf) -> None:
+    _nic(rig)
+    pod = rig.pod()
+    chain = rig.chain("exclusive", binary=built_binary)
+    run = chain.add("c1", pod.path, rdma_blocks(1, **device_conf))
+    assert run.rc == 1 and run.code == 2, run
+    assert sorted(pod.links()) == ["eth0", "lo"] and rig.files() == []
+    assert chain.delete("c1").rc == 0

@@ -1,0 +1,144 @@
+"""The resident path: the exec'd plugin forwards to `rdma-cni serve` running in the
+node netns, and runs in-process whenever the server is absent, refuses or hangs.
+Both paths share one store: what one ADDs, the other DELs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cnirunner import PYTHON, rdma_blocks, sh
+
+pytestmark = pytest.mark.root
+
+
+class Serve:
+    def __init__(self, ns: str, sock: Path, log: Path) -> None:
+        self.sock, self.log = sock, log
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, str(PYTHON), "-m", "rdma_cni", "serve",
+             "--socket", str(sock), "--log-file", str(log)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
+            assert time.monotonic() < deadline, "resident server did not start"
+            time.sleep(0.05)
+
+    def served(self, command: str) -> int:
+        text = self.log.read_text() if self.log.exists() else ""
+        return sum(1 for line in text.splitlines() if f"resident {command} " in line)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=20)
+
+
+@pytest.fixture
+def serve(rig, tmp_path: Path) -> Iterator[Serve]:  # type: ignore[no-untyped-def]
+    s = Serve(rig.node.ns, tmp_path / "r.sock", tmp_path / "serve.log")
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def test_add_check_del_through_the_resident_server(rig, serve: Serve) -> None:  # type: ignore[no-untyped-def]
+    rig.nic()
+    pod = rig.pod()
+    chain = rig.chain("shared-multi", residentSocket=str(serve.sock))
+    add = chain.add("c1", pod.path, rdma_blocks(2))
+    assert add.rc == 0, add.out
+    assert sorted(pod.links()) == ["eth0", "eth1", "eth2", "lo"]
+    assert pod.addrs("eth1") == ["198.51.100.2/26"] and pod.addrs("eth2") == ["198.51.100.3/26"]
+    assert chain.check("c1").rc == 0
+    assert chain.delete("c1").rc == 0
+    assert sorted(pod.links()) == ["eth0", "lo"]
+    assert (serve.served("ADD"), serve.served("CHECK"), serve.served("DEL")) == (1, 1, 1)
+
+
+def test_pass_through_never_reaches_the_server(rig, serve: Serve) -> None:  # type: ignore[no-untyped-def]
+    rig.nic()
+    pod = rig.pod()
+    chain = rig.chain("shared-multi", residentSocket=str(serve.sock))
+    add = chain.add("c1", pod.path, [{"cniConf": {"name": "other"}}])
+    assert add.rc == 0 and len(add.out["interfaces"]) == 1
+    assert serve.served("ADD") == 0
+
+
+def test_paths_share_the_store(rig, serve: Serve) -> None:  # type: ignore[no-untyped-def]
+    rig.nic()
+    pod = rig.pod()
+    chain = rig.chain("shared-multi", residentSocket=str(serve.sock))
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    serve.stop()  # the socket file goes: the next command runs in-process
+    in_proc = rig.chain("shared-multi", residentSocket=str(serve.sock))
+    in_proc.cache = chain.cache
+    assert in_proc.add("c2", pod.path, rdma_blocks(1, ifName="rd2")).rc == 0
+    assert pod.addrs("rd2") == ["198.51.100.3/26"]  # .2 is the resident ADD's: no duplicate
+    assert in_proc.delete("c1").rc == 0 and in_proc.delete("c2").rc == 0
+
+
+def test_server_in_another_netns_is_refused_and_the_plugin_runs_in_process(
+        rig, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    other = f"{rig.node.prefix}x"
+    sh("ip", "netns", "add", other)
+    try:
+        s = Serve(other, tmp_path / "o.sock", tmp_path / "o.log")
+        try:
+            rig.nic()
+            pod = rig.pod()
+            chain = rig.chain("shared-multi", residentSocket=str(s.sock))
+            assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+            assert pod.addrs("eth1") == ["198.51.100.2/26"]
+            assert s.served("ADD") == 0
+            assert chain.delete("c1").rc == 0
+        finally:
+            s.stop()
+    finally:
+        sh("ip", "netns", "del", other)
+
+
+def test_hung_server_falls_back_after_the_bounded_wait(rig, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "hung.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])  # accept, never answer
+            except TimeoutError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        rig.nic()
+        pod = rig.pod()
+        chain = rig.chain("shared-multi", residentSocket=str(path))
+        chain.env = {"RDMA_CNI_RESIDENT_TIMEOUT": "1"}
+        start = time.monotonic()
+        add = chain.add("c1", pod.path, rdma_blocks(1))
+        assert add.rc == 0, add.out
+        assert 1.0 <= time.monotonic() - start < 20
+        assert chain.delete("c1").rc == 0
+    finally:
+        stop.set()
+        t.join()
+        for c in held:
+            c.close()
+        listener.close()
+        os.unlink(path)

@@ -1,0 +1,130 @@
+"""rdma-cni agent: reconcile the store with the netns that still exist, and the
+network-status annotation."""
+
+from __future__ import annotations
+
+import json
+from ipaddress import IPv4Address, IPv4Interface
+from pathlib import Path
+
+import pytest
+
+from rdma_cni import agent, records
+from rdma_cni.attachment import AttachmentKey
+from rdma_cni.plan import IfacePlan
+from rdma_cni.store import Store
+
+POOL = "198.51.100.0/28"
+
+
+def plan(k: int, nic: str, ip: str | None) -> IfacePlan:
+    return IfacePlan(k=k, name=f"eth{k + 1}", tmp=f"rdtmp{k}", nic=nic, kind="macvlan",
+                     mtu=1500, table=100 + k,
+                     addresses=(IPv4Interface(f"{ip}/28"),) if ip else ())
+
+
+def attach(store: Store, cid: str, netns: str, ips: list[str], pod: str = "default/p1",
+           status: str = records.READY, uid: str = "uid-1") -> AttachmentKey:
+    key = AttachmentKey("vpc-cni", cid, "eth0")
+    plans = [plan(k, f"rdfake{k}", ip) for k, ip in enumerate(ips)]
+    for p in plans:
+        assert store.reserve_ip(POOL, p.addresses[0].ip, key, p.name)
+    result = {"interfaces": [{"name": p.name, "mac": f"02:00:00:00:00:0{p.k}",
+                              "sandbox": netns} for p in plans],
+              "ips": [{"address": str(p.addresses[0]), "interface": p.k} for p in plans]}
+    store.put_state(key, records.make_state(status, "shared-multi", netns, pod, uid, 20000,
+                                            plans, result))
+    return key
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(str(tmp_path / "data"))
+
+
+def test_stale_keys_only_for_vanished_netns() -> None:
+    states = [
+        {"key": {"network": "n", "containerID": "a", "ifname": "eth0"}, "netns": "/ns/a"},
+        {"key": {"network": "n", "containerID": "b", "ifname": "eth0"}, "netns": "/ns/b"},
+        {"key": {"network": "n", "containerID": "c", "ifname": "eth0"}, "netns": ""},
+    ]
+    assert agent.stale_keys(states, lambda p: p == "/ns/a") == [AttachmentKey("n", "b", "eth0")]
+
+
+def test_reconcile_releases_gone_sandboxes_and_keeps_live_ones(store: Store,
+                                                              tmp_path: Path) -> None:
+    live_ns = tmp_path / "netns-live"
+    live_ns.write_text("")
+    live = attach(store, "live", str(live_ns), ["198.51.100.2"])
+    gone = attach(store, "gone", str(tmp_path / "netns-gone"), ["198.51.100.3", "198.51.100.4"])
+    orphan = AttachmentKey("vpc-cni", "orphan", "eth0")
+    assert store.reserve_ip(POOL, IPv4Address("198.51.100.5"), orphan, "eth1")
+
+    released = agent.reconcile(store, alive=lambda p: Path(p).exists())
+
+    assert sorted(released) == sorted([gone, orphan])
+    assert store.get_state(gone) is None and store.get_state(live) is not None
+    assert store.ip_owners(POOL) == {IPv4Address("198.51.100.2"): (live, "eth1")}
+    assert store.owners() == {live}
+    assert agent.reconcile(store, alive=lambda p: Path(p).exists()) == []
+
+
+def test_netns_alive_on_real_paths(tmp_path: Path) -> None:
+    plain = tmp_path / "cni-1234"
+    plain.write_text("")  # an unmounted leftover: same device as its directory
+    assert not agent.netns_alive(str(plain))
+    assert not agent.netns_alive(str(tmp_path / "missing"))
+    assert agent.netns_alive("/proc/self/ns/net")
+
+
+def test_status_payloads(store: Store, tmp_path: Path) -> None:
+    attach(store, "c1", "/ns/1", ["198.51.100.2", "198.51.100.3"], pod="team/train-0")
+    attach(store, "c2", "/ns/2", ["198.51.100.4"], pod="team/pending", status=records.PENDING)
+    attach(store, "c3", "/ns/3", ["198.51.100.5"], pod="nopodname")
+    out = agent.status_payloads(store.list_states())
+    assert list(out) == [("team", "train-0", "uid-1")]
+    assert json.loads(out[("team", "train-0", "uid-1")]) == [
+        {"name": "vpc-cni", "interface": "eth1", "ips": ["198.51.100.2"],
+         "mac": "02:00:00:00:00:00", "nic": "rdfake0", "mode": "shared-multi"},
+        {"name": "vpc-cni", "interface": "eth2", "ips": ["198.51.100.3"],
+         "mac": "02:00:00:00:00:01", "nic": "rdfake1", "mode": "shared-multi"},
+    ]
+
+
+class FakePods:
+    def __init__(self, pods: dict[tuple[str, str], tuple[str, str | None]]) -> None:
+        self.pods = pods
+        self.patches: list[tuple[str, str, str]] = []
+
+    def get(self, namespace: str, name: str) -> tuple[str, str | None] | None:
+        if name == "broken":
+            raise RuntimeError("500 from the API server")
+        return self.pods.get((namespace, name))
+
+    def patch(self, namespace: str, name: str, value: str) -> None:
+        self.patches.append((namespace, name, value))
+        uid, _ = self.pods[(namespace, name)]
+        self.pods[(namespace, name)] = (uid, value)
+
+
+def test_publish_patches_changed_pods_with_matching_uid(store: Store) -> None:
+    attach(store, "c1", "/ns/1", ["198.51.100.2"], pod="ns/a")
+    attach(store, "c2", "/ns/2", ["198.51.100.3"], pod="ns/recreated")
+    attach(store, "c3", "/ns/3", ["198.51.100.4"], pod="ns/gone")
+    attach(store, "c4", "/ns/4", ["198.51.100.6"], pod="ns/broken")
+    pods = FakePods({("ns", "a"): ("uid-1", None), ("ns", "recreated"): ("uid-2", None)})
+    assert agent.publish(store.list_states(), pods) == 1
+    assert [(p[0], p[1]) for p in pods.patches] == [("ns", "a")]
+    assert json.loads(pods.patches[0][2])[0]["ips"] == ["198.51.100.2"]
+    assert agent.publish(store.list_states(), pods) == 0  # unchanged: no second patch
+
+
+def test_main_once_outside_a_cluster(store: Store, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    gone = attach(store, "gone", str(tmp_path / "nope"), ["198.51.100.9"])
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"type": "rdma-cni", "dataDir": store.root}))
+    assert agent.main(["--config", str(cfg), "--once"]) == 0
+    assert store.get_state(gone) is None and store.owners() == set()
+    assert agent.main(["--once"], conf_dir=str(tmp_path / "empty")) == 1

@@ -1,0 +1,310 @@
+"""rdma-cni exporter: collectors over fake sysfs, a temp store and a metrics
+file, served on a loopback port and scraped over HTTP."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator, Sequence
+from ipaddress import IPv4Address, IPv4Interface
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakesys import FakeSys
+from prometheus_client.parser import text_string_to_metric_families
+
+from rdma_cni import metrics_file
+from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.attachment import AttachmentKey
+from rdma_cni.errors import ConfigError
+from rdma_cni.exporter import build_registry, load_config, parse_listen, serve
+from rdma_cni.exporter.attachments import IfStats, parse_state
+from rdma_cni.exporter.capacity import HostNic, Settings, capacity
+from rdma_cni.exporter.ports import parse_rate
+from rdma_cni.exporter.ports import parse_state as parse_port_state
+from rdma_cni.exporter.storeview import StoreView
+from rdma_cni.ipam.allocator import build_pool
+from rdma_cni.store import Store
+
+IB = "sys/class/infiniband"
+KEY = AttachmentKey("vpc-cni", "c0ffee" * 4, "eth0")
+NETNS = "/var/run/netns/pod-x"
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def _scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: Samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def _get(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, frozenset(labels.items()))]
+
+
+def _names(samples: Samples) -> set[str]:
+    return {name for name, _ in samples}
+
+
+def _fake_tree(root: Path) -> Sysfs:
+    fs = FakeSys(root)
+    fs.netdev("eth1", pci="0000:3b:00.0", numa=0)
+    fs.ibdev("mlx5_0", pci="0000:3b:00.0", uverbs="uverbs0")
+    fs.gid("mlx5_0", 1, 0, "fe80::1", "RoCE v2", "eth1")
+    port = f"{IB}/mlx5_0/ports/1"
+    for name, value in (("port_rcv_data", 1000), ("port_xmit_data", 250),
+                        ("port_rcv_packets", 10), ("port_xmit_packets", 5),
+                        ("port_rcv_errors", 0), ("port_xmit_discards", 3)):
+        fs.write(f"{port}/counters/{name}", str(value))
+    for name, value in (("np_cnp_sent", 7), ("rp_cnp_handled", 6), ("out_of_sequence", 2),
+                        ("np_ecn_marked_roce_packets", 9), ("lifespan", 10)):
+        fs.write(f"{port}/hw_counters/{name}", str(value))
+    fs.write(f"{port}/phys_state", "5: LinkUp")
+    fs.unreadable(f"{port}/counters/broken")  # EINVAL-like: skipped
+    # a second device: DOWN, 25G, no hw_counters at all
+    fs.netdev("eth2", pci="0000:3c:00.0", numa=0, ifindex=3)
+    fs.ibdev("mlx5_1", pci="0000:3c:00.0", state="1: DOWN", rate="25 Gb/sec (1X EDR)")
+    fs.gid("mlx5_1", 1, 0, "fe80::2", "RoCE v2", "eth2")
+    fs.write(f"{IB}/mlx5_1/ports/1/counters/port_rcv_data", "8")
+    return Sysfs(str(root))
+
+
+def _state(ifaces: list[dict[str, Any]], mode: str = "shared-multi") -> dict[str, Any]:
+    return {"status": "ready", "mode": mode, "netns": NETNS, "pod": "team-a/trainer-0",
+            "podUID": "u1", "interfaces": ifaces, "result": None}
+
+
+def _iface(name: str, nic: str, addr: str) -> dict[str, Any]:
+    return {"name": name, "nic": nic, "kind": "macvlan", "addresses": [addr]}
+
+
+HOST = {
+    "eth1": HostNic((IPv4Interface("198.51.100.1/28"),), IPv4Address("198.51.100.14")),
+    "eth2": HostNic((IPv4Interface("203.0.113.1/29"),), None),
+}
+
+
+def _host(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
+    return {n: HOST[n] for n in names if n in HOST}, {IPv4Address("203.0.113.1")}
+
+
+def _stats(netns: str, ifnames: Sequence[str]) -> dict[str, IfStats]:
+    assert netns == NETNS
+    return {n: IfStats(4096, 2048, 4, 2) for n in ifnames if n == "eth1"}
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> dict[str, Any]:
+    sysfs = _fake_tree(tmp_path / "root")
+    data = tmp_path / "data"
+    store = Store(str(data))
+    store.put_state(KEY, _state([_iface("eth1", "eth1", "198.51.100.2/28"),
+                                 _iface("eth2", "eth2", "203.0.113.2/29")]))
+    store.reserve_ip("198.51.100.0/28", IPv4Address("198.51.100.2"), KEY, "eth1")
+    store.reserve_ip("198.51.100.0/28", IPv4Address("198.51.100.3"), KEY, "eth9")
+    store.reserve_ip("203.0.113.0/29", IPv4Address("203.0.113.2"), KEY, "eth2")
+    metrics = str(tmp_path / "run" / "metrics")
+    for code, secs in ((0, 0.02), (0, 0.3), (101, 0.004)):
+        metrics_file.record(metrics, "ADD", code, secs)
+    metrics_file.record(metrics, "DEL", 0, 0.01)
+    raw = {"cniVersion": "1.0.0", "name": "rdma", "mode": "shared-multi",
+           "devices": ["eth1", "eth2"], "dataDir": str(data), "metricsFile": metrics,
+           "slotsPerNic": 8}
+    conf_file = tmp_path / "conf.json"
+    conf_file.write_text(json.dumps(raw))
+    return {"sysfs": sysfs, "conf": str(conf_file), "data": data, "metrics": metrics}
+
+
+@pytest.fixture
+def scrape(node: dict[str, Any]) -> Iterator[Any]:
+    servers = []
+
+    def run(stats: Any = _stats, host: Any = _host) -> Samples:
+        conf, raw = load_config(node["conf"])
+        registry = build_registry(conf, raw, node["sysfs"], stats, host)
+        server = serve(registry, "127.0.0.1", 0)
+        servers.append(server)
+        return _scrape(server.server_port)
+
+    yield run
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def test_port_counters_generic_and_well_known(scrape: Any) -> None:
+    s = scrape()
+    lab = {"device": "mlx5_0", "port": "1"}
+    assert _get(s, "rdma_port_counter_total", **lab, counter="port_rcv_data") == 1000
+    assert _get(s, "rdma_port_counter_total", **lab, counter="port_xmit_discards") == 3
+    assert _get(s, "rdma_port_receive_bytes_total", **lab) == 4000  # 4-octet words
+    assert _get(s, "rdma_port_transmit_bytes_total", **lab) == 1000
+    assert _get(s, "rdma_port_receive_packets_total", **lab) == 10
+    assert _get(s, "rdma_port_hw_counter_total", **lab, counter="np_cnp_sent") == 7
+    assert _get(s, "rdma_port_hw_counter_total", **lab,
+                counter="np_ecn_marked_roce_packets") == 9
+    counters = {dict(k[1]).get("counter") for k in s if k[0].startswith("rdma_port_")}
+    assert "lifespan" not in counters and "broken" not in counters
+    # the device without hw_counters still has its port counters, and no hw series
+    assert _get(s, "rdma_port_counter_total", device="mlx5_1", port="1",
+                counter="port_rcv_data") == 8
+    assert not [k for k in s if k[0] == "rdma_port_hw_counter_total"
+                and dict(k[1])["device"] == "mlx5_1"]
+
+
+def test_port_state_link_layer_and_speed(scrape: Any) -> None:
+    s = scrape()
+    up, down = {"device": "mlx5_0", "port": "1"}, {"device": "mlx5_1", "port": "1"}
+    assert _get(s, "rdma_port_state", **up, state="ACTIVE") == 1
+    assert _get(s, "rdma_port_state", **up, state="DOWN") == 0
+    assert _get(s, "rdma_port_state", **down, state="ACTIVE") == 0
+    assert _get(s, "rdma_port_state", **down, state="DOWN") == 1
+    assert _get(s, "rdma_port_phys_state", **up, state="LinkUp") == 1
+    assert _get(s, "rdma_port_info", **up, link_layer="Ethernet", netdev="eth1") == 1
+    assert _get(s, "rdma_port_speed_bits_per_second", **up) == 100e9
+    assert _get(s, "rdma_port_speed_bits_per_second", **down) == 25e9
+
+
+def test_attachment_info_and_pod_traffic(scrape: Any) -> None:
+    s = scrape()
+    info = {"namespace": "team-a", "pod": "trainer-0", "container_id": KEY.container_id,
+            "mode": "shared-multi"}
+    assert _get(s, "rdma_cni_attachment_info", **info, interface="eth1", nic="eth1",
+                address="198.51.100.2/28") == 1
+    assert _get(s, "rdma_cni_attachment_info", **info, interface="eth2", nic="eth2",
+                address="203.0.113.2/29") == 1
+    pod = {"namespace": "team-a", "pod": "trainer-0", "interface": "eth1"}
+    assert _get(s, "rdma_cni_pod_interface_receive_bytes_total", **pod) == 4096
+    assert _get(s, "rdma_cni_pod_interface_transmit_bytes_total", **pod) == 2048
+    assert _get(s, "rdma_cni_pod_interface_receive_packets_total", **pod) == 4
+    assert _get(s, "rdma_cni_attachments", status="ready") == 1
+
+
+def test_vanished_netns_drops_only_traffic(scrape: Any) -> None:
+    def gone(netns: str, ifnames: Sequence[str]) -> dict[str, IfStats]:
+        raise FileNotFoundError(netns)
+
+    s = scrape(stats=gone)
+    assert "rdma_cni_pod_interface_receive_bytes_total" not in _names(s)
+    assert "rdma_cni_attachment_info" in _names(s)
+    assert _get(s, "rdma_cni_exporter_collector_success", collector="attachments") == 1
+
+
+def test_ipam_free_and_reserved_addresses(scrape: Any) -> None:
+    s = scrape()
+    a = {"nic": "eth1", "subnet": "198.51.100.0/28"}
+    # .2-.14 minus the gateway .14: 12 assignable; .2 and .3 reserved
+    assert _get(s, "rdma_cni_ipam_pool_addresses", **a) == 12
+    assert _get(s, "rdma_cni_ipam_reserved_addresses", **a) == 2
+    assert _get(s, "rdma_cni_ipam_free_addresses", **a) == 10
+    b = {"nic": "eth2", "subnet": "203.0.113.0/29"}
+    assert _get(s, "rdma_cni_ipam_pool_addresses", **b) == 5  # .2-.6
+    assert _get(s, "rdma_cni_ipam_free_addresses", **b) == 4
+
+
+def test_slots_shared_multi(scrape: Any) -> None:
+    s = scrape()
+    lab = {"resource": "vke.volcengine.com/rdma", "mode": "shared-multi"}
+    assert _get(s, "rdma_cni_slots_capacity", **lab) == 8 + 5  # slotsPerNic 8, eth2 capped
+    assert _get(s, "rdma_cni_slots_allocated", **lab) == 2
+
+
+def test_operations_counts_and_histogram(scrape: Any) -> None:
+    s = scrape()
+    assert _get(s, "rdma_cni_operations_total", command="ADD", result="success", code="0") == 2
+    assert _get(s, "rdma_cni_operations_total", command="ADD", result="error", code="101") == 1
+    assert _get(s, "rdma_cni_operations_total", command="DEL", result="success", code="0") == 1
+    h = {"command": "ADD", "result": "success"}
+    assert _get(s, "rdma_cni_operation_duration_seconds_count", **h) == 2
+    assert _get(s, "rdma_cni_operation_duration_seconds_sum", **h) == pytest.approx(0.32)
+    assert _get(s, "rdma_cni_operation_duration_seconds_bucket", **h, le="0.025") == 1
+    assert _get(s, "rdma_cni_operation_duration_seconds_bucket", **h, le="0.5") == 2
+    assert _get(s, "rdma_cni_operation_duration_seconds_bucket", **h, le="+Inf") == 2
+
+
+def test_failing_source_costs_only_its_metrics(scrape: Any) -> None:
+    def broken(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
+        raise OSError("netlink unavailable")
+
+    s = scrape(host=broken)
+    assert _get(s, "rdma_cni_exporter_collector_success", collector="capacity") == 0
+    assert _get(s, "rdma_cni_exporter_collector_success", collector="rdma_ports") == 1
+    assert "rdma_cni_slots_capacity" not in _names(s)
+    assert "rdma_port_counter_total" in _names(s)
+
+
+def test_exporter_never_changes_the_data_dir(scrape: Any, node: dict[str, Any]) -> None:
+    data: Path = node["data"]
+    (data / "state" / ".tmp-999999999-dead-x.json").write_text("{")  # "orphan" temp
+    (data / "state" / "junk.json").write_text("not json")
+    before = sorted((p.relative_to(data), p.read_bytes()) for p in data.rglob("*") if p.is_file())
+    scrape()
+    after = sorted((p.relative_to(data), p.read_bytes()) for p in data.rglob("*") if p.is_file())
+    assert before == after
+
+
+def test_capacity_by_mode() -> None:
+    pool = build_pool("eth1", [IPv4Interface("198.51.100.1/28")], None, [], {}, True)
+    pools = {"eth1": pool, "eth2": pool}
+    for mode, expect in (("shared", 2), ("exclusive", 2), ("shared-multi", 13 + 13),
+                         ("shared-host", 13)):
+        settings = Settings(mode, "r", slots_per_nic=16, host_slots=16)
+        assert capacity(settings, ["eth1", "eth2"], pools) == expect, mode
+    assert capacity(Settings("shared-host", "r", host_slots=4), ["eth1"], pools) == 4
+    assert capacity(Settings("shared-host", "r"), [], {}) == 0
+    assert capacity(Settings("shared-multi", "r"), ["eth3"], pools) == 0  # no pool
+
+
+def test_store_view_reads_states_tolerantly(tmp_path: Path) -> None:
+    Store(str(tmp_path)).put_state(KEY, _state([_iface("eth1", "eth1", "198.51.100.2/28")]))
+    (tmp_path / "state" / "bad.json").write_text("[1]")
+    states = StoreView(str(tmp_path)).states()
+    assert len(states) == 1
+    att = parse_state(states[0])
+    assert (att.namespace, att.pod, att.netns) == ("team-a", "trainer-0", NETNS)
+    assert parse_state({"pod": "solo", "key": {}}).pod == "solo"
+
+
+@pytest.mark.parametrize(("text", "bps"), [
+    ("100 Gb/sec (4X EDR)", 100e9), ("25 Gb/sec (1X EDR)", 25e9),
+    ("2.5 Gb/sec (1X SDR)", 2.5e9), ("10 Mb/sec", 10e6), ("", None), ("fast", None),
+])
+def test_parse_rate(text: str, bps: float | None) -> None:
+    assert parse_rate(text) == bps
+
+
+def test_parse_port_state() -> None:
+    assert parse_port_state("4: ACTIVE") == "ACTIVE"
+    assert parse_port_state("5: LinkUp") == "LinkUp"
+    assert parse_port_state(None) is None
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("127.0.0.1:9999", ("127.0.0.1", 9999)), (":9469", ("0.0.0.0", 9469)),
+    ("[::1]:80", ("::1", 80)), ("0.0.0.0", ("0.0.0.0", 9469)),
+])
+def test_parse_listen(text: str, want: tuple[str, int]) -> None:
+    assert parse_listen(text) == want
+
+
+def test_parse_listen_rejects_garbage() -> None:
+    with pytest.raises(ConfigError):
+        parse_listen("host:port")
+
+
+def test_load_config_defaults_metrics_file(tmp_path: Path) -> None:
+    from rdma_cni.exporter import metrics_path
+
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"mode": "shared"}))
+    conf, raw = load_config(str(f))
+    assert conf.mode == "shared" and metrics_path(raw) == "/run/rdma-cni/metrics"
+    f.write_text("[]")
+    with pytest.raises(ConfigError):
+        load_config(str(f), conf_dir=str(tmp_path / "none"))

@@ -1,0 +1,247 @@
+"""rdma-cni install/uninstall: the pure conflist edit, the files it writes, the
+manifests and example configs under conf/."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdma_cni import install
+from rdma_cni.errors import ConfigError
+from rdma_cni.subconfig import load_config
+
+REPO = Path(__file__).resolve().parents[2]
+CAP = {"io.kubernetes.cri.pod-annotations": True}
+
+
+def vpc_cni() -> dict[str, Any]:
+    return {
+        "cniVersion": "0.4.0", "name": "vpc-cni", "disableCheck": True,
+        "plugins": [
+            {"type": "vpc-cni", "redirectToHostCIDRs": ["169.254.0.0/16"],
+             "capabilities": {"bandwidth": True}},
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+ENTRY = install.make_entry({"dataDir": "/tmp/x"}, "shared")
+
+
+def test_make_entry_sets_type_mode_capability_and_drops_list_keys() -> None:
+    e = install.make_entry({"name": "n", "cniVersion": "1.0.0", "mode": "exclusive",
+                            "capabilities": {"other": True}, "devices": ["a"]}, "shared-multi")
+    assert e == {"type": "rdma-cni", "mode": "shared-multi", "devices": ["a"],
+                 "capabilities": {"other": True, **CAP}}
+    with pytest.raises(ConfigError, match="invalid mode"):
+        install.make_entry({}, "bogus")
+
+
+def test_insert_after_primary_keeps_the_rest() -> None:
+    doc = vpc_cni()
+    before = copy.deepcopy(doc)
+    out = install.insert_entry(doc, ENTRY)
+    assert doc == before  # pure
+    assert [p["type"] for p in out["plugins"]] == ["vpc-cni", "rdma-cni", "portmap"]
+    assert out["plugins"][1] == ENTRY
+    assert {k: v for k, v in out.items() if k != "plugins"} == \
+        {k: v for k, v in doc.items() if k != "plugins"}
+
+
+def test_insert_updates_existing_entry_without_duplicating() -> None:
+    doc = vpc_cni()
+    doc["plugins"].append({"type": "rdma-cni", "mode": "exclusive"})
+    doc["plugins"].append({"type": "rdma-cni", "mode": "shared"})
+    out = install.insert_entry(doc, ENTRY)
+    assert [p["type"] for p in out["plugins"]] == ["vpc-cni", "portmap", "rdma-cni"]
+    assert out["plugins"][2]["mode"] == "shared"
+    assert install.insert_entry(out, ENTRY) == out  # idempotent
+
+
+def test_insert_moves_an_entry_that_sits_before_the_primary() -> None:
+    doc = vpc_cni()
+    doc["plugins"].insert(0, {"type": "rdma-cni"})
+    out = install.insert_entry(doc, ENTRY)
+    assert [p["type"] for p in out["plugins"]] == ["vpc-cni", "rdma-cni", "portmap"]
+
+
+def test_refuses_single_plugin_conf_and_empty_lists() -> None:
+    with pytest.raises(ConfigError, match="not a conflist"):
+        install.insert_entry({"cniVersion": "0.4.0", "name": "x", "type": "vpc-cni"}, ENTRY)
+    with pytest.raises(ConfigError, match="no primary"):
+        install.insert_entry({"plugins": [{"type": "rdma-cni"}]}, ENTRY)
+
+
+def test_remove_entry() -> None:
+    out = install.remove_entry(install.insert_entry(vpc_cni(), ENTRY))
+    assert out == vpc_cni()
+
+
+def test_resolve_mode_order() -> None:
+    def label() -> str | None:
+        return "exclusive"
+
+    assert install.resolve_mode("shared", {"mode": "shared-host"}, label) == "shared"
+    assert install.resolve_mode(None, {"mode": "shared-host"}, label) == "exclusive"
+    assert install.resolve_mode(None, {"mode": "shared-host"}, lambda: None) == "shared-host"
+    with pytest.raises(ConfigError, match="no --mode"):
+        install.resolve_mode(None, {}, lambda: None)
+    with pytest.raises(ConfigError, match=r"from vke\.node\.rdma\.mode"):
+        install.resolve_mode(None, {}, lambda: "weird")
+
+
+# -- files ------------------------------------------------------------------------
+@pytest.fixture
+def node(tmp_path: Path) -> dict[str, Path]:
+    bundle = tmp_path / "bundle"
+    (bundle / "_internal" / "rdma_cni" / "data").mkdir(parents=True)
+    exe = bundle / "rdma-cni"
+    exe.write_text("#!/bin/sh\necho v1\n")
+    exe.chmod(0o755)
+    (bundle / "_internal" / "lib.so").write_bytes(b"\0lib")
+    (bundle / "_internal" / "rdma_cni" / "data" / "nccl_env.sh").write_text("# nccl v1\n")
+    conf_dir = tmp_path / "net.d"
+    conf_dir.mkdir()
+    (conf_dir / "10-vpc-cni.conflist").write_text(json.dumps(vpc_cni()))
+    (conf_dir / "99-loopback.conf").write_text('{"type": "loopback"}')
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"type": "rdma-cni", "dataDir": "/tmp/d"}))
+    return {"bundle": bundle, "bin": tmp_path / "bin", "conf": conf_dir, "cfg": cfg,
+            "out": tmp_path / "run" / "config.json"}
+
+
+def _args(n: dict[str, Path], *extra: str) -> list[str]:
+    return ["--bundle", str(n["bundle"]), "--cni-bin-dir", str(n["bin"]),
+            "--cni-conf-dir", str(n["conf"]), "--config", str(n["cfg"]), *extra]
+
+
+def _label() -> str | None:
+    return "shared-multi"
+
+
+def test_install_then_uninstall(node: dict[str, Path]) -> None:
+    conflist = node["conf"] / "10-vpc-cni.conflist"
+    original = conflist.read_bytes()
+    assert install.main(_args(node, "--write-config", str(node["out"])), _label) == 0
+    link = node["bin"] / "rdma-cni"
+    assert os.readlink(link) == "rdma-cni.d/rdma-cni"
+    assert os.access(link, os.X_OK)
+    assert (node["bin"] / "rdma-cni.d" / "_internal" / "lib.so").read_bytes() == b"\0lib"
+    nccl = node["bin"] / "nccl_env.sh"
+    assert nccl.read_text() == "# nccl v1\n"
+    assert stat.S_IMODE(nccl.stat().st_mode) == 0o755
+    (node["bin"] / "rdma-cni.d" / "_internal" / "lib.so").stat()
+    doc = json.loads(conflist.read_text())
+    assert [p["type"] for p in doc["plugins"]] == ["vpc-cni", "rdma-cni", "portmap"]
+    assert doc["plugins"][1]["mode"] == "shared-multi"
+    assert doc["plugins"][1]["capabilities"] == CAP
+    assert (node["conf"] / "10-vpc-cni.conflist.rdma-cni.bak").read_bytes() == original
+    assert json.loads(node["out"].read_text()) == doc["plugins"][1]
+    # what the subcommands load from the conf dir
+    assert load_config(None, str(node["conf"]))["name"] == "vpc-cni"
+    assert sorted(os.listdir(node["conf"])) == [
+        "10-vpc-cni.conflist", "10-vpc-cni.conflist.rdma-cni.bak", "99-loopback.conf"]
+
+    assert install.main(["uninstall", "--cni-bin-dir", str(node["bin"]),
+                         "--cni-conf-dir", str(node["conf"])]) == 0
+    assert json.loads(conflist.read_text()) == vpc_cni()
+    assert sorted(os.listdir(node["conf"])) == ["10-vpc-cni.conflist", "99-loopback.conf"]
+    assert os.listdir(node["bin"]) == []
+
+
+def test_install_is_idempotent_and_updates_the_bundle(node: dict[str, Path]) -> None:
+    assert install.main(_args(node), _label) == 0
+    conflist = node["conf"] / "10-vpc-cni.conflist"
+    mtime = conflist.stat().st_mtime_ns
+    inode = (node["bin"] / "rdma-cni.d").stat().st_ino
+    assert install.main(_args(node), _label) == 0
+    assert conflist.stat().st_mtime_ns == mtime  # unchanged: not rewritten
+    assert (node["bin"] / "rdma-cni.d").stat().st_ino == inode  # identical: not copied
+    (node["bundle"] / "rdma-cni").write_text("#!/bin/sh\necho v2\n")
+    assert install.main(_args(node, "--mode", "exclusive"), _label) == 0
+    assert (node["bin"] / "rdma-cni").read_text().endswith("v2\n")
+    assert json.loads(conflist.read_text())["plugins"][1]["mode"] == "exclusive"
+    leftovers = [n for n in os.listdir(node["bin"]) if n.startswith(".")]
+    assert leftovers == []
+    assert len(json.loads(conflist.read_text())["plugins"]) == 3
+
+
+def test_watch_re_adds_the_entry_after_the_primary_rewrites(node: dict[str, Path]) -> None:
+    assert install.main(_args(node), _label) == 0
+    conflist = node["conf"] / "10-vpc-cni.conflist"
+    conflist.write_text(json.dumps(vpc_cni()))  # the primary's agent restarts
+    entry = install.make_entry({"type": "rdma-cni", "dataDir": "/tmp/d"}, "shared-multi")
+    install.watch(str(node["conf"]), entry, 0.0, rounds=1)
+    doc = json.loads(conflist.read_text())
+    assert [p["type"] for p in doc["plugins"]] == ["vpc-cni", "rdma-cni", "portmap"]
+    # a new file sorting first takes over: the watch follows it
+    (node["conf"] / "05-new.conflist").write_text(json.dumps(vpc_cni()))
+    install.watch(str(node["conf"]), entry, 0.0, rounds=1)
+    doc = json.loads((node["conf"] / "05-new.conflist").read_text())
+    assert doc["plugins"][1] == entry
+
+
+def test_install_errors_are_reported(node: dict[str, Path], capsys: Any) -> None:
+    for f in node["conf"].iterdir():
+        f.unlink()
+    (node["conf"] / "10-vpc.conf").write_text('{"cniVersion":"0.4.0","type":"vpc-cni"}')
+    assert install.main(_args(node), _label) == 1
+    assert "not a conflist" in capsys.readouterr().err
+    (node["bundle"] / "rdma-cni").unlink()
+    assert install.main(_args(node), _label) == 1
+    assert "no executable rdma-cni" in capsys.readouterr().err
+
+
+# -- conf/ -----------------------------------------------------------------------------
+@pytest.mark.parametrize("path", sorted((REPO / "conf").glob("*.conflist")),
+                         ids=lambda p: p.name)
+def test_example_conflists_validate(path: Path) -> None:
+    from rdma_cni.models.netconf import load_netconf
+
+    doc = json.loads(path.read_text())
+    assert doc["cniVersion"] == "0.4.0"
+    types = [p["type"] for p in doc["plugins"]]
+    assert types[0] != "rdma-cni" and types.count("rdma-cni") == 1
+    entry = load_config(None, str(path.parent)) if path.name.startswith("10-") else None
+    raw = {**doc["plugins"][types.index("rdma-cni")], "name": doc["name"],
+           "cniVersion": doc["cniVersion"]}
+    assert entry is None or entry == raw
+    assert raw["capabilities"] == CAP
+    conf = load_netconf(raw)
+    assert conf.mode in install.MODES
+    if path.name != "10-vpc-cni-rdma.conflist":
+        assert path.stem == f"rdma-{conf.mode}"
+
+
+def test_k8s_manifests_parse_and_are_consistent() -> None:
+    yaml = pytest.importorskip("yaml")
+    docs = [d for f in sorted((REPO / "conf" / "k8s").glob("*.yaml"))
+            for d in yaml.safe_load_all(f.read_text()) if d]
+    kinds = {d["kind"]: d for d in docs}
+    assert set(kinds) >= {"DaemonSet", "ServiceAccount", "ClusterRole",
+                          "ClusterRoleBinding", "ConfigMap"}
+    rules = {(tuple(r["resources"]), tuple(sorted(r["verbs"])))
+             for r in kinds["ClusterRole"]["rules"]}
+    assert rules == {(("nodes",), ("get", "list", "watch")), (("pods",), ("get", "patch"))}
+    json.loads(kinds["ConfigMap"]["data"]["config.json"])
+    spec = kinds["DaemonSet"]["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True
+    assert spec["serviceAccountName"] == kinds["ServiceAccount"]["metadata"]["name"]
+    init = spec["initContainers"][0]
+    assert init["command"][:2] == ["rdma-cni", "install"] and init["securityContext"]["privileged"]
+    names = {c["name"]: c for c in spec["containers"]}
+    for sub in ("agent", "device-plugin", "exporter"):
+        assert names[sub]["command"][:2] == ["rdma-cni", sub]
+    paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert paths >= {"/opt/cni/bin", "/etc/cni/net.d", "/var/lib/cni",
+                     "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources",
+                     "/var/run/netns", "/sys", "/dev/infiniband"}
+    vols = {v["name"] for v in spec["volumes"]}
+    for c in [*spec["containers"], *spec["initContainers"]]:
+        assert {m["name"] for m in c.get("volumeMounts", [])} <= vols
