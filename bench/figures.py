@@ -9,12 +9,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
 import cni
 import lab
-from cni import Exec, Invocation
+from cni import Invocation
 from lab import Pod, Pods
+from sides import leftover_state
 
 Samples = dict[str, list[float]]
 #: builds a contender's invocations for one pod; returns them and the RDMA links expected
@@ -121,9 +120,9 @@ def run(sc: Scenario, pods_api: Pods, settle: float, n_nics: int) -> Scenario:
     strays = lab.node_strays(n_nics)
     if strays:
         raise RuntimeError(f"{sc.key}: links left in the node netns: {strays}")
+    for c in sc.contenders:
+        state = leftover_state(c.data_dir)
+        if state:
+            raise RuntimeError(f"{sc.key}: {c.label} left state after DEL: {state}")
     sys.stderr.write("\n")
     return sc
-
-
-def exec_summary(execs: Sequence[Exec]) -> dict[str, Any]:
-    return {"n": len(execs), "wall_ms": [ms(e.wall_ns) for e in execs]}

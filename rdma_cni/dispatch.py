@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any, Protocol
 
@@ -62,12 +63,23 @@ def run(
         if stderr is not None:
             stderr.write(ABOUT)
         return 0
+    if command == "VERSION":
+        _emit(stdout, _version_doc(stdin))
+        return 0
+    started = time.monotonic()
+    seen: dict[str, Any] = {}
+    code = _serve(env, command, stdin, stdout, handlers, on_request, netns_fd, seen)
+    _record(seen.get("conf"), command, code, time.monotonic() - started)
+    return 1 if code else 0
+
+
+def _serve(env: Mapping[str, str], command: str, stdin: bytes, stdout: IO[str],
+           handlers: Handlers | None, on_request: Callable[[Request], None] | None,
+           netns_fd: int | None, seen: dict[str, Any]) -> int:
+    """The command itself; returns 0 or the CNI error code it reported."""
     version = versions.LATEST
     try:
-        if command == "VERSION":
-            _emit(stdout, _version_doc(stdin))
-            return 0
-        conf = _decode(stdin, command)
+        conf = seen["conf"] = _decode(stdin, command)
         version = versions.check_supported(conf.get("cniVersion"))
         _check_gate(command, version)
         req = _build_request(env, command, conf, version)
@@ -81,11 +93,21 @@ def run(
     except CniError as exc:
         log.warning("%s failed: code %d: %s", command, int(exc.code), exc.msg)
         _emit(stdout, _error_doc(version, exc.code, exc.msg, exc.details))
+        return int(exc.code)
     except Exception as exc:  # the one place an unexpected exception becomes a CNI error
         log.exception("%s failed with an internal error", command)
         msg = f"{command} failed: internal error: {type(exc).__name__}: {exc}"[:1000]
         _emit(stdout, _error_doc(version, Code.IO_FAILURE, msg, ""))
-    return 1
+        return int(Code.IO_FAILURE)
+
+
+def _record(conf: dict[str, Any] | None, command: str, code: int, seconds: float) -> None:
+    """Count the operation for the exporter (never blocks, never fails the command)."""
+    from . import metrics_file
+
+    path = metrics_file.path_from_conf(conf or {})
+    if path:
+        metrics_file.record(path, command, code, seconds)
 
 
 def _decode(stdin: bytes, command: str) -> dict[str, Any]:

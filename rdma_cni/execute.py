@@ -228,8 +228,10 @@ def restore_host(host: Netlink, name: str, p: IfacePlan) -> None:
     if p.host_up:
         host.set_link(name, f"bring {name} up", state="up")
     link = host.require(name)
-    for dst, gw in p.routes:
-        host.add_route(Route(dst=dst, gateway=gw, oif=link.index, table=RT_TABLE_MAIN))
+    saved = p.host_routes or tuple((dst, gw, 0, 0, False) for dst, gw in p.routes)
+    for dst, gw, proto, metric, onlink in saved:
+        host.add_route(Route(dst=dst, gateway=gw, oif=link.index, table=RT_TABLE_MAIN,
+                             onlink=onlink, proto=proto, priority=metric))
 
 
 def _sysctls(ctx: Ctx, p: IfacePlan) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from ipaddress import IPv4Address, IPv4Interface
 
-from .adapters.netlink import Link, Netlink
+from .adapters.netlink import Link, Netlink, Route
 from .discovery import Nic
 from .errors import NicUnavailable
 from .plan import NicFacts
@@ -23,19 +23,21 @@ def nic_facts(nl: Netlink, names: Iterable[str], rdma: dict[str, Nic]) -> dict[s
     for name in wanted:
         link = links[name]
         own = tuple(sorted((a for i, a in addrs if i == link.index), key=lambda a: a.ip))
-        via = [(r.dst, r.gateway) for r in routes if r.oif == link.index and r.gateway]
+        via = [r for r in routes if r.oif == link.index and r.gateway]
         out[name] = _facts(link, own, via, rdma.get(name))
     return out
 
 
-def _facts(link: Link, addresses: tuple[IPv4Interface, ...], via: Sequence[tuple[str, str | None]],
+def _facts(link: Link, addresses: tuple[IPv4Interface, ...], via: Sequence[Route],
            nic: Nic | None) -> NicFacts:
-    default = [gw for dst, gw in via if dst == "0.0.0.0/0"]
-    gateway = default[0] if default else (via[0][1] if via else None)
+    default = [r.gateway for r in via if r.dst == "0.0.0.0/0"]
+    gateway = default[0] if default else (via[0].gateway if via else None)
     return NicFacts(
         name=link.name, index=link.index, mtu=link.mtu, mac=link.mac, up=link.up,
         addresses=addresses, gateway=IPv4Address(gateway) if gateway else None,
-        routes=tuple(via), pci=link.parent_dev or (nic.pci if nic else None),
+        routes=tuple((r.dst, r.gateway) for r in via),
+        host_routes=tuple((r.dst, r.gateway, r.proto, r.priority, r.onlink) for r in via),
+        pci=link.parent_dev or (nic.pci if nic else None),
         perm_mac=link.perm_mac, ibdev=nic.ibdev if nic else None,
     )
 

@@ -34,6 +34,8 @@ def plan_from_dict(d: dict[str, Any]) -> IfacePlan:
         ibdev=d.get("ibdev"), identity=dict(d.get("identity") or {}),
         host_mtu=int(d.get("host_mtu") or 0), host_up=bool(d.get("host_up", True)),
         rdma_move=bool(d.get("rdma_move", False)),
+        host_routes=tuple((str(r[0]), r[1], int(r[2]), int(r[3]), bool(r[4]))
+                          for r in d.get("host_routes") or []),
     )
 
 

@@ -73,8 +73,8 @@ def _ranges(conf: Any) -> dict[str, RangeConf]:
 
 
 def metrics_path(raw: dict[str, Any]) -> str:
-    value = raw.get("metricsFile")
-    return value if isinstance(value, str) and value else metrics_file.DEFAULT_PATH
+    """Where the plugin records its operations (``metricsFile``; "" means the default)."""
+    return metrics_file.path_from_conf(raw) or metrics_file.DEFAULT_PATH
 
 
 def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
@@ -108,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
                                     f"(default: the rdma-cni entry in {DEFAULT_CONF_DIR})")
     p.add_argument("--conf-dir", default=DEFAULT_CONF_DIR, help=argparse.SUPPRESS)
     p.add_argument("--listen", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="HOST:PORT")
+    p.add_argument("--metrics-file", help="the plugin's metrics file as seen by the exporter "
+                                          "(default: config metricsFile, else "
+                                          f"{metrics_file.DEFAULT_PATH})")
     p.add_argument("--sysfs-root", default="/", help="root of /sys (tests)")
     return p
 
@@ -121,6 +124,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         host, port = parse_listen(args.listen)
         conf, raw = load_config(args.config, args.conf_dir)
+        if args.metrics_file:
+            raw["metricsFile"] = args.metrics_file
         registry = build_registry(conf, raw, Sysfs(args.sysfs_root), pod_stats, host_nics)
         server = serve(registry, host, port)
     except (CniError, OSError) as err:

@@ -88,6 +88,7 @@ class NetConf(BaseModel):
     logFile: str = "/var/log/rdma-cni.log"
     logLevel: Literal["debug", "info", "warning", "error"] = "info"
     residentSocket: str = "/run/rdma-cni/rdma-cni.sock"
+    metricsFile: str = "/run/rdma-cni/metrics"
     runtimeConfig: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("mtu")

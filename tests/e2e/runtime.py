@@ -3,6 +3,7 @@ CRI v1 gRPC API with a minimal client generated at run time from cri.proto."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -201,10 +202,8 @@ class Containerd:
                 self.proc.kill()
                 self.proc.wait()
         for pid in self._shim_pids():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def _shim_pids(self) -> list[int]:
         out = []

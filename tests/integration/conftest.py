@@ -9,6 +9,7 @@ netns the test made is gone.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -39,8 +40,9 @@ if os.geteuid() != 0:  # tests/conftest.py skips `root` tests; never build netns
 
 
 @pytest.fixture(scope="session")
-def built_binary() -> list[str]:
-    """Build dist/rdma-cni once per session (scripts/build.sh is a no-op when up to date).
+def built_binary(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Build dist/rdma-cni once per session (scripts/build.sh is a no-op when up to date)
+    and run a private copy of the bundle, so a concurrent rebuild cannot pull it away.
 
     ``RDMA_CNI_TEST_BINARY`` points the suite at another build instead.
     """
@@ -49,11 +51,17 @@ def built_binary() -> list[str]:
     override = os.environ.get("RDMA_CNI_TEST_BINARY")
     if override:
         return [override]
-    proc = subprocess.run([str(REPO / "scripts" / "build.sh")], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, f"build failed: {proc.stdout}{proc.stderr}"
-    assert BINARY.exists()
-    return [str(BINARY)]
+    dest = tmp_path_factory.mktemp("bundle") / "rdma-cni"
+    for _ in range(3):
+        proc = subprocess.run([str(REPO / "scripts" / "build.sh")], cwd=REPO,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"build failed: {proc.stdout}{proc.stderr}"
+        try:
+            shutil.copytree(BINARY.parent, dest, symlinks=True, dirs_exist_ok=True)
+            break
+        except (OSError, shutil.Error):  # rebuilt under our feet: build and copy again
+            shutil.rmtree(dest, ignore_errors=True)
+    return [str(dest / BINARY.name)]
 
 
 class Rig:

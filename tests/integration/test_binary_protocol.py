@@ -180,3 +180,22 @@ def test_about_text_without_cni_command_does_not_read_stdin(runner: list[str]) -
         out, err = proc.stdout.read(), proc.stderr.read()
     assert (status, out) == (0, b"")
     assert b"CNI_COMMAND" in err and b"rdma-cni" in err
+
+
+@pytest.mark.parametrize("command", ["VERSION", "ADD"])
+def test_cli_pass_through_imports_nothing_heavy(command: str, tmp_path: Path) -> None:
+    """The whole entry point (cli, resident check, dispatcher) under ``-X importtime``."""
+    stdin = with_pod(tmp_path, '[{"cniConf": {"name": "other"}}]')
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **ENV, "CNI_COMMAND": command}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "rdma_cni"],
+                          input=json.dumps(stdin).encode(), env=env, cwd=REPO,
+                          capture_output=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0]
+                for line in proc.stderr.decode().splitlines() if line.startswith("import time:")}
+    assert "rdma_cni" in imported
+    assert imported.isdisjoint({"pyroute2", "pydantic", "grpc", "prometheus_client"}), \
+        sorted(imported & {"pyroute2", "pydantic", "grpc", "prometheus_client"})
+    out = json.loads(proc.stdout)
+    assert out == (VPC_PREV if command == "ADD" else
+                   {"cniVersion": "0.4.0", "supportedVersions": list(SUPPORTED)})

@@ -117,7 +117,8 @@ def test_ten_thousand_blocks_are_code_7() -> None:
 
 
 def test_annotation_size_is_bounded_in_bytes() -> None:
-    fat = json.dumps([{"cniConf": {"name": "o"}, "pad": "é" * 40_000}], ensure_ascii=False)  # 80 kB in UTF-8
+    # 40 000 characters, 80 kB in UTF-8
+    fat = json.dumps([{"cniConf": {"name": "o"}, "pad": "é" * 40_000}], ensure_ascii=False)
     assert len(fat) < 64 * 1024 < len(fat.encode())
     with pytest.raises(ConfigError, match="larger than"):
         parse_blocks(fat)
@@ -126,13 +127,12 @@ def test_annotation_size_is_bounded_in_bytes() -> None:
 def test_config_helpers_validate_the_raw_values() -> None:
     assert (conf_name({}), max_interfaces({})) == ("rdma", 16)
     assert (conf_name({"cniConfName": "x"}), max_interfaces({"maxInterfaces": 64})) == ("x", 64)
-    for bad in ({"cniConfName": ""}, {"cniConfName": 5}):
+    for value in ("", 5):
         with pytest.raises(ConfigError, match="cniConfName"):
-            conf_name(bad)
-    for bad in ({"maxInterfaces": 0}, {"maxInterfaces": 65}, {"maxInterfaces": True},
-                {"maxInterfaces": "4"}):
+            conf_name({"cniConfName": value})
+    for value in (0, 65, True, "4"):
         with pytest.raises(ConfigError, match="maxInterfaces"):
-            max_interfaces(bad)
+            max_interfaces({"maxInterfaces": value})
 
 
 def test_requested_blocks_use_the_configured_name() -> None:

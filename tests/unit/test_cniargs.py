@@ -72,7 +72,7 @@ def test_fuzz_only_cni_errors(raw: str) -> None:
 
 KEY = st.sampled_from(["K8S_POD_NAMESPACE", "K8S_POD_NAME", "K8S_POD_UID",
                        "K8S_POD_INFRA_CONTAINER_ID", "FOO", "bar"])
-VALUE = st.text(st.characters(blacklist_characters=";\n\x00", blacklist_categories=("Cs",)),
+VALUE = st.text(st.characters(blacklist_characters=";\n\x00", blacklist_categories=["Cs"]),
                 max_size=20)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from rdma_cni import dispatch, errors, versions
+from rdma_cni import dispatch, errors, log, versions
 from rdma_cni.errors import CniError, Code
 from rdma_cni.request import Request
 
@@ -220,7 +221,8 @@ def test_request_carries_config_and_key() -> None:
 @pytest.mark.parametrize("version", ["0.3.0", "0.3.1"])
 def test_check_below_040_is_code_1(version: str) -> None:
     o = invoke("CHECK", conf(version))
-    assert_error(o, Code.INCOMPATIBLE_VERSION, "CHECK", "0.4.0")
+    doc = assert_error(o, Code.INCOMPATIBLE_VERSION, "CHECK", "0.4.0")
+    assert doc["cniVersion"] == version
     assert o.handlers.calls == []
 
 
@@ -427,6 +429,24 @@ def test_on_request_sees_the_validated_request() -> None:
     status = dispatch.run({**ENV, "CNI_COMMAND": "DEL"}, json.dumps(conf()).encode(), out,
                           handlers=FakeHandlers(), on_request=seen.append)
     assert (status, out.getvalue(), [r.command for r in seen]) == (0, "", ["DEL"])
+
+
+def test_internal_error_traceback_goes_to_the_log_file_only(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logfile = tmp_path / "rdma-cni.log"
+    logger = logging.getLogger("rdma_cni")
+    try:
+        log.setup({"logFile": str(logfile), "logLevel": "debug"})
+        o = invoke("ADD", handlers=FakeHandlers(fail=RuntimeError("kaboom")))
+    finally:
+        for handler in logger.handlers:
+            handler.close()
+        logger.handlers.clear()
+    assert o.doc["code"] == 5
+    err = capsys.readouterr().err
+    assert "internal error" in err and "Traceback" not in err
+    text = logfile.read_text()
+    assert "Traceback" in text and "RuntimeError: kaboom" in text
 
 
 # -- the default handlers: chaining and pass-through -------------------------

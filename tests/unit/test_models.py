@@ -131,7 +131,7 @@ def test_missing_mode_and_version_are_code_7() -> None:
 
 
 def test_error_message_is_bounded() -> None:
-    bad = {f"k{i}": {} for i in range(50)}
+    bad: dict[str, Any] = {f"k{i}": {} for i in range(50)}
     msg = config_error(routing=bad, kubelet=bad, ipam={"x": bad})
     assert len(msg) < 1000
 

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Benchmark rdma-cni (the PyInstaller build) against Go macvlan+host-local.
+
+    sudo .venv/bin/python bench/run.py [--rounds N] [--quick] [--path inproc|resident|both]
+                                       [--out bench/results/latest.json]
+
+The host side makes the node and fabric netns, then re-executes this script once
+under ``ip netns exec <node>``: the driver and every plugin it spawns run in the
+node netns (with its sysfs), and plugin timings carry no ``ip netns exec``.
+Everything made here is deleted at the end, on errors and on Ctrl-C. See README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, NoReturn
+
+import cni
+import figures
+import lab
+import report
+import resident
+from figures import Contender, Scenario
+from sides import GoMacvlan, RdmaCni, rdma_blocks
+
+REPO = Path(__file__).resolve().parents[1]
+BINARY = REPO / "dist" / "rdma-cni" / "rdma-cni"
+GO_MACVLAN = "/usr/lib/cni/macvlan"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=15, help="rounds per figure (default 15)")
+    p.add_argument("--parallel-rounds", type=int, default=0,
+                   help="rounds of figure 4 (default: rounds/3, at least 2)")
+    p.add_argument("--pods", type=int, default=32, help="pods ADDed at once in figure 4")
+    p.add_argument("--quick", action="store_true", help="about 30 s: 4 rounds, 1 of figure 4")
+    p.add_argument("--path", choices=("inproc", "resident", "both"), default=None,
+                   help="rdma-cni in-process, forwarded to `rdma-cni serve`, or both "
+                        "(default: both when the binary has `serve`)")
+    p.add_argument("--only", default="", help="comma-separated scenarios: s1,s2,s3,s4")
+    p.add_argument("--binary", default=str(BINARY))
+    p.add_argument("--settle", type=float, default=0.1,
+                   help="seconds to wait after making a round's pods (not timed)")
+    p.add_argument("--out", default=str(REPO / "bench" / "results" / "latest.json"))
+    p.add_argument("--inner-prefix", help=argparse.SUPPRESS)
+    p.add_argument("--inner-tmp", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.parallel_rounds = min(args.rounds, 4), 1
+    args.parallel_rounds = args.parallel_rounds or max(2, args.rounds // 3)
+    return args
+
+
+def _interrupt(signum: int, _frame: Any) -> NoReturn:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def preflight(args: argparse.Namespace) -> None:
+    if os.geteuid() != 0:
+        sys.exit("bench/run.py needs root (network namespaces): run it with sudo")
+    if not os.access(args.binary, os.X_OK):
+        sys.exit(f"{args.binary} is missing: build it with ./scripts/build.sh")
+    if not os.access(GO_MACVLAN, os.X_OK):
+        sys.exit(f"{GO_MACVLAN} is missing: apt-get install containernetworking-plugins")
+    stale = [p for p in (REPO / "rdma_cni").rglob("*.py")
+             if p.stat().st_mtime > os.path.getmtime(args.binary)]
+    if stale and args.binary == str(BINARY):
+        sys.stderr.write(f"warning: {len(stale)} source files are newer than {args.binary} "
+                         f"(e.g. {stale[0].relative_to(REPO)}): run ./scripts/build.sh\n")
+
+
+def host_main(args: argparse.Namespace, argv: list[str]) -> int:
+    """Host side: make the node, run the driver inside it, delete everything."""
+    preflight(args)
+    names = lab.Names(f"rcb{os.getpid() % 100000}")
+    tmp = tempfile.mkdtemp(prefix="rdma-cni-bench.")
+    signal.signal(signal.SIGTERM, _interrupt)
+    inner: subprocess.Popen[bytes] | None = None
+    try:
+        lab.make_node(names)
+        inner = subprocess.Popen(["ip", "netns", "exec", names.node, sys.executable,
+                                  os.path.abspath(__file__), *argv, "--inner-prefix",
+                                  names.prefix, "--inner-tmp", tmp])
+        return inner.wait()
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted: cleaning up\n")
+        return 130
+    finally:
+        if inner is not None and inner.poll() is None:
+            inner.send_signal(signal.SIGTERM)  # it cleans up its pods and daemon
+            try:
+                inner.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                inner.kill()
+                inner.wait()
+        lab.destroy(names)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def contenders(args: argparse.Namespace, paths: list[str], tmp: str, key: str,
+               n_nics: int, blocks: int, ours: int | None = None,
+               daemon_socket: str = "") -> list[Contender]:
+    """rdma-cni per path and the Go reference, in the order they alternate."""
+    ours = blocks if ours is None else ours
+    out: list[Contender] = []
+    for path in paths:
+        side = RdmaCni(args.binary, os.path.join(tmp, key, path), n_nics,
+                       socket=daemon_socket if path == "resident" else "")
+        blist = rdma_blocks(ours) + rdma_blocks(blocks - ours, name="other-net")
+        out.append(Contender(path, f"rdma-cni ({path})",
+                             lambda pod, s=side, b=blist: (s.invocations(pod, b), ours),
+                             side.data_dir))
+        if len(out) == 1:
+            go = GoMacvlan(os.path.join(tmp, key, "go"), n_nics)
+            out.append(Contender("go", "Go macvlan+host-local",
+                                 lambda pod, g=go: (g.invocations(pod, max(blocks, 1)),
+                                                    max(blocks, 1)), go.data_dir))
+    return out
+
+
+def scenarios(args: argparse.Namespace, paths: list[str], tmp: str,
+              sock: str) -> list[Scenario]:
+    def cs(key: str, n_nics: int, blocks: int, ours: int | None = None) -> list[Contender]:
+        return contenders(args, paths, tmp, key, n_nics, blocks, ours, sock)
+
+    every = [
+        Scenario("s1", "8 RDMA interfaces per pod, ADD+DEL", cs("s1", 8, 8), args.rounds),
+        Scenario("s2", "1 interface, ADD", cs("s2", 1, 1), args.rounds),
+        Scenario("s3", "pass-through ADD", cs("s3", 1, 1, ours=0), args.rounds),
+        Scenario("s4", f"{args.pods} pods ADD at once", cs("s4", 1, 1), args.parallel_rounds,
+                 parallel=args.pods, warmup=0),
+    ]
+    only = {s for s in args.only.split(",") if s}
+    return [s for s in every if not only or s.key in only]
+
+
+def driver_main(args: argparse.Namespace) -> int:
+    """Inside the node netns: measure, write the record, print the table."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    names, tmp = lab.Names(args.inner_prefix), args.inner_tmp
+    has_serve = resident.supported(args.binary)
+    path = args.path or ("both" if has_serve else "inproc")
+    paths = ["inproc", "resident"] if path == "both" else [path]
+    if "resident" in paths and not has_serve:
+        sys.exit(f"{args.binary} has no `serve` subcommand: use --path inproc")
+    pods = lab.Pods(names)
+    daemon: resident.Daemon | None = None
+    try:
+        sock = os.path.join(tmp, "rdma-cni.sock")
+        if "resident" in paths:
+            daemon = resident.Daemon.start(args.binary, sock, os.path.join(tmp, "serve.log"))
+        done = {s.key: figures.run(s, pods, args.settle, lab.N_NICS)
+                for s in scenarios(args, paths, tmp, sock)}
+        record = build_record(args, paths, done, daemon)
+        sys.stdout.write(report.write(record, args.out))
+        sys.stderr.write(f"wrote {args.out}\n")
+        return 0 if all(r.get("met", True) for r in record["figures"]) else 1
+    finally:
+        cni.end_all()
+        if daemon is not None:
+            daemon.stop()
+        pods.close()
+
+
+def build_record(args: argparse.Namespace, paths: list[str], done: dict[str, Scenario],
+                 daemon: resident.Daemon | None) -> dict[str, Any]:
+    return {
+        "machine": report.machine(),
+        "versions": report.versions(args.binary, str(REPO)),
+        "config": {"rounds": args.rounds, "parallel_rounds": args.parallel_rounds,
+                   "pods": args.pods, "paths": paths, "settle_s": args.settle,
+                   "cni_version": "0.4.0", "mode": "shared-multi"},
+        "figures": report.rows(done, paths),
+        "resident_daemon": daemon.memory_kib() if daemon else None,
+        "scenarios": {k: {"title": s.title, "rounds": s.rounds, "parallel": s.parallel,
+                          "order": [c.key for c in s.contenders], "samples": s.samples,
+                          "duplicates": s.duplicates} for k, s in done.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    if args.inner_prefix:
+        return driver_main(args)
+    return host_main(args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
