@@ -65,7 +65,7 @@ class Invocation:
 
 class _Running:
     def __init__(self, argv: Sequence[str], env: dict[str, str], stdin: bytes) -> None:
-        self.errfile: BinaryIO = tempfile.TemporaryFile()
+        self.errfile: BinaryIO = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finish)
         self.start = time.perf_counter_ns()
         self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.errfile, env=env, cwd="/")

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
 import cni
 import lab
 from cni import Invocation
@@ -36,6 +37,9 @@ class Scenario:
     rounds: int
     parallel: int = 0  # pods ADDed at once; 0 = one pod, serial execs
     warmup: int = 1
+    budget_s: float = float("inf")  # past it, stop after min_rounds
+    min_rounds: int = 3
+    done_rounds: int = 0
     samples: dict[str, Samples] = field(default_factory=dict)
     duplicates: dict[str, int] = field(default_factory=dict)
 
@@ -75,7 +79,7 @@ def _parallel_sample(c: Contender, pods: Sequence[Pod]) -> tuple[dict[str, float
         _expect_links(pod, n_rdma, f"{c.label} parallel ADD")
         addrs += pod.extra_addrs()
     dups = len(addrs) - len(set(addrs))
-    dwall, dels = cni.run_parallel(list(reversed(invs)), "DEL")
+    dwall, _ = cni.run_parallel(list(reversed(invs)), "DEL")
     left = lab.leftovers(pods)
     if left:
         raise RuntimeError(f"after {c.label} parallel DEL, pods kept links: {left}")
@@ -113,10 +117,15 @@ def _round(sc: Scenario, pods_api: Pods, settle: float, keep: bool) -> None:
 def run(sc: Scenario, pods_api: Pods, settle: float, n_nics: int) -> Scenario:
     """All rounds of a scenario (warm-up rounds first, not recorded)."""
     sys.stderr.write(f"{sc.key}: {sc.title} ")
+    start = time.monotonic()
     for r in range(sc.warmup + sc.rounds):
         _round(sc, pods_api, settle, keep=r >= sc.warmup)
         sys.stderr.write("." if r >= sc.warmup else "w")
         sys.stderr.flush()
+        sc.done_rounds = max(r + 1 - sc.warmup, 0)
+        if sc.done_rounds >= sc.min_rounds and time.monotonic() - start > sc.budget_s:
+            sys.stderr.write(f" (time budget {sc.budget_s:.0f}s reached)")
+            break
     strays = lab.node_strays(n_nics)
     if strays:
         raise RuntimeError(f"{sc.key}: links left in the node netns: {strays}")
@@ -124,5 +133,5 @@ def run(sc: Scenario, pods_api: Pods, settle: float, n_nics: int) -> Scenario:
         state = leftover_state(c.data_dir)
         if state:
             raise RuntimeError(f"{sc.key}: {c.label} left state after DEL: {state}")
-    sys.stderr.write("\n")
+    sys.stderr.write(f" {time.monotonic() - start:.1f}s\n")
     return sc

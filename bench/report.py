@@ -15,6 +15,8 @@ from typing import Any
 from figures import Scenario
 
 MIB = 1024.0
+SCENARIO_FIGURE = {"s1": "figure 1", "s2": "figures 2 and 5", "s3": "figure 3",
+                   "s4": "figure 4"}
 PATH_LABEL = {"inproc": "in-process", "resident": "resident"}
 
 
@@ -83,7 +85,7 @@ def figure_row(fig: Figure, sc: Scenario, path: str) -> dict[str, Any]:
 
 def rows(scenarios: dict[str, Scenario], paths: Sequence[str]) -> list[dict[str, Any]]:
     return [figure_row(fig, scenarios[fig.scenario], path)
-            for path in paths for fig in FIGURES if fig.scenario in scenarios]
+            for fig in FIGURES if fig.scenario in scenarios for path in paths]
 
 
 def _cmd(*argv: str) -> str:
@@ -95,7 +97,7 @@ def _cmd(*argv: str) -> str:
     return proc.stdout.strip()
 
 
-def machine() -> dict[str, Any]:
+def machine(load_at_start: Sequence[float] = ()) -> dict[str, Any]:
     model = ""
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -104,6 +106,7 @@ def machine() -> dict[str, Any]:
                 break
     return {"uname": _cmd("uname", "-a"), "nproc": os.cpu_count(), "cpu_model": model,
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "loadavg_at_start": [round(x, 2) for x in load_at_start],
             "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
             "python_driver": platform.python_version()}
 
@@ -129,11 +132,14 @@ def _cell(s: dict[str, Any], unit: str) -> str:
 
 def markdown(record: dict[str, Any]) -> str:
     m, v = record["machine"], record["versions"]
+    rounds = ", ".join(f"{SCENARIO_FIGURE.get(k, k)} x{s['rounds']}"
+                       for k, s in record["scenarios"].items())
     lines = [
         f"rdma-cni {v['rdma_cni'].split()[-1]} ({v['git']}) vs Go macvlan+host-local "
         f"{v['containernetworking_plugins']}; {m['nproc']} x {m['cpu_model']}, "
-        f"{m['uname'].split()[2]}; {record['config']['rounds']} rounds "
-        f"({record['config']['parallel_rounds']} for figure 4), {m['date']}.",
+        f"{m['uname'].split()[2]}; {m['date']}; load average {m['loadavg_at_start'][:1]} at "
+        f"start, {m['loadavg_at_end'][:1]} at end. Rounds (fresh pods each): {rounds}; "
+        "cells: median (p90).",
         "",
         "| # | figure | path | rdma-cni median (p90) | Go median (p90) | ratio | goal | met |",
         "|---|---|---|---|---|---|---|---|",

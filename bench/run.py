@@ -27,12 +27,15 @@ import figures
 import lab
 import report
 import resident
-from figures import Contender, Scenario
+from cni import Invocation
+from figures import Builder, Contender, Scenario
 from sides import GoMacvlan, RdmaCni, rdma_blocks
 
 REPO = Path(__file__).resolve().parents[1]
 BINARY = REPO / "dist" / "rdma-cni" / "rdma-cni"
 GO_MACVLAN = "/usr/lib/cni/macvlan"
+#: share of the time budget per scenario
+SHARE = {"s1": 0.25, "s2": 0.2, "s3": 0.1, "s4": 0.45}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -41,7 +44,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--parallel-rounds", type=int, default=0,
                    help="rounds of figure 4 (default: rounds/3, at least 2)")
     p.add_argument("--pods", type=int, default=32, help="pods ADDed at once in figure 4")
-    p.add_argument("--quick", action="store_true", help="about 30 s: 4 rounds, 1 of figure 4")
+    p.add_argument("--quick", action="store_true",
+                   help="about 30 s: 4 rounds, 1 round of figure 4 with 8 pods")
+    p.add_argument("--budget", type=float, default=0,
+                   help="seconds for the whole run (default 170, 30 with --quick): a figure "
+                        "past its share stops after its minimum rounds (3; 1 for figure 4)")
     p.add_argument("--path", choices=("inproc", "resident", "both"), default=None,
                    help="rdma-cni in-process, forwarded to `rdma-cni serve`, or both "
                         "(default: both when the binary has `serve`)")
@@ -55,6 +62,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.parallel_rounds = min(args.rounds, 4), 1
+        args.pods = 8 if "--pods" not in argv else args.pods
+    args.budget = args.budget or (30.0 if args.quick else 170.0)
     args.parallel_rounds = args.parallel_rounds or max(2, args.rounds // 3)
     return args
 
@@ -105,41 +114,54 @@ def host_main(args: argparse.Namespace, argv: list[str]) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _rdma_builder(side: RdmaCni, blocks: list[dict[str, Any]], ours: int) -> Builder:
+    def build(pod: lab.Pod) -> tuple[list[Invocation], int]:
+        return side.invocations(pod, blocks), ours
+    return build
+
+
+def _go_builder(side: GoMacvlan, n_ifaces: int) -> Builder:
+    def build(pod: lab.Pod) -> tuple[list[Invocation], int]:
+        return side.invocations(pod, n_ifaces), n_ifaces
+    return build
+
+
 def contenders(args: argparse.Namespace, paths: list[str], tmp: str, key: str,
-               n_nics: int, blocks: int, ours: int | None = None,
-               daemon_socket: str = "") -> list[Contender]:
-    """rdma-cni per path and the Go reference, in the order they alternate."""
-    ours = blocks if ours is None else ours
+               n_nics: int, blocks: int, ours: int, daemon_socket: str) -> list[Contender]:
+    """rdma-cni per path and the Go reference, in the order they alternate (A B A)."""
     out: list[Contender] = []
+    blist = rdma_blocks(ours) + rdma_blocks(blocks - ours, name="other-net")
     for path in paths:
         side = RdmaCni(args.binary, os.path.join(tmp, key, path), n_nics,
                        socket=daemon_socket if path == "resident" else "")
-        blist = rdma_blocks(ours) + rdma_blocks(blocks - ours, name="other-net")
-        out.append(Contender(path, f"rdma-cni ({path})",
-                             lambda pod, s=side, b=blist: (s.invocations(pod, b), ours),
+        out.append(Contender(path, f"rdma-cni ({path})", _rdma_builder(side, blist, ours),
                              side.data_dir))
         if len(out) == 1:
             go = GoMacvlan(os.path.join(tmp, key, "go"), n_nics)
-            out.append(Contender("go", "Go macvlan+host-local",
-                                 lambda pod, g=go: (g.invocations(pod, max(blocks, 1)),
-                                                    max(blocks, 1)), go.data_dir))
+            out.append(Contender("go", "Go macvlan+host-local", _go_builder(go, blocks),
+                                 go.data_dir))
     return out
 
 
 def scenarios(args: argparse.Namespace, paths: list[str], tmp: str,
               sock: str) -> list[Scenario]:
     def cs(key: str, n_nics: int, blocks: int, ours: int | None = None) -> list[Contender]:
-        return contenders(args, paths, tmp, key, n_nics, blocks, ours, sock)
+        return contenders(args, paths, tmp, key, n_nics, blocks,
+                          blocks if ours is None else ours, sock)
 
     every = [
         Scenario("s1", "8 RDMA interfaces per pod, ADD+DEL", cs("s1", 8, 8), args.rounds),
         Scenario("s2", "1 interface, ADD", cs("s2", 1, 1), args.rounds),
         Scenario("s3", "pass-through ADD", cs("s3", 1, 1, ours=0), args.rounds),
         Scenario("s4", f"{args.pods} pods ADD at once", cs("s4", 1, 1), args.parallel_rounds,
-                 parallel=args.pods, warmup=0),
+                 parallel=args.pods, warmup=0, min_rounds=1),
     ]
     only = {s for s in args.only.split(",") if s}
-    return [s for s in every if not only or s.key in only]
+    chosen = [s for s in every if not only or s.key in only]
+    total = sum(SHARE[s.key] for s in chosen)
+    for s in chosen:
+        s.budget_s = args.budget * SHARE[s.key] / total
+    return chosen
 
 
 def driver_main(args: argparse.Namespace) -> int:
@@ -152,6 +174,7 @@ def driver_main(args: argparse.Namespace) -> int:
     if "resident" in paths and not has_serve:
         sys.exit(f"{args.binary} has no `serve` subcommand: use --path inproc")
     pods = lab.Pods(names)
+    load = os.getloadavg()
     daemon: resident.Daemon | None = None
     try:
         sock = os.path.join(tmp, "rdma-cni.sock")
@@ -159,7 +182,7 @@ def driver_main(args: argparse.Namespace) -> int:
             daemon = resident.Daemon.start(args.binary, sock, os.path.join(tmp, "serve.log"))
         done = {s.key: figures.run(s, pods, args.settle, lab.N_NICS)
                 for s in scenarios(args, paths, tmp, sock)}
-        record = build_record(args, paths, done, daemon)
+        record = build_record(args, paths, done, daemon, load)
         sys.stdout.write(report.write(record, args.out))
         sys.stderr.write(f"wrote {args.out}\n")
         return 0 if all(r.get("met", True) for r in record["figures"]) else 1
@@ -171,16 +194,17 @@ def driver_main(args: argparse.Namespace) -> int:
 
 
 def build_record(args: argparse.Namespace, paths: list[str], done: dict[str, Scenario],
-                 daemon: resident.Daemon | None) -> dict[str, Any]:
+                 daemon: resident.Daemon | None, load: tuple[float, ...]) -> dict[str, Any]:
     return {
-        "machine": report.machine(),
+        "machine": report.machine(load),
         "versions": report.versions(args.binary, str(REPO)),
         "config": {"rounds": args.rounds, "parallel_rounds": args.parallel_rounds,
+                   "budget_s": args.budget,
                    "pods": args.pods, "paths": paths, "settle_s": args.settle,
                    "cni_version": "0.4.0", "mode": "shared-multi"},
         "figures": report.rows(done, paths),
         "resident_daemon": daemon.memory_kib() if daemon else None,
-        "scenarios": {k: {"title": s.title, "rounds": s.rounds, "parallel": s.parallel,
+        "scenarios": {k: {"title": s.title, "rounds": s.done_rounds, "parallel": s.parallel,
                           "order": [c.key for c in s.contenders], "samples": s.samples,
                           "duplicates": s.duplicates} for k, s in done.items()},
     }

@@ -22,7 +22,6 @@ SUBCOMMANDS = {
     "exporter": "rdma_cni.exporter",
     "serve": "rdma_cni.resident.server",
 }
-DEFAULT_SOCKET = "/run/rdma-cni/rdma-cni.sock"
 USAGE = "usage: rdma-cni [" + "|".join(SUBCOMMANDS) + "] [--config FILE] ...\n"
 
 
@@ -52,6 +51,8 @@ def plugin_main() -> int:
 def _resident(conf: dict[str, object], stdin: bytes) -> dict[str, object] | None:
     """Forward to the resident process when it can serve this request faster; None:
     run in-process (pass-through, DEL/GC without a netns, no server, refused, no answer)."""
+    from .resident.protocol import DEFAULT_SOCKET
+
     command = os.environ.get("CNI_COMMAND", "")
     path = conf.get("residentSocket", DEFAULT_SOCKET)
     if not path or not isinstance(path, str) or command not in ("ADD", "CHECK", "DEL"):

@@ -103,9 +103,11 @@ def _serve(env: Mapping[str, str], command: str, stdin: bytes, stdout: IO[str],
 
 def _record(conf: dict[str, Any] | None, command: str, code: int, seconds: float) -> None:
     """Count the operation for the exporter (never blocks, never fails the command)."""
+    if conf is None:
+        return  # nothing decoded: no config says where (or whether) to record
     from . import metrics_file
 
-    path = metrics_file.path_from_conf(conf or {})
+    path = metrics_file.path_from_conf(conf)
     if path:
         metrics_file.record(path, command, code, seconds)
 

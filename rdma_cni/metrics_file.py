@@ -113,12 +113,10 @@ def _try_lock(fd: int, op: int) -> bool:
 
 
 def _open_for_update(path: str) -> int:
+    """Open (creating the file, never its directory: a node without the DaemonSet's
+    /run/rdma-cni records nothing, and the plugin never litters the host)."""
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-    try:
-        return os.open(path, flags, 0o644)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path) or ".", 0o755, exist_ok=True)
-        return os.open(path, flags, 0o644)
+    return os.open(path, flags, 0o644)
 
 
 _Slot = tuple[int, int, int, float, list[int]]

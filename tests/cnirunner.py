@@ -25,6 +25,7 @@ import itertools
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,15 @@ def ip_json(ns: str | None, *args: str) -> list[dict[str, Any]]:
     argv = ["ip", "-j"] + (["-n", ns] if ns else []) + list(args)
     out = sh(*argv).strip()
     return json.loads(out) if out else []
+
+
+def wait_oper_up(ns: str, dev: str, timeout: float = 5.0) -> None:
+    """Wait until ``dev`` has carrier (operstate UP), so snapshots do not race it."""
+    deadline = time.monotonic() + timeout
+    while ip_json(ns, "link", "show", "dev", dev)[0].get("operstate") != "UP":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{dev} in {ns} did not come up")
+        time.sleep(0.01)
 
 
 def in_ns(ns: str, *argv: str, check: bool = True) -> str:
@@ -312,6 +322,8 @@ class Node:
             sh("ip", "-n", self.ns, "link", "set", "dev", name, "up")
         for dst, via in routes:
             sh("ip", "-n", self.ns, "route", "add", dst, "via", via, "dev", name)
+        if up and kind == "veth":
+            wait_oper_up(self.ns, name)
         return name
 
     def delete_nic(self, name: str) -> None:
@@ -330,6 +342,8 @@ class Node:
                "peer", "name", peer, "netns", self.fabric)
             sh("ip", "-n", pod.name, "addr", "add", eth0, "dev", "eth0")
             sh("ip", "-n", pod.name, "link", "set", "dev", "eth0", "up")
+            sh("ip", "-n", self.fabric, "link", "set", "dev", peer, "up")
+            wait_oper_up(pod.name, "eth0")
             gw = eth0.rsplit(".", 1)[0] + ".1"
             sh("ip", "-n", pod.name, "route", "add", "default", "via", gw, "dev", "eth0",
                "onlink")

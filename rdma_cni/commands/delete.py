@@ -9,9 +9,7 @@ from typing import Any
 from ..attachment import AttachmentKey
 from ..errors import ConfigError
 from ..request import Request
-from ..session import Session
 from ..store import Store
-from ..teardown import teardown
 
 log = logging.getLogger("rdma_cni")
 DEFAULT_DATA_DIR = "/var/lib/cni/rdma-cni"
@@ -39,6 +37,9 @@ def cmd_del(req: Request) -> None:
 
 def release(store: Store, netns_path: str, state: dict[str, Any], key: AttachmentKey,
             fd: int | None = None) -> None:
+    from ..session import Session  # netlink only when there is something to undo
+    from ..teardown import teardown
+
     same = netns_path == state.get("netns")
     session = Session(netns_path if same else "", pod_required=False, fd=fd if same else None)
     try:

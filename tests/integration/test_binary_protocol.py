@@ -86,7 +86,8 @@ def execute(cmd: list[str], command: str | None, stdin: bytes | dict[str, Any],
 def netconf(tmp: Path, version: str = "0.4.0", **extra: Any) -> dict[str, Any]:
     return {"cniVersion": version, "name": "vpc-cni-chain", "type": "rdma-cni", "mode": "shared",
             "capabilities": {"io.kubernetes.cri.pod-annotations": True},
-            "dataDir": str(tmp / "data"), "logFile": str(tmp / "rdma-cni.log"), **extra}
+            "dataDir": str(tmp / "data"), "logFile": str(tmp / "rdma-cni.log"),
+            "metricsFile": str(tmp / "metrics"), **extra}
 
 
 def with_pod(tmp: Path, annotation: str | None, **extra: Any) -> dict[str, Any]:
@@ -135,8 +136,8 @@ def test_del_without_netns_and_prev_result(runner: list[str], tmp_path: Path) ->
 @pytest.mark.parametrize(("stdin", "code"), [
     (b"{not json", 6),
     (b"[" * 50_000 + b"]" * 50_000, 6),
-    ({"cniVersion": "9.9.9", "name": "n"}, 1),
-    ({"name": "n", "type": "rdma-cni"}, 1),
+    ({"cniVersion": "9.9.9", "name": "n", "metricsFile": ""}, 1),
+    ({"name": "n", "type": "rdma-cni", "metricsFile": ""}, 1),
     ("annotation", 7),
     ("max", 7),
     ("prev", 6),

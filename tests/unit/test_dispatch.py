@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from rdma_cni import dispatch, errors, log, versions
+from rdma_cni import dispatch, errors, log, metrics_file, versions
 from rdma_cni.errors import CniError, Code
 from rdma_cni.request import Request
 
@@ -37,6 +37,12 @@ OUR_RESULT = {
     "routes": [{"dst": "198.51.100.0/24", "table": 100}],
     "dns": {},
 }
+
+
+@pytest.fixture(autouse=True)
+def _metrics_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dispatcher counts every operation in a metrics file: keep it off the host's /run."""
+    monkeypatch.setattr(metrics_file, "DEFAULT_PATH", str(tmp_path / "metrics"))
 
 
 @dataclass
@@ -571,7 +577,7 @@ prev = {"cniVersion": "0.4.0", "interfaces": [{"name": "eth0", "mac": "odd", "sa
         "ips": [{"version": "4", "address": "198.51.100.7/24", "interface": 0}]}
 ann = {"k8s.volcengine.com/pod-networks": '[{"cniConf": {"name": "other"}}]'}
 body = {"cniVersion": "0.4.0", "name": "vpc", "type": "rdma-cni", "mode": "shared",
-        "logFile": "/nonexistent/x", "prevResult": prev,
+        "logFile": "/nonexistent/x", "metricsFile": sys.argv[1], "prevResult": prev,
         "runtimeConfig": {"io.kubernetes.cri.pod-annotations": ann}}
 codes = []
 for command, stdin in (("VERSION", b'{"cniVersion": "0.4.0"}'), ("ADD", json.dumps(body).encode())):
@@ -584,8 +590,11 @@ print(json.dumps({"codes": codes, "heavy": heavy}))
 """
 
 
-def test_version_and_pass_through_add_import_nothing_heavy() -> None:
-    proc = subprocess.run([sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True,
-                          timeout=60, check=False, cwd=str(Path(__file__).resolve().parents[2]))
+def test_version_and_pass_through_add_import_nothing_heavy(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics"
+    proc = subprocess.run([sys.executable, "-c", IMPORT_PROBE, str(metrics)], capture_output=True,
+                          text=True, timeout=60, check=False,
+                          cwd=str(Path(__file__).resolve().parents[2]))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"codes": [0, 0, 0, 0], "heavy": []}
+    assert metrics.is_file()  # the ADD was counted, and that cost nothing heavy either

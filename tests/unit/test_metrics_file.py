@@ -17,8 +17,14 @@ def _by_key(snap: mf.Snapshot) -> dict[tuple[str, int], mf.OpStat]:
     return {(op.command, op.code): op for op in snap.ops}
 
 
+def test_missing_directory_records_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "rdma-cni" / "metrics"  # the DaemonSet makes /run/rdma-cni
+    mf.record(str(path), "ADD", 0, 0.003)
+    assert not path.parent.exists()
+
+
 def test_record_then_read_counts_sums_and_buckets(tmp_path: Path) -> None:
-    path = str(tmp_path / "run" / "rdma-cni" / "metrics")  # parents created on demand
+    path = str(tmp_path / "metrics")
     mf.record(path, "ADD", 0, 0.003)
     mf.record(path, "ADD", 0, 0.2)
     mf.record(path, "add", 101, 120.0)  # beyond the last bucket: +Inf only
