@@ -186,6 +186,9 @@ def driver_main(args: argparse.Namespace) -> int:
         sys.stdout.write(report.write(record, args.out))
         sys.stderr.write(f"wrote {args.out}\n")
         return 0 if all(r.get("met", True) for r in record["figures"]) else 1
+    except KeyboardInterrupt:
+        sys.stderr.write("\ninterrupted: ending plugins and the daemon, deleting the pods\n")
+        return 130
     finally:
         cni.end_all()
         if daemon is not None:

@@ -5,7 +5,7 @@ the following DEL must clean completely."""
 from __future__ import annotations
 
 import pytest
-from cnirunner import HPC_NET, rdma_blocks
+from cnirunner import HPC_NET, rdma_blocks, snapshot
 
 from rdma_cni.execute import steps_for
 from rdma_cni.plan import IfacePlan
@@ -35,13 +35,10 @@ def _setup(rig, mode: str):
     return chain, pod
 
 
-def _pod_clean(pod) -> None:
+def _pod_clean(pod, before) -> None:
     assert sorted(pod.links()) == ["eth0", "lo"]
-    assert [r["priority"] for r in pod.rules()] == [0, 32766, 32767]
-    assert pod.addrs() == ["203.0.113.5/24"]
-    routes = {(r["dst"], r.get("dev")) for r in pod.routes("main")}
-    assert routes == {("default", "eth0"), ("203.0.113.0/24", "eth0")}, routes
     assert HPC_NET not in str(pod.routes("all"))
+    assert snapshot(pod.name) == before
 
 
 def test_step_counts() -> None:
@@ -51,13 +48,14 @@ def test_step_counts() -> None:
 @pytest.mark.parametrize(("mode", "n", "k"), CASES, ids=IDS)
 def test_failure_at_step_rolls_back(rig, mode: str, n: int, k: int) -> None:
     chain, pod = _setup(rig, mode)
+    before = snapshot(pod.name)
     run = chain.add("c1", pod.path, rdma_blocks(n),
                     env={"RDMA_CNI_TEST_FAIL_AT_STEP": str(k)})
     assert run.rc == 1 and run.code == 5, run
     assert f"injected failure at step {k}" in run.out["msg"]
     # nothing left by the failed ADD itself: no link, address, rule, moved NIC,
     # reservation or state (the fixture checks the node netns and data dir again)
-    _pod_clean(pod)
+    _pod_clean(pod, before)
     assert rig.files() == []
     assert rig.node_changes() == {}
     # the runtime's DEL after the failed ADD is a no-op success
@@ -67,12 +65,13 @@ def test_failure_at_step_rolls_back(rig, mode: str, n: int, k: int) -> None:
 @pytest.mark.parametrize(("mode", "n", "k"), CASES, ids=IDS)
 def test_crash_at_step_then_del_cleans(rig, mode: str, n: int, k: int) -> None:
     chain, pod = _setup(rig, mode)
+    before = snapshot(pod.name)
     run = chain.add("c1", pod.path, rdma_blocks(n),
                     env={"RDMA_CNI_TEST_CRASH_AT_STEP": str(k)})
     assert run.rc == -9, run
     assert rig.files(), "the pending state must be saved before the first step"
     run = chain.delete("c1", blocks=rdma_blocks(n))
     assert run.rc == 0, run
-    _pod_clean(pod)
+    _pod_clean(pod, before)
     assert rig.files() == []
     assert rig.node_changes() == {}
