@@ -7,17 +7,20 @@ names files by :meth:`AttachmentKey.digest` and keeps the plain values inside.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, order=True)
-class AttachmentKey:
+class AttachmentKey(NamedTuple):
+    """Immutable, hashable and ordered (a NamedTuple: no dataclass machinery on the
+    exec path)."""
+
     network: str
     container_id: str
     ifname: str
 
     def digest(self) -> str:
+        import hashlib
+
         raw = "\x00".join((self.network, self.container_id, self.ifname)).encode()
         return hashlib.sha256(raw).hexdigest()[:40]
 

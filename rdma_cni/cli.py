@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "exporter": "rdma_cni.exporter",
     "serve": "rdma_cni.resident.server",
 }
+MAX_STDIN = 1 << 20  # dispatch.MAX_STDIN: one more byte is read to detect excess
 USAGE = "usage: rdma-cni [" + "|".join(SUBCOMMANDS) + "] [--config FILE] ...\n"
 
 
@@ -33,10 +34,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plugin_main() -> int:
-    from . import dispatch, log
-
     # without CNI_COMMAND only the about text is printed: never wait on a terminal's stdin
-    stdin = sys.stdin.buffer.read(dispatch.MAX_STDIN + 1) if os.environ.get("CNI_COMMAND") else b""
+    stdin = sys.stdin.buffer.read(MAX_STDIN + 1) if os.environ.get("CNI_COMMAND") else b""
     conf = _peek_conf(stdin)
     reply = _resident(conf, stdin)
     if reply is not None:
@@ -44,7 +43,9 @@ def plugin_main() -> int:
         sys.stderr.write(str(reply.get("stderr", "")))
         code = reply.get("exit", 1)
         return code if isinstance(code, int) else 1
-    log.setup(conf)
+    from . import dispatch, log
+
+    log.configure(conf)
     return dispatch.run(os.environ, stdin, sys.stdout, sys.stderr)
 
 

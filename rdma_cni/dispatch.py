@@ -8,17 +8,17 @@ handlers, so tests and a resident process drive it without exec.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any, Protocol
 
 from . import versions
 from .errors import CniError, Code, DecodeError, EnvError, VersionError
+from .log import LazyLogger
 from .models.cniargs import parse_cni_args
 from .request import Request, check_container_id, check_ifname, check_netns, check_path
 
-log = logging.getLogger("rdma_cni")
+log = LazyLogger()
 
 MAX_STDIN = 1 << 20
 MAX_DEPTH = 64  # nesting of the stdin document (CNI configs are a few levels deep)

@@ -1,55 +1,44 @@
-"""Logging: a size-capped file (``logFile``) and warnings on stderr. Never stdout."""
+"""Logging for the plugin, set up on first use.
+
+The exec'd plugin records its config with :func:`configure` (cheap); the
+``logging`` package and the handlers are only loaded when something is actually
+logged, so a pass-through ADD never pays for them. Modules on that path log
+through a :class:`LazyLogger`.
+"""
 
 from __future__ import annotations
 
-import logging
-import sys
 from typing import Any
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR}
-MAX_BYTES = 5 * 1024 * 1024
-BACKUPS = 2
-_FORMAT = "%(asctime)s %(process)d %(levelname)s %(message)s"
+_state: dict[str, Any] = {"conf": None, "ready": False}
 
 
-class _Brief(logging.Formatter):
-    """One line per record: tracebacks go to the log file only, never to stderr."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        saved = record.exc_info, record.exc_text, record.stack_info
-        record.exc_info, record.exc_text, record.stack_info = None, None, None
-        try:
-            return super().format(record)
-        finally:
-            record.exc_info, record.exc_text, record.stack_info = saved
+def configure(conf: dict[str, Any]) -> None:
+    """Remember the plugin's logging settings; handlers are made on first use."""
+    _state["conf"], _state["ready"] = conf, False
 
 
-def setup(conf: dict[str, Any] | None = None, stderr_level: int = logging.WARNING) -> None:
-    """Configure the ``rdma_cni`` logger from a raw config dict (tolerates bad values)."""
-    conf = conf or {}
-    logger = logging.getLogger("rdma_cni")
-    logger.handlers.clear()
-    logger.propagate = False
-    level = _LEVELS.get(str(conf.get("logLevel", "info")).lower(), logging.INFO)
-    logger.setLevel(min(level, stderr_level))
-    err = logging.StreamHandler(sys.stderr)
-    err.setLevel(stderr_level)
-    err.setFormatter(_Brief("rdma-cni: %(levelname)s %(message)s"))
-    logger.addHandler(err)
-    path = conf.get("logFile", "/var/log/rdma-cni.log")
-    if isinstance(path, str) and path:
-        _add_file(logger, path, level)
+def setup(conf: dict[str, Any] | None = None) -> None:
+    """Make the handlers now (resident server, tests)."""
+    from .logsetup import setup as make
+
+    make(conf)
+    _state["conf"], _state["ready"] = None, True
 
 
-def _add_file(logger: logging.Logger, path: str, level: int) -> None:
-    from logging.handlers import RotatingFileHandler
+def get(name: str = "rdma_cni") -> Any:
+    import logging
 
-    try:
-        handler = RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, delay=False)
-    except OSError as exc:
-        logger.debug("cannot open log file %s: %s", path, exc)
-        return
-    handler.setLevel(level)
-    handler.setFormatter(logging.Formatter(_FORMAT))
-    logger.addHandler(handler)
+    if _state["conf"] is not None and not _state["ready"]:
+        setup(_state["conf"])
+    return logging.getLogger(name)
+
+
+class LazyLogger:
+    """A logger proxy that loads ``logging`` (and sets up handlers) on first call."""
+
+    def __init__(self, name: str = "rdma_cni") -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(get(self._name), attr)

@@ -34,7 +34,7 @@ import os
 import struct
 import time
 import zlib
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 DEFAULT_PATH = "/run/rdma-cni/metrics"
 MAGIC = b"RCNIMET\x01"
@@ -51,24 +51,36 @@ SLOT_SIZE = _BODY.size + _CRC.size
 FILE_SIZE = len(MAGIC) + SLOTS * SLOT_SIZE
 
 
-@dataclass(frozen=True)
 class OpStat:
     """Totals of one (command, code): ``buckets`` are non-cumulative counts."""
 
-    command: str
-    code: int
-    count: int
-    sum: float
-    buckets: tuple[int, ...]
+    __slots__ = ("buckets", "code", "command", "count", "sum")
+
+    def __init__(self, command: str, code: int, count: int, sum: float,
+                 buckets: tuple[int, ...]) -> None:
+        self.command, self.code, self.count, self.sum = command, code, count, sum
+        self.buckets = buckets
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OpStat) and all(
+            getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    def __hash__(self) -> int:
+        return hash((self.command, self.code, self.count, self.sum, self.buckets))
+
+    def __repr__(self) -> str:
+        return (f"OpStat(command={self.command!r}, code={self.code}, count={self.count}, "
+                f"sum={self.sum}, buckets={self.buckets})")
 
     @property
     def result(self) -> str:
         return "success" if self.code == 0 else "error"
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    ops: list[OpStat] = field(default_factory=list)
+class Snapshot(NamedTuple):
+    """(NamedTuples here: this module is on every exec, dataclasses are not.)"""
+
+    ops: list[OpStat] = []  # never mutated: read() builds its own
     corrupt_slots: int = 0
 
 

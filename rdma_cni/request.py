@@ -7,8 +7,6 @@ the config is built on first use only, so a pass-through ADD never pays for it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from .attachment import AttachmentKey
@@ -25,19 +23,25 @@ MAX_CONTAINER_ID = 1024
 MAX_PATH = 4096
 
 
-@dataclass
 class Request:
-    command: str
-    conf: dict[str, Any]
-    cni_version: str
-    container_id: str = ""
-    netns: str = ""
-    ifname: str = ""
-    cni_path: str = ""
-    args: CniArgs = field(default_factory=CniArgs)
-    prev_result: dict[str, Any] | None = None
-    #: the pod netns as an open descriptor (resident path); None: open CNI_NETNS
-    netns_fd: int | None = None
+    """A plain class (no dataclass machinery on the exec path)."""
+
+    def __init__(self, command: str, conf: dict[str, Any], cni_version: str, *,
+                 container_id: str = "", netns: str = "", ifname: str = "",
+                 cni_path: str = "", args: CniArgs | None = None,
+                 prev_result: dict[str, Any] | None = None) -> None:
+        self.command = command
+        self.conf = conf
+        self.cni_version = cni_version
+        self.container_id = container_id
+        self.netns = netns
+        self.ifname = ifname
+        self.cni_path = cni_path
+        self.args = args if args is not None else CniArgs()
+        self.prev_result = prev_result
+        #: the pod netns as an open descriptor (resident path); None: open CNI_NETNS
+        self.netns_fd: int | None = None
+        self._netconf: NetConf | None = None
 
     @property
     def network(self) -> str:
@@ -48,11 +52,13 @@ class Request:
     def key(self) -> AttachmentKey:
         return AttachmentKey(self.network, self.container_id, self.ifname)
 
-    @cached_property
+    @property
     def netconf(self) -> NetConf:
-        from .models.netconf import load_netconf
+        if self._netconf is None:
+            from .models.netconf import load_netconf
 
-        return load_netconf(self.conf)
+            self._netconf = load_netconf(self.conf)
+        return self._netconf
 
 
 def check_container_id(value: str) -> str:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import os
 import re
 import secrets
@@ -50,8 +49,9 @@ from typing import Any
 from rdma_cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError, ConfigError, IOFailure
 from rdma_cni.lock import FileLock
+from rdma_cni.log import LazyLogger
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 DEFAULT_DATA_DIR = "/var/lib/cni/rdma-cni"
 SCHEMA = 1

@@ -8,6 +8,8 @@ then keeps the state so a retry can finish.
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable
 from typing import Any
 
 from .adapters.netlink import Netlink
@@ -19,6 +21,25 @@ from .session import Session
 
 log = logging.getLogger("rdma_cni")
 
+#: test-only seam (issue 7): SIGKILL before the k-th teardown action (k from 0: per
+#: interface, last first: rules, link; exclusive: host recovery; then the end of the
+#: teardown, before the caller purges the store); inert unless set
+_CRASH_IN_DEL = "RDMA_CNI_TEST_CRASH_IN_DEL"
+
+
+def _seam() -> Callable[[], None]:
+    raw = os.environ.get(_CRASH_IN_DEL, "")
+    if not raw:
+        return lambda: None
+    target, seen = int(raw), [0]
+
+    def tick() -> None:
+        if seen[0] == target:
+            os.kill(os.getpid(), 9)
+        seen[0] += 1
+
+    return tick
+
 
 def marker_of(digest: str) -> str:
     return f"rdma-cni:{digest}"
@@ -28,26 +49,32 @@ def teardown(session: Session, state: dict[str, Any], digest: str) -> None:
     marker = marker_of(digest)
     priority = int(state.get("rulePriority") or 20000)
     failures: list[str] = []
+    tick = _seam()
     for p in reversed(plans_of(state)):
         try:
             if session.has_pod:
-                _in_pod(session, p, marker, priority)
+                _in_pod(session, p, marker, priority, tick)
             if p.kind == "physical":
                 assert session.host is not None
+                tick()
                 _recover_on_host(session.host, p, marker)
         except CniError as exc:
             if p.kind == "physical":
                 failures.append(f"{p.nic}: {exc.msg}")
             else:
                 log.warning("DEL of %s: %s (ignored)", p.name, exc.msg)
+    tick()
     if failures:
         raise IOFailure("failed to return exclusive NIC(s) to the host: " + "; ".join(failures))
 
 
-def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int) -> None:
+def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,
+            tick: Callable[[], None]) -> None:
     ctx = session.ctx(marker, priority)
+    tick()
     for addr in p.addresses:
         ctx.pod.del_rule(str(addr.ip), p.table, priority)
+    tick()
     if p.kind == "physical":
         if p.rdma_move:
             rdma_out(ctx, p)  # reverse order of ADD: RDMA device first, then the netdev

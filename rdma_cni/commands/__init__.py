@@ -40,11 +40,19 @@ def passthrough(req: Request) -> dict[str, Any]:
     return req.prev_result if req.prev_result is not None else versions.empty_result()
 
 
+def _start_logging() -> None:
+    """The real work logs through plain ``logging`` loggers: set up the handlers first."""
+    from ..log import get
+
+    get()
+
+
 class DefaultHandlers:
     def add(self, req: Request) -> dict[str, Any]:
         blocks = requested_blocks(req)
         if not blocks:
             return passthrough(req)
+        _start_logging()
         from .add import cmd_add
 
         return cmd_add(req, blocks)
@@ -55,16 +63,19 @@ class DefaultHandlers:
         cmd_del(req)
 
     def check(self, req: Request) -> None:
+        _start_logging()
         from .check import cmd_check
 
         cmd_check(req, requested_blocks(req))
 
     def status(self, req: Request) -> None:
+        _start_logging()
         from .status import cmd_status
 
         cmd_status(req)
 
     def gc(self, req: Request) -> None:
+        _start_logging()
         from .gc import cmd_gc
 
         cmd_gc(req)

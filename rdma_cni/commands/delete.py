@@ -3,15 +3,15 @@ undo (netns gone, state gone, NIC gone, called twice, never added)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ..attachment import AttachmentKey
 from ..errors import ConfigError
+from ..log import LazyLogger
 from ..request import Request
 from ..store import Store
 
-log = logging.getLogger("rdma_cni")
+log = LazyLogger()
 DEFAULT_DATA_DIR = "/var/lib/cni/rdma-cni"
 
 
@@ -37,7 +37,10 @@ def cmd_del(req: Request) -> None:
 
 def release(store: Store, netns_path: str, state: dict[str, Any], key: AttachmentKey,
             fd: int | None = None) -> None:
+    from ..log import get
     from ..session import Session  # netlink only when there is something to undo
+
+    get()  # handlers for the teardown's loggers
     from ..teardown import teardown
 
     same = netns_path == state.get("netns")

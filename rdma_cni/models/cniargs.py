@@ -5,7 +5,7 @@ Pure and cheap: it runs on every invocation, the pass-through ADD included.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..errors import EnvError
 
@@ -14,14 +14,13 @@ _KNOWN = frozenset((*K8S_KEYS, "IgnoreUnknown"))
 MAX_LEN = 4096
 
 
-@dataclass(frozen=True)
-class CniArgs:
+class CniArgs(NamedTuple):
     pod_namespace: str = ""
     pod_name: str = ""
     infra_container_id: str = ""
     pod_uid: str = ""
     ignore_unknown: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, str] = {}  # never mutated: each parse builds its own
 
     @property
     def pod(self) -> str:

@@ -98,6 +98,13 @@ class NetConf(BaseModel):
             raise ValueError("mtu must be 0 (the parent's) or at least 68")
         return value
 
+    @field_validator("dataDir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("dataDir must be an absolute path")
+        return value
+
     @field_validator("devices")
     @classmethod
     def _unique(cls, value: list[str] | None) -> list[str] | None:

@@ -109,6 +109,7 @@ def node(tmp_path: Path) -> dict[str, Any]:
     store.reserve_ip("198.51.100.0/28", IPv4Address("198.51.100.2"), KEY, "eth1")
     store.reserve_ip("198.51.100.0/28", IPv4Address("198.51.100.3"), KEY, "eth9")
     store.reserve_ip("203.0.113.0/29", IPv4Address("203.0.113.2"), KEY, "eth2")
+    (tmp_path / "run").mkdir()
     metrics = str(tmp_path / "run" / "metrics")
     for code, secs in ((0, 0.02), (0, 0.3), (101, 0.004)):
         metrics_file.record(metrics, "ADD", code, secs)
