@@ -270,21 +270,17 @@ def run_checks(
 
 
 def load_config(path: str | None, conf_dir: str) -> dict[str, Any]:
-    """The --config file, else the rdma-cni entry of the first conflist that has one."""
-    if path:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-        return doc if isinstance(doc, dict) else {}
-    for name in sorted(os.listdir(conf_dir)) if os.path.isdir(conf_dir) else []:
-        try:
-            with open(os.path.join(conf_dir, name), encoding="utf-8") as f:
-                plugins = json.load(f).get("plugins", [])
-        except (OSError, ValueError, AttributeError):
-            continue
-        for p in plugins:
-            if isinstance(p, dict) and p.get("type") == PLUGIN_TYPE:
-                return p
-    return {}
+    """The --config file, else our entry of the runtime's conflist; {} when there is none
+    (the checks then report what is missing)."""
+    from rdma_cni.errors import ConfigError
+    from rdma_cni.subconfig import load_config as find
+
+    try:
+        return find(path, conf_dir)
+    except ConfigError:
+        if path:
+            raise
+        return {}
 
 
 def render(checks: Sequence[Check]) -> str:

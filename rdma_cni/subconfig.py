@@ -84,6 +84,16 @@ def load_config(path: str | None, conf_dir: str = DEFAULT_CONF_DIR) -> dict[str,
     return entry
 
 
+def load_netconf_for(
+    path: str | None, conf_dir: str = DEFAULT_CONF_DIR
+) -> tuple[Any, dict[str, Any]]:
+    """(validated NetConf, raw entry): a --config file needs no name or cniVersion."""
+    from .models.netconf import load_netconf
+
+    raw = {"cniVersion": "1.0.0", "name": "rdma", **load_config(path, conf_dir)}
+    return load_netconf(raw), raw
+
+
 def data_dir_of(config: dict[str, Any]) -> str:
     value = config.get("dataDir") or "/var/lib/cni/rdma-cni"
     if not isinstance(value, str) or not value.startswith("/"):

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import logging
-from ipaddress import IPv4Network
 from typing import Any
 
 from .. import records, result
@@ -18,11 +17,12 @@ from ..allocation import AllocationAnswer, PodRef, assign, kubelet_sources, look
 from ..errors import CniError, ConfigError, NicUnavailable
 from ..execute import apply, steps_for
 from ..hostinfo import host_ipv4, nic_facts
-from ..ipam.allocator import RangeConf, build_pool
+from ..ipam.allocator import build_pool
 from ..ipam.reserve import allocate
 from ..models.blocks import validate_blocks
 from ..models.netconf import NetConf
 from ..plan import IfacePlan, NicFacts, plan_interfaces, with_address
+from ..pools import ranges_of
 from ..request import Request
 from ..session import Session
 from ..store import Store
@@ -106,23 +106,13 @@ def _intact(session: Session, state: dict[str, Any], digest: str) -> bool:
     return True
 
 
-def _ranges(nc: NetConf) -> dict[str, RangeConf]:
-    return {
-        subnet: RangeConf(
-            range_start=r.rangeStart, range_end=r.rangeEnd,
-            exclude=tuple(IPv4Network(x, strict=False) for x in r.exclude),
-        )
-        for subnet, r in nc.ipam.ranges.items()
-    }
-
-
 def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
              plans: list[IfacePlan], facts: dict[str, NicFacts]) -> list[IfacePlan]:
     """Claim NICs and reserve addresses, then save the pending state (all under the lock)."""
     key = req.key
     assert session.host is not None
     host_addrs = host_ipv4(session.host) if nc.shared else set()
-    ranges = _ranges(nc)
+    ranges = ranges_of(nc)
     out: list[IfacePlan] = []
     with store.lock():
         try:

@@ -8,7 +8,6 @@ The config is a JSON object shaped like the plugin's conflist entry (DESIGN §8)
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -16,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rdma_cni.errors import CniError, ConfigError
+from rdma_cni.errors import CniError
 
 DEFAULT_NCCL_ENV = "/opt/cni/bin/nccl_env.sh"
 
@@ -24,7 +23,8 @@ DEFAULT_NCCL_ENV = "/opt/cni/bin/nccl_env.sh"
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rdma-cni device-plugin",
                                 description="RDMA NIC device plugin for the kubelet")
-    p.add_argument("--config", required=True, help="JSON object like the conflist entry")
+    p.add_argument("--config", help="JSON object like the conflist entry "
+                   "(default: the rdma-cni entry in /etc/cni/net.d)")
     p.add_argument("--sysfs-root", default="/", help="root of /sys and /dev (tests)")
     p.add_argument("--nccl-env", default=DEFAULT_NCCL_ENV,
                    help="host path of nccl_env.sh, mounted read-only into containers "
@@ -33,35 +33,24 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_config(path: str) -> Any:
-    from rdma_cni.models.netconf import load_netconf
+def load_config(path: str | None) -> Any:
+    from rdma_cni.subconfig import load_netconf_for
 
-    try:
-        with open(path, encoding="utf-8") as fh:
-            raw = json.load(fh)
-    except OSError as err:
-        raise ConfigError(f"failed to read config {path}: {err.strerror}") from None
-    except ValueError as err:
-        raise ConfigError(f"failed to parse config {path}: {err}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"failed to parse config {path}: not a JSON object")
-    raw.setdefault("cniVersion", "1.0.0")
-    raw.setdefault("name", "rdma")
-    return load_netconf(raw)
+    return load_netconf_for(path)[0]
 
 
 def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None = None) -> Any:
     """The DevicePlugin for parsed ``args`` (tests inject ``free_addresses``)."""
     from rdma_cni.adapters.sysfs import Sysfs
-    from rdma_cni.deviceplugin.addresses import HostFreeAddresses
     from rdma_cni.deviceplugin.inventory import Inventory, PluginSettings
     from rdma_cni.deviceplugin.server import DevicePlugin
+    from rdma_cni.pools import PoolSizes, ranges_of
 
     conf = load_config(args.config)
     settings = PluginSettings(mode=conf.mode, resource=conf.resource, pinned=conf.devices,
                               slots_per_nic=conf.slotsPerNic, host_slots=conf.hostSlots)
     sysfs = Sysfs(args.sysfs_root)
-    inventory = Inventory(settings, sysfs, free_addresses or HostFreeAddresses())
+    inventory = Inventory(settings, sysfs, free_addresses or PoolSizes(ranges_of(conf)))
     return DevicePlugin(inventory, conf.kubelet.devicePluginDir,
                         exists=lambda p: sysfs.exists(p.lstrip("/")),
                         nccl_env_path=args.nccl_env or None, poll=args.poll)

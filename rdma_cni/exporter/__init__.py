@@ -14,7 +14,6 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from ipaddress import IPv4Network
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -28,11 +27,12 @@ from rdma_cni.exporter.common import NodeCollector
 from rdma_cni.exporter.operations import OperationsCollector
 from rdma_cni.exporter.ports import RdmaPortCollector
 from rdma_cni.exporter.storeview import StoreView
-from rdma_cni.ipam.allocator import RangeConf
+from rdma_cni.pools import ranges_of
 
 DEFAULT_PORT = 9469
 DEFAULT_HOST = "0.0.0.0"
-DEFAULT_CONF_DIR = "/etc/cni/net.d"
+from rdma_cni.subconfig import DEFAULT_CONF_DIR  # noqa: E402
+
 log = logging.getLogger("rdma_cni.exporter")
 
 
@@ -49,27 +49,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def load_config(path: str | None, conf_dir: str = DEFAULT_CONF_DIR) -> tuple[Any, dict[str, Any]]:
     """(validated NetConf, raw dict) of --config, else the conflist entry in ``conf_dir``."""
-    from rdma_cni.doctor import load_config as find_config
-    from rdma_cni.models.netconf import load_netconf
+    from rdma_cni.subconfig import load_netconf_for
 
-    try:
-        raw = find_config(path, conf_dir)
-    except OSError as err:
-        raise ConfigError(f"failed to read config {path}: {err.strerror}") from None
-    except ValueError as err:
-        raise ConfigError(f"failed to parse config {path}: {err}") from None
-    if not raw:
-        raise ConfigError(f"no rdma-cni config: pass --config or install one in {conf_dir}")
-    raw = {"cniVersion": "1.0.0", "name": "rdma", **raw}
-    return load_netconf(raw), raw
-
-
-def _ranges(conf: Any) -> dict[str, RangeConf]:
-    return {
-        subnet: RangeConf(r.rangeStart, r.rangeEnd,
-                          tuple(IPv4Network(x, strict=False) for x in r.exclude))
-        for subnet, r in conf.ipam.ranges.items()
-    }
+    return load_netconf_for(path, conf_dir)
 
 
 def metrics_path(raw: dict[str, Any]) -> str:
@@ -82,7 +64,7 @@ def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
     """A registry with the exporter's one collector; the readers are injectable."""
     view = StoreView(conf.dataDir)
     settings = Settings(conf.mode, conf.resource, conf.devices, conf.slotsPerNic,
-                        conf.hostSlots, _ranges(conf))
+                        conf.hostSlots, ranges_of(conf))
     registry = CollectorRegistry()
     registry.register(NodeCollector([  # type: ignore[arg-type]
         RdmaPortCollector(sysfs),

@@ -11,30 +11,21 @@ interfaces (shared-multi), attachments (shared-host).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address, IPv4Interface
+from ipaddress import IPv4Address
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.discovery import discover
-from rdma_cni.errors import CniError
 from rdma_cni.exporter.storeview import StoreView
-from rdma_cni.ipam.allocator import Pool, RangeConf, build_pool
+from rdma_cni.ipam.allocator import Pool, RangeConf
+from rdma_cni.pools import HostNic, HostReader, build_pools
 
 log = logging.getLogger("rdma_cni.exporter")
-
-
-@dataclass(frozen=True)
-class HostNic:
-    addresses: tuple[IPv4Interface, ...]
-    gateway: IPv4Address | None = None
-
-
-#: NIC names -> (those present on the host, every IPv4 address of the host).
-HostReader = Callable[[Sequence[str]], tuple[dict[str, HostNic], set[IPv4Address]]]
+__all__ = ["CapacityCollector", "HostNic", "HostReader", "Settings"]
 
 
 @dataclass(frozen=True)
@@ -81,22 +72,12 @@ class CapacityCollector:
         self.view = view
         self.host = host
 
-    def _pools(self, facts: Mapping[str, HostNic], host_addrs: set[IPv4Address]
-               ) -> dict[str, Pool]:
-        pools = {}
-        for nic, f in facts.items():
-            try:
-                pools[nic] = build_pool(nic, f.addresses, f.gateway, host_addrs,
-                                        self.settings.ranges, True)
-            except CniError as exc:
-                log.info("no address pool for RDMA NIC %s: %s", nic, exc.msg)
-        return pools
-
     def collect(self) -> Iterator[Metric]:
         names = [n.netdev for n in discover(self.sysfs, self.settings.pinned)]
         facts, host_addrs = self.host(names)
         nics = [n for n in names if n in facts]
-        pools = self._pools(facts, host_addrs) if self.settings.mode != "exclusive" else {}
+        pools = (build_pools(facts, host_addrs, self.settings.ranges)
+                 if self.settings.mode != "exclusive" else {})
         res = [self.settings.resource]
         cap = GaugeMetricFamily("rdma_cni_slots_capacity", "RDMA device-plugin slots this "
                                 "node offers", labels=["resource", "mode"])

@@ -1,19 +1,17 @@
 """The exporter's real readers of the OS: pod interface counters through
 rtnetlink inside the pod's netns (IFLA_STATS64; ``/sys/class/net`` would show
-the netns that mounted sysfs, not the pod's), and the host NICs' addresses and
-gateways through rtnetlink in the exporter's own netns."""
+the netns that mounted sysfs, not the pod's), and (from :mod:`rdma_cni.pools`)
+the host NICs' addresses."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from ipaddress import IPv4Address
 
 from rdma_cni.adapters import netns
 from rdma_cni.adapters.netlink import Netlink
 from rdma_cni.exporter.attachments import IfStats
-from rdma_cni.exporter.capacity import HostNic
-from rdma_cni.hostinfo import host_ipv4, nic_facts
+from rdma_cni.pools import host_nics
 
 
 def _stats(msg: object) -> IfStats | None:
@@ -46,13 +44,4 @@ def pod_stats(path: str, ifnames: Sequence[str]) -> dict[str, IfStats]:
         nl.close()
 
 
-def host_nics(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
-    """Addresses and gateway of the named NICs present here, and all host IPv4 addresses."""
-    nl = Netlink.here()
-    try:
-        present = {link.name for link in nl.links()}
-        facts = nic_facts(nl, [n for n in names if n in present], {})
-        out = {n: HostNic(f.addresses, f.gateway) for n, f in facts.items()}
-        return out, host_ipv4(nl)
-    finally:
-        nl.close()
+__all__ = ["host_nics", "pod_stats"]

@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,6 @@ from fakekubelet import FakeKubelet, PluginClient
 from fakesys import FakeSys
 
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.deviceplugin.addresses import HostFreeAddresses, free_in_subnet, parse_ip_json
 from rdma_cni.deviceplugin.devices import preferred_allocation
 from rdma_cni.deviceplugin.inventory import Inventory, PluginSettings
 from rdma_cni.deviceplugin.server import DevicePlugin, socket_name
@@ -111,21 +110,34 @@ def test_pinned_stand_in_without_numa_has_no_topology(fs: FakeSys, root: Path) -
     assert [(d.id, d.numa) for d in inv.devices] == [("veth9", ()), (PCI["eth3"], (1,))]
 
 
-def test_free_addresses_default() -> None:
-    out = json.dumps([
-        {"ifname": "eth1", "addr_info": [{"family": "inet", "local": "192.0.2.10",
-                                          "prefixlen": 24}]},
-        {"ifname": "eth2", "addr_info": [{"family": "inet", "local": "198.51.100.5",
-                                          "prefixlen": 30}]},
-        {"ifname": "lo", "addr_info": [{"family": "inet", "local": "192.0.2.11",
-                                        "prefixlen": 32}, {"family": "inet6", "local": "::1"}]},
-    ])
-    addrs = parse_ip_json(out)
-    free = HostFreeAddresses(reader=lambda: addrs)
-    assert free(Nic("eth1")) == 256 - 3 - 2
-    assert free(Nic("eth2")) == 0  # /30 is refused in shared modes
-    assert free(Nic("eth9")) == 0  # no address, no range
-    assert free_in_subnet([("203.0.113.9", 28), ("203.0.113.1", 28)], ["203.0.113.9"]) == 12
+def test_slot_cap_is_the_ipam_pool_size() -> None:
+    """The device plugin caps slots with the same pool ADD allocates from (rdma_cni.pools)."""
+    from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+
+    from rdma_cni.ipam.allocator import RangeConf
+    from rdma_cni.pools import HostNic, PoolSizes
+
+    calls: list[tuple[str, ...]] = []
+
+    def reader(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
+        calls.append(tuple(names))
+        facts = {"eth1": HostNic((IPv4Interface("192.0.2.10/24"),), IPv4Address("192.0.2.1")),
+                 "eth2": HostNic((IPv4Interface("198.51.100.5/30"),))}
+        return ({n: f for n, f in facts.items() if n in names},
+                {IPv4Address("192.0.2.10"), IPv4Address("192.0.2.11"), IPv4Address("127.0.0.1")})
+
+    sizes = PoolSizes({}, reader=reader)
+    assert sizes(Nic("eth1")) == (254 - 11 + 1) - 1  # .11-.254 after the host .10, minus .11
+    assert sizes(Nic("eth2")) == 0  # /30 is refused in shared modes
+    assert sizes(Nic("eth9")) == 0  # not on the host
+    narrowed = PoolSizes({"192.0.2.0/24": RangeConf(IPv4Address("192.0.2.100"),
+                                                    IPv4Address("192.0.2.109"),
+                                                    (IPv4Network("192.0.2.104/30"),))},
+                         reader=reader)
+    assert narrowed(Nic("eth1")) == 10 - 4
+    assert len(calls) == 4  # one read per new NIC name (3 + 1), none while the ttl holds
+    sizes(Nic("eth1"))
+    assert len(calls) == 4
 
 
 # --- preferred allocation ----------------------------------------------------------------

@@ -122,7 +122,9 @@ def test_main_json_and_exit(
     assert main(["--config", str(cfg)], facts) == 1
     out = capsys.readouterr().out
     assert "[FAIL] binary:" in out and "fix: run `rdma-cni install`" in out
-    assert load_config(None, facts.cni_conf_dir) == OURS
+    # the entry as libcni runs it: the list's name and cniVersion copied in
+    want = {**OURS, "name": "vpc-cni", "cniVersion": "0.4.0"}
+    assert load_config(None, facts.cni_conf_dir) == want
 
 
 def test_rdma_mode() -> None:
