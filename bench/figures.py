@@ -27,6 +27,11 @@ class Contender:
     label: str
     build: Builder
     data_dir: str
+    #: cumulative CPU seconds of a helper process serving this contender (the resident daemon)
+    helper_cpu: Callable[[], float] | None = None
+
+    def helper_s(self) -> float:
+        return self.helper_cpu() if self.helper_cpu else 0.0
 
 
 @dataclass
@@ -57,7 +62,9 @@ def _expect_links(pod: Pod, n_rdma: int, when: str) -> None:
 
 def _serial_sample(c: Contender, pod: Pod) -> dict[str, float]:
     invs, n_rdma = c.build(pod)
+    helper0 = c.helper_s()
     adds = [cni.run(inv, "ADD") for inv in invs]
+    helper_add = c.helper_s() - helper0
     _expect_links(pod, n_rdma, f"{c.label} ADD")
     dels = [cni.run(inv, "DEL") for inv in reversed(invs)]
     _expect_links(pod, 0, f"{c.label} DEL")
@@ -65,6 +72,8 @@ def _serial_sample(c: Contender, pod: Pod) -> dict[str, float]:
     del_ms = sum(ms(e.wall_ns) for e in dels)
     return {"add_ms": add_ms, "del_ms": del_ms, "total_ms": add_ms + del_ms,
             "add_cpu_ms": sum(e.cpu_s for e in adds) * 1e3,
+            "add_helper_cpu_ms": helper_add * 1e3,
+            "add_total_cpu_ms": (sum(e.cpu_s for e in adds) + helper_add) * 1e3,
             "del_cpu_ms": sum(e.cpu_s for e in dels) * 1e3,
             "add_rss_kib": max(e.maxrss_kib for e in adds),
             "add_execs": len(adds)}
@@ -73,7 +82,9 @@ def _serial_sample(c: Contender, pod: Pod) -> dict[str, float]:
 def _parallel_sample(c: Contender, pods: Sequence[Pod]) -> tuple[dict[str, float], int]:
     built = [c.build(p) for p in pods]
     invs = [inv for b in built for inv in b[0]]
+    helper0 = c.helper_s()
     wall, adds = cni.run_parallel(invs, "ADD")
+    helper_add = c.helper_s() - helper0
     addrs: list[str] = []
     for pod, (_, n_rdma) in zip(pods, built, strict=True):
         _expect_links(pod, n_rdma, f"{c.label} parallel ADD")
@@ -85,6 +96,7 @@ def _parallel_sample(c: Contender, pods: Sequence[Pod]) -> tuple[dict[str, float
         raise RuntimeError(f"after {c.label} parallel DEL, pods kept links: {left}")
     return {"wall_ms": ms(wall), "del_wall_ms": ms(dwall),
             "add_cpu_ms": sum(e.cpu_s for e in adds) * 1e3,
+            "add_total_cpu_ms": (sum(e.cpu_s for e in adds) + helper_add) * 1e3,
             "add_rss_kib": max(e.maxrss_kib for e in adds),
             "addresses": len(addrs)}, dups
 
@@ -123,7 +135,8 @@ def run(sc: Scenario, pods_api: Pods, settle: float, n_nics: int) -> Scenario:
         sys.stderr.write("." if r >= sc.warmup else "w")
         sys.stderr.flush()
         sc.done_rounds = max(r + 1 - sc.warmup, 0)
-        if sc.done_rounds >= sc.min_rounds and time.monotonic() - start > sc.budget_s:
+        spent = time.monotonic() - start
+        if sc.done_rounds >= sc.min_rounds and spent * (r + 2) / (r + 1) > sc.budget_s:
             sys.stderr.write(f" (time budget {sc.budget_s:.0f}s reached)")
             break
     strays = lab.node_strays(n_nics)

@@ -58,6 +58,15 @@ class Daemon:
             pass
         return out
 
+    def cpu_s(self) -> float:
+        """The daemon's user+system CPU seconds so far (all its threads)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         if self.proc.poll() is not None:
             return

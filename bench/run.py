@@ -53,10 +53,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    help="rdma-cni in-process, forwarded to `rdma-cni serve`, or both "
                         "(default: both when the binary has `serve`)")
     p.add_argument("--only", default="", help="comma-separated scenarios: s1,s2,s3,s4")
-    p.add_argument("--binary", default=str(BINARY))
+    p.add_argument("--binary", default=str(BINARY),
+                   help="the bundle's executable (the bundle is copied before the run)")
     p.add_argument("--settle", type=float, default=0.1,
                    help="seconds to wait after making a round's pods (not timed)")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "latest.json"))
+    p.add_argument("--binary-origin", default="", help=argparse.SUPPRESS)
     p.add_argument("--inner-prefix", help=argparse.SUPPRESS)
     p.add_argument("--inner-tmp", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -86,6 +88,16 @@ def preflight(args: argparse.Namespace) -> None:
                          f"(e.g. {stale[0].relative_to(REPO)}): run ./scripts/build.sh\n")
 
 
+def snapshot_bundle(binary: str, tmp: str) -> str:
+    """A private copy of the one-dir bundle (as installed in /opt/cni/bin/rdma-cni.d/), so a
+    rebuild of dist/ during the run cannot change or remove the binary under test."""
+    bundle = os.path.dirname(os.path.abspath(binary))
+    copy = os.path.join(tmp, "rdma-cni.d")
+    shutil.copytree(bundle, copy, symlinks=True)
+    shutil.copystat(binary, os.path.join(copy, os.path.basename(binary)))
+    return os.path.join(copy, os.path.basename(binary))
+
+
 def host_main(args: argparse.Namespace, argv: list[str]) -> int:
     """Host side: make the node, run the driver inside it, delete everything."""
     preflight(args)
@@ -94,10 +106,12 @@ def host_main(args: argparse.Namespace, argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     inner: subprocess.Popen[bytes] | None = None
     try:
+        binary = snapshot_bundle(args.binary, tmp)
         lab.make_node(names)
         inner = subprocess.Popen(["ip", "netns", "exec", names.node, sys.executable,
-                                  os.path.abspath(__file__), *argv, "--inner-prefix",
-                                  names.prefix, "--inner-tmp", tmp])
+                                  os.path.abspath(__file__), *argv, "--binary", binary,
+                                  "--binary-origin", args.binary,
+                                  "--inner-prefix", names.prefix, "--inner-tmp", tmp])
         return inner.wait()
     except KeyboardInterrupt:
         sys.stderr.write("interrupted: cleaning up\n")
@@ -127,15 +141,17 @@ def _go_builder(side: GoMacvlan, n_ifaces: int) -> Builder:
 
 
 def contenders(args: argparse.Namespace, paths: list[str], tmp: str, key: str,
-               n_nics: int, blocks: int, ours: int, daemon_socket: str) -> list[Contender]:
+               n_nics: int, blocks: int, ours: int,
+               daemon: resident.Daemon | None) -> list[Contender]:
     """rdma-cni per path and the Go reference, in the order they alternate (A B A)."""
     out: list[Contender] = []
     blist = rdma_blocks(ours) + rdma_blocks(blocks - ours, name="other-net")
     for path in paths:
+        helper = daemon if path == "resident" else None
         side = RdmaCni(args.binary, os.path.join(tmp, key, path), n_nics,
-                       socket=daemon_socket if path == "resident" else "")
+                       socket=helper.socket if helper else "")
         out.append(Contender(path, f"rdma-cni ({path})", _rdma_builder(side, blist, ours),
-                             side.data_dir))
+                             side.data_dir, helper.cpu_s if helper else None))
         if len(out) == 1:
             go = GoMacvlan(os.path.join(tmp, key, "go"), n_nics)
             out.append(Contender("go", "Go macvlan+host-local", _go_builder(go, blocks),
@@ -144,10 +160,10 @@ def contenders(args: argparse.Namespace, paths: list[str], tmp: str, key: str,
 
 
 def scenarios(args: argparse.Namespace, paths: list[str], tmp: str,
-              sock: str) -> list[Scenario]:
+              daemon: resident.Daemon | None) -> list[Scenario]:
     def cs(key: str, n_nics: int, blocks: int, ours: int | None = None) -> list[Contender]:
         return contenders(args, paths, tmp, key, n_nics, blocks,
-                          blocks if ours is None else ours, sock)
+                          blocks if ours is None else ours, daemon)
 
     every = [
         Scenario("s1", "8 RDMA interfaces per pod, ADD+DEL", cs("s1", 8, 8), args.rounds),
@@ -177,11 +193,11 @@ def driver_main(args: argparse.Namespace) -> int:
     load = os.getloadavg()
     daemon: resident.Daemon | None = None
     try:
-        sock = os.path.join(tmp, "rdma-cni.sock")
         if "resident" in paths:
-            daemon = resident.Daemon.start(args.binary, sock, os.path.join(tmp, "serve.log"))
+            daemon = resident.Daemon.start(args.binary, os.path.join(tmp, "rdma-cni.sock"),
+                                           os.path.join(tmp, "serve.log"))
         done = {s.key: figures.run(s, pods, args.settle, lab.N_NICS)
-                for s in scenarios(args, paths, tmp, sock)}
+                for s in scenarios(args, paths, tmp, daemon)}
         record = build_record(args, paths, done, daemon, load)
         sys.stdout.write(report.write(record, args.out))
         sys.stderr.write(f"wrote {args.out}\n")
@@ -200,7 +216,7 @@ def build_record(args: argparse.Namespace, paths: list[str], done: dict[str, Sce
                  daemon: resident.Daemon | None, load: tuple[float, ...]) -> dict[str, Any]:
     return {
         "machine": report.machine(load),
-        "versions": report.versions(args.binary, str(REPO)),
+        "versions": report.versions(args.binary, str(REPO), args.binary_origin),
         "config": {"rounds": args.rounds, "parallel_rounds": args.parallel_rounds,
                    "budget_s": args.budget,
                    "pods": args.pods, "paths": paths, "settle_s": args.settle,

@@ -231,7 +231,8 @@ def restore_host(host: Netlink, name: str, p: IfacePlan) -> None:
     saved = p.host_routes or tuple((dst, gw, 0, 0, False) for dst, gw in p.routes)
     for dst, gw, proto, metric, onlink in saved:
         host.add_route(Route(dst=dst, gateway=gw, oif=link.index, table=RT_TABLE_MAIN,
-                             onlink=onlink, proto=proto, priority=metric))
+                             onlink=onlink, proto=proto, priority=metric,
+                             scope=0 if gw else 253))  # a device route is link scope
 
 
 def _sysctls(ctx: Ctx, p: IfacePlan) -> None:

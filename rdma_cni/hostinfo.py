@@ -10,6 +10,8 @@ from .discovery import Nic
 from .errors import NicUnavailable
 from .plan import NicFacts
 
+RTPROT_KERNEL = 2
+
 
 def nic_facts(nl: Netlink, names: Iterable[str], rdma: dict[str, Nic]) -> dict[str, NicFacts]:
     wanted = list(dict.fromkeys(names))
@@ -23,15 +25,18 @@ def nic_facts(nl: Netlink, names: Iterable[str], rdma: dict[str, Nic]) -> dict[s
     for name in wanted:
         link = links[name]
         own = tuple(sorted((a for i, a in addrs if i == link.index), key=lambda a: a.ip))
-        via = [r for r in routes if r.oif == link.index and r.gateway]
-        out[name] = _facts(link, own, via, rdma.get(name))
+        # the NIC's routes, but not the connected ones the kernel makes from its addresses
+        through = [r for r in routes if r.oif == link.index and
+                   (r.gateway or r.proto != RTPROT_KERNEL)]
+        out[name] = _facts(link, own, through, rdma.get(name))
     return out
 
 
 def _facts(link: Link, addresses: tuple[IPv4Interface, ...], via: Sequence[Route],
            nic: Nic | None) -> NicFacts:
-    default = [r.gateway for r in via if r.dst == "0.0.0.0/0"]
-    gateway = default[0] if default else (via[0].gateway if via else None)
+    gws = [r for r in via if r.gateway]
+    default = [r.gateway for r in gws if r.dst == "0.0.0.0/0"]
+    gateway = default[0] if default else (gws[0].gateway if gws else None)
     return NicFacts(
         name=link.name, index=link.index, mtu=link.mtu, mac=link.mac, up=link.up,
         addresses=addresses, gateway=IPv4Address(gateway) if gateway else None,

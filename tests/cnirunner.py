@@ -220,7 +220,7 @@ class Chain:
     def delete(self, container_id: str, netns: str | None = None, *, ifname: str = "eth0",
                with_prev: bool = True, blocks: Sequence[Mapping[str, Any]] | str | None = None,
                env: Mapping[str, str] | None = None) -> PluginRun:
-        """DEL with the cached ADD result as prevResult (libcni); the cache entry goes on success."""
+        """DEL with the cached ADD result as prevResult (libcni); success drops the cache."""
         cached = self.cache.get((container_id, ifname))
         prev = cached["result"] if cached and with_prev else None
         annotations = pod_networks(blocks) if blocks is not None else (
@@ -381,7 +381,7 @@ def snapshot(ns: str) -> dict[str, Any]:
     routes and addresses refer to devices by name.
     """
     links = sorted(({k: lk.get(k) for k in _LINK_KEYS} for lk in ip_json(ns, "link", "show")),
-                   key=lambda x: x["ifname"])
+                   key=lambda x: str(x["ifname"]))
     addrs = sorted(
         (lk["ifname"], *(a.get(k) for k in _ADDR_KEYS))
         for lk in ip_json(ns, "-4", "addr", "show") for a in lk.get("addr_info", [])
@@ -454,6 +454,7 @@ def assert_rdma_iface(pod: Pod, name: str, *, ip: str, table: int, mtu: int,
     assert rule_of(pod.name, addr) == [(priority, str(table))]
     from ipaddress import IPv4Interface
 
-    want = {(str(IPv4Interface(ip).network), None, name, False)}
-    want |= {(dst, gw, name, True) for dst, gw in hpc}
-    assert table_routes(pod.name, table) == want
+    routes: set[tuple[str, str | None, str, bool]] = {
+        (str(IPv4Interface(ip).network), None, name, False)}
+    routes |= {(dst, gw, name, True) for dst, gw in hpc}
+    assert table_routes(pod.name, table) == routes

@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cnirunner import (  # noqa: E402
+from cnirunner import (
     BINARY,
     CAP_ANNOTATIONS,
     HPC_NET,
@@ -67,7 +67,8 @@ def built_binary(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 class Rig:
     """One test's node, pods, data dir and chain; verified clean at the end."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, binary: Sequence[str] | None = None) -> None:
+        self.binary = binary  # the default runner of chain(): None is python -m rdma_cni
         self.node = Node()
         self.tmp = tmp
         self.data_dir = tmp / "data"
@@ -84,7 +85,8 @@ class Rig:
     def pod(self, eth0: str | None = "203.0.113.5/24") -> Pod:
         return self.node.add_pod(eth0)
 
-    def plugin(self, mode: str, devices: Sequence[str] = ("rnic0",), **extra: Any) -> dict[str, Any]:
+    def plugin(self, mode: str, devices: Sequence[str] = ("rnic0",),
+               **extra: Any) -> dict[str, Any]:
         conf: dict[str, Any] = {
             "type": "rdma-cni", "mode": mode, "devices": list(devices),
             "dataDir": str(self.data_dir), "logFile": str(self.log_file), "logLevel": "debug",
@@ -103,7 +105,7 @@ class Rig:
         if self.baseline is None:
             self.baseline = snapshot(self.node.ns)
         return Chain(self.plugin(mode, devices, **extra), cni_version=cni_version,
-                     node_ns=self.node.ns, binary=binary)
+                     node_ns=self.node.ns, binary=binary or self.binary)
 
     # --- oracles ----------------------------------------------------------------
     def files(self) -> list[str]:
@@ -134,8 +136,19 @@ def _leftover_netns(prefix: str) -> list[str]:
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    r = Rig(tmp_path)
+def runner(request: pytest.FixtureRequest) -> list[str] | None:
+    """What ``rig.chain()`` runs by default: ``python -m rdma_cni``, or the session's build
+    (immune to edits of the working tree during the run) in modules that set
+    ``PLUGIN_RUNNER = "binary"``; RDMA_CNI_TEST_RUNNER=python forces python everywhere."""
+    if os.environ.get("RDMA_CNI_TEST_RUNNER") == "python" or \
+            getattr(request.module, "PLUGIN_RUNNER", "python") != "binary":
+        return None
+    return list(request.getfixturevalue("built_binary"))
+
+
+@pytest.fixture
+def rig(tmp_path: Path, runner: list[str] | None) -> Iterator[Rig]:
+    r = Rig(tmp_path, runner)
     failed_check: AssertionError | None = None
     try:
         yield r

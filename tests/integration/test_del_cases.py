@@ -7,6 +7,7 @@ import pytest
 from cnirunner import rdma_blocks, rule_of, sh
 
 pytestmark = pytest.mark.root
+PLUGIN_RUNNER = "binary"  # the session build: immune to edits of the tree mid-run
 
 MODES = ["shared-multi", "exclusive"]
 

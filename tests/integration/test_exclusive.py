@@ -7,8 +7,10 @@ import pytest
 from cnirunner import HPC_NET, assert_rdma_iface, link_detail, rdma_blocks, sh
 
 pytestmark = pytest.mark.root
+PLUGIN_RUNNER = "binary"  # the session build: immune to edits of the tree mid-run
 
 GW = "198.51.100.62"
+HPC2 = "198.19.0.0/16"
 
 
 def _nic(rig) -> str:
@@ -17,6 +19,9 @@ def _nic(rig) -> str:
 
 def test_nic_moves_in_and_comes_back(rig, built_binary) -> None:
     _nic(rig)
+    # a second fabric route as a routing daemon would own it: metric and protocol come back
+    sh("ip", "-n", rig.node.ns, "route", "add", HPC2, "via", GW, "dev", "rnic0",
+       "metric", "50", "proto", "bird")
     mac = rig.node.links()["rnic0"]["address"]
     pod = rig.pod()
     chain = rig.chain("exclusive", binary=built_binary)
@@ -32,7 +37,7 @@ def test_nic_moves_in_and_comes_back(rig, built_binary) -> None:
     assert not [r for r in rig.node.snapshot()["routes"] if "rnic0" in r]
     assert link_detail(pod.name, "eth1")["address"] == mac
     assert_rdma_iface(pod, "eth1", ip="198.51.100.1/26", table=100, mtu=1400,
-                      hpc=[(HPC_NET, GW)], kind="veth")
+                      hpc=[(HPC_NET, GW), (HPC2, GW)], kind="veth")
     assert any(r["dst"] == HPC_NET and r.get("gateway") == GW and r["dev"] == "eth1"
                for r in pod.routes("main"))
     assert chain.check("c1").rc == 0
@@ -41,6 +46,34 @@ def test_nic_moves_in_and_comes_back(rig, built_binary) -> None:
     assert run.rc == 0 and run.out is None, run
     assert sorted(pod.links()) == ["eth0", "lo"]
     # name, address, routes, MTU and up-state: the fixture compares the whole node netns
+    assert rig.node_changes() == {}
+
+
+def test_device_route_through_the_nic_comes_back(rig, built_binary) -> None:
+    """A route without a gateway (``dev rnic0``) is not rebuilt by the kernel from the
+    addresses: the plugin saves it, mirrors it into the pod and restores it on DEL."""
+    _nic(rig)
+    sh("ip", "-n", rig.node.ns, "route", "add", "203.0.113.128/25", "dev", "rnic0")
+    pod = rig.pod()
+    chain = rig.chain("exclusive", binary=built_binary)
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    assert any(r["dst"] == "203.0.113.128/25" and r["dev"] == "eth1" and "gateway" not in r
+               for r in pod.routes(100))
+    assert chain.delete("c1").rc == 0
+    assert rig.node_changes() == {}
+
+
+def test_down_nic_with_two_addresses_comes_back_as_it_was(rig, built_binary) -> None:
+    rig.nic("rnic0", "198.51.100.1/26", None, up=False, extra_addrs=["198.51.100.3/26"])
+    pod = rig.pod()
+    chain = rig.chain("exclusive", binary=built_binary)
+    run = chain.add("c1", pod.path, rdma_blocks(1))
+    assert run.rc == 0, run
+    link = link_detail(pod.name, "eth1")
+    assert "UP" in link["flags"]
+    assert pod.addrs("eth1") == ["198.51.100.1/26", "198.51.100.3/26"]
+    assert chain.delete("c1").rc == 0
+    assert "UP" not in rig.node.links()["rnic0"]["flags"]
     assert rig.node_changes() == {}
 
 
@@ -126,3 +159,28 @@ def test_mac_and_ips_unsupported(rig, built_binary, device_conf) -> None:
     assert run.rc == 1 and run.code == 2, run
     assert sorted(pod.links()) == ["eth0", "lo"] and rig.files() == []
     assert chain.delete("c1").rc == 0
+
+
+def test_repeated_add_returns_same(rig, built_binary) -> None:
+    _nic(rig)
+    pod = rig.pod()
+    chain = rig.chain("exclusive", binary=built_binary)
+    first = chain.add("c1", pod.path, rdma_blocks(1))
+    assert first.rc == 0, first
+    again = chain.add("c1", pod.path, rdma_blocks(1))
+    assert again.rc == 0, again
+    assert again.out == first.out
+    assert pod.addrs("eth1") == ["198.51.100.1/26"]
+    assert chain.delete("c1").rc == 0
+
+
+def test_gc_returns_the_nic(rig) -> None:
+    _nic(rig)
+    pod = rig.pod()
+    chain = rig.chain("exclusive", cni_version="1.1.0")
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    assert "rnic0" not in rig.node.links()
+    run = chain.gc([])
+    assert run.rc == 0, run
+    assert sorted(pod.links()) == ["eth0", "lo"]
+    assert rig.node_changes() == {} and rig.files() == []

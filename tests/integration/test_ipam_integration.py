@@ -4,9 +4,10 @@ error codes for bad masks, exhausted ranges and requested addresses."""
 from __future__ import annotations
 
 import pytest
-from cnirunner import HPC_NET, rdma_blocks
+from cnirunner import HPC_NET, link_detail, rdma_blocks
 
 pytestmark = pytest.mark.root
+PLUGIN_RUNNER = "binary"  # the session build: immune to edits of the tree mid-run
 
 NET = "198.51.100.0/26"
 
@@ -94,13 +95,30 @@ def test_requested_address_honoured_then_taken(rig) -> None:
                          ids=["host", "gateway", "broadcast", "other-subnet", "outside-range"])
 def test_requested_address_unavailable_is_102(rig, ip: str) -> None:
     rig.nic()
-    chain = rig.chain("shared-multi",
-                      ipam={"ranges": {NET: {"rangeStart": "198.51.100.2",
-                                             "rangeEnd": "198.51.100.29"}}}) \
-        if ip == "198.51.100.30" else rig.chain("shared-multi")
+    narrow = {"ranges": {NET: {"rangeStart": "198.51.100.2", "rangeEnd": "198.51.100.29"}}}
+    chain = rig.chain("shared-multi", ipam=narrow if ip == "198.51.100.30" else {})
     pod = rig.pod()
     run = chain.add("c1", pod.path, rdma_blocks(1, ips=[ip]))
     assert run.rc == 1 and run.code == 102, run
     _nothing_in(pod)
     assert rig.files() == []
     assert chain.delete("c1").rc == 0
+
+
+def test_nics_in_one_subnet_share_one_pool(rig) -> None:
+    rig.nic("rnic0", "198.51.100.1/26", "198.51.100.62")
+    rig.nic("rnic1", "198.51.100.2/26", None)
+    chain = rig.chain("shared-multi", ["rnic0", "rnic1"])
+    pod1, pod2 = rig.pod(), rig.pod()
+    assert chain.add("c1", pod1.path, rdma_blocks(2)).rc == 0
+    assert chain.add("c2", pod2.path, rdma_blocks(2)).rc == 0
+    got = [pod1.addrs("eth1"), pod1.addrs("eth2"), pod2.addrs("eth1"), pod2.addrs("eth2")]
+    assert got == [["198.51.100.3/26"], ["198.51.100.4/26"], ["198.51.100.5/26"],
+                   ["198.51.100.6/26"]]
+    assert link_parent(pod1, "eth2") == rig.node.links()["rnic1"]["ifindex"]
+    assert chain.delete("c1").rc == 0
+    assert chain.delete("c2").rc == 0
+
+
+def link_parent(pod, dev: str) -> int:
+    return int(link_detail(pod.name, dev)["link_index"])

@@ -11,6 +11,7 @@ from rdma_cni.execute import steps_for
 from rdma_cni.plan import IfacePlan
 
 pytestmark = pytest.mark.root
+PLUGIN_RUNNER = "binary"  # the session build: immune to edits of the tree mid-run
 
 
 def _n_steps(kind: str, n: int) -> int:
@@ -75,3 +76,22 @@ def test_crash_at_step_then_del_cleans(rig, mode: str, n: int, k: int) -> None:
     _pod_clean(pod, before)
     assert rig.files() == []
     assert rig.node_changes() == {}
+
+
+@pytest.mark.parametrize(("mode", "n", "k"),
+                         [("shared-multi", 2, 5), ("shared-multi", 2, SHARED_STEPS),
+                          ("exclusive", 1, 2), ("exclusive", 1, EXCL_STEPS)],
+                         ids=["shared-multi-mid", "shared-multi-end", "exclusive-mid",
+                              "exclusive-end"])
+def test_add_again_after_crash_replaces_the_wreck(rig, mode: str, n: int, k: int) -> None:
+    chain, pod = _setup(rig, mode)
+    before = snapshot(pod.name)
+    run = chain.add("c1", pod.path, rdma_blocks(n), env={"RDMA_CNI_TEST_CRASH_AT_STEP": str(k)})
+    assert run.rc == -9, run
+    run = chain.add("c1", pod.path, rdma_blocks(n))
+    assert run.rc == 0, run
+    names = [i["name"] for i in run.out["interfaces"][1:]]
+    assert names == [f"eth{i + 1}" for i in range(n)]
+    assert chain.check("c1").rc == 0
+    assert chain.delete("c1").rc == 0
+    _pod_clean(pod, before)

@@ -16,6 +16,7 @@ from cnirunner import (
 )
 
 pytestmark = pytest.mark.root
+PLUGIN_RUNNER = "binary"  # the session build: immune to edits of the tree mid-run
 
 GW = "198.51.100.62"
 HPC2 = "198.19.0.0/16"
@@ -185,3 +186,12 @@ def test_newer_list_versions(rig, built_binary, version: str) -> None:
                                  "gateway": GW}
     assert chain.check("c1").rc == 0
     assert chain.delete("c1").rc == 0
+
+
+def test_host_netns_as_pod_is_refused(rig) -> None:
+    rig.nic()
+    chain = rig.chain("shared-multi")
+    run = chain.add("c1", rig.node.path, rdma_blocks(1))
+    assert run.rc == 1 and run.code == 4, run
+    assert rig.files() == []
+    assert chain.delete("c1", netns=rig.node.path, blocks=rdma_blocks(1)).rc == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import vmkit
@@ -87,3 +88,20 @@ def make_rxe() -> Iterator[Callable[[str], Rxe]]:
 def rxe(virtio_nics: list[str], make_rxe: Callable[[str], Rxe]) -> Rxe:
     """Soft-RoCE on the first virtio NIC: an RDMA NIC stand-in with a PCI device."""
     return make_rxe(virtio_nics[0])
+
+
+@pytest.fixture(scope="session")
+def vm_binary(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The built binary (dist/rdma-cni, built on the host), copied into the guest once."""
+    import vmrig
+
+    return vmrig.guest_binary(tmp_path_factory.mktemp("bundle"))
+
+
+@pytest.fixture
+def rig(tmp_path: Path, vm_binary: list[str]) -> Iterator[object]:
+    """A :class:`vmrig.VmRig` in the VM's root netns, verified clean at the end."""
+    import vmrig
+
+    with vmrig.vm_rig(tmp_path, vm_binary) as made:
+        yield made

@@ -1,0 +1,143 @@
+"""Crashes at every step: SIGKILL at each step boundary of ADD (shared-multi with two
+interfaces, exclusive with one), at each teardown action of DEL, and in the middle
+of store writes; afterwards DEL and GC leave zero links, addresses, rules, moved
+NICs, reservations or state files (the ``rig`` fixture re-checks node and data dir).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+from cnirunner import PYTHON, REPO, rdma_blocks, snapshot
+from harness import bump
+
+from rdma_cni.execute import steps_for
+from rdma_cni.plan import IfacePlan
+from rdma_cni.store import Store
+
+pytestmark = pytest.mark.root
+SUITE = "crash"
+
+
+def _n_steps(kind: str, n: int) -> int:
+    plans = [IfacePlan(k=k, name=f"eth{k + 1}", tmp="t", nic="n", kind=kind, mtu=1500,
+                       table=100 + k) for k in range(n)]
+    return len(steps_for(plans))
+
+
+MODES = {"shared-multi": ("macvlan", 2, ["rnic0", "rnic1"]),
+         "exclusive": ("physical", 1, ["rnic0"])}
+# ADD: boundary k is "before step k" (k == number of steps: after the last one)
+ADD_CASES = [(m, k) for m, (kind, n, _) in MODES.items() for k in range(_n_steps(kind, n) + 1)]
+# DEL: per interface: rules, link (exclusive: + host recovery); then the end of teardown
+DEL_POINTS = {"shared-multi": 2 * 2 + 1, "exclusive": 3 + 1}
+DEL_CASES = [(m, k) for m, n in DEL_POINTS.items() for k in range(n)]
+
+
+def _setup(rig, mode: str):
+    rig.nic("rnic0", "198.51.100.1/26", "198.51.100.62")
+    rig.nic("rnic1", "198.51.100.65/26", None, routes=[("198.19.0.0/16", "198.51.100.126")])
+    pod = rig.pod()
+    chain = rig.chain(mode, MODES[mode][2], cni_version="1.1.0", residentSocket="",
+                      metricsFile=str(rig.tmp / "metrics"))
+    return chain, pod, snapshot(pod.name)
+
+
+def _assert_clean(rig, pod, before) -> None:
+    assert sorted(pod.links()) == ["eth0", "lo"], pod.links()
+    assert snapshot(pod.name) == before
+    assert rig.files() == []
+    assert rig.node_changes() == {}
+    assert not (rig.data_dir / "corrupt").exists() or not any((rig.data_dir / "corrupt").iterdir())
+
+
+@pytest.mark.parametrize(("mode", "k"), ADD_CASES, ids=[f"{m}-k{k}" for m, k in ADD_CASES])
+def test_add_killed_then_del_and_gc(rig, mode: str, k: int) -> None:
+    chain, pod, before = _setup(rig, mode)
+    n = MODES[mode][1]
+    run = chain.add("c1", pod.path, rdma_blocks(n), env={"RDMA_CNI_TEST_CRASH_AT_STEP": str(k)})
+    assert run.rc == -signal.SIGKILL, run
+    bump(SUITE, "ADD kills")
+    assert chain.delete("c1", blocks=rdma_blocks(n)).rc == 0
+    assert chain.gc([]).rc == 0
+    _assert_clean(rig, pod, before)
+
+
+@pytest.mark.parametrize(("mode", "k"), ADD_CASES, ids=[f"{m}-k{k}" for m, k in ADD_CASES])
+def test_add_killed_then_gc_alone(rig, mode: str, k: int) -> None:
+    """No DEL ever comes (the runtime lost it): GC alone reclaims everything."""
+    chain, pod, before = _setup(rig, mode)
+    n = MODES[mode][1]
+    run = chain.add("c1", pod.path, rdma_blocks(n), env={"RDMA_CNI_TEST_CRASH_AT_STEP": str(k)})
+    assert run.rc == -signal.SIGKILL, run
+    bump(SUITE, "ADD kills")
+    assert chain.gc([("other", "eth0")]).rc == 0
+    _assert_clean(rig, pod, before)
+
+
+@pytest.mark.parametrize(("mode", "k"), DEL_CASES, ids=[f"{m}-k{k}" for m, k in DEL_CASES])
+def test_del_killed_then_del(rig, mode: str, k: int) -> None:
+    chain, pod, before = _setup(rig, mode)
+    n = MODES[mode][1]
+    assert chain.add("c1", pod.path, rdma_blocks(n)).rc == 0
+    run = chain.delete("c1", env={"RDMA_CNI_TEST_CRASH_IN_DEL": str(k)})
+    assert run.rc == -signal.SIGKILL, run
+    bump(SUITE, "DEL kills")
+    assert rig.files(), "a killed DEL must keep the state for the next DEL"
+    assert chain.delete("c1").rc == 0
+    assert chain.gc([]).rc == 0
+    _assert_clean(rig, pod, before)
+
+
+WRITER = r"""
+import ipaddress, sys, itertools
+from rdma_cni.attachment import AttachmentKey
+from rdma_cni.store import Store
+s = Store(sys.argv[1])
+for i in itertools.count():
+    key = AttachmentKey("vpc-cni", f"w{i % 7}", "eth0")
+    with s.lock():
+        s.put_state(key, {"status": "pending", "mode": "shared-multi", "netns": "",
+                          "interfaces": [], "result": None, "pad": "x" * (i % 5000)})
+        s.reserve_ip("198.51.100.0/26", ipaddress.IPv4Address(f"198.51.100.{10 + i % 7}"),
+                     key, "eth1")
+        s.claim_nic(f"rnicw{i % 3}", key, "eth1")
+    if i % 3 == 0:
+        s.purge(key)
+"""
+
+
+def test_store_survives_killed_writers(rig) -> None:
+    """Kill store writers at random times; the store stays readable, a later ADD/DEL works
+    and GC reclaims the writers' leftovers."""
+    rng = random.Random(7)
+    kills = 0
+    for _ in range(25):
+        proc = subprocess.Popen([str(PYTHON), "-c", WRITER, str(rig.data_dir)], cwd=REPO,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        time.sleep(rng.uniform(0.15, 0.6))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += proc.returncode == -signal.SIGKILL
+        store = Store(str(rig.data_dir))
+        store.list_states()
+        store.owners()
+        assert store.corrupt_records() == [], store.corrupt_records()
+    bump(SUITE, "store writer kills", kills)
+    chain, pod, before = _setup(rig, "shared-multi")
+    assert chain.add("c1", pod.path, rdma_blocks(2)).rc == 0
+    assert chain.check("c1").rc == 0
+    assert chain.delete("c1").rc == 0
+    assert chain.gc([]).rc == 0
+    _assert_clean(rig, pod, before)
+    assert kills >= 20
+
+
+def test_counts() -> None:
+    assert len(ADD_CASES) == 17 + 8  # update the matrix when the step lists change
+    assert len(DEL_CASES) == 5 + 4

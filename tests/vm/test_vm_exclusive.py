@@ -1,0 +1,79 @@
+"""exclusive mode with a physical (virtio-net PCI) NIC, through the built binary.
+
+Unlike the veth stand-ins of the native tier, a physical NIC survives its pod: when
+the pod netns dies the kernel moves it back to the root netns under its in-pod name,
+down and without addresses or routes. DEL must then find it (by its bus device,
+IFLA_PARENT_DEV_NAME) and restore name, address, routes, MTU and up-state.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cnirunner import HPC_NET, ip_json, link_detail, rdma_blocks
+from vmrig import NODE, PodView, VmRig, assert_iface, link_by, wait_for
+
+pytestmark = [pytest.mark.vm, pytest.mark.root]
+
+GW = "198.51.100.14"
+CIDR = "198.51.100.1/28"
+
+
+def _ipv4(dev: str) -> list[str]:
+    links = ip_json(None, "-4", "addr", "show", "dev", dev)
+    return [f"{a['local']}/{a['prefixlen']}" for lk in links for a in lk.get("addr_info", [])]
+
+
+def _assert_in_pod(pod_name: str, parent: str, mac: str) -> None:
+    view = PodView.read(pod_name, ["eth1"])
+    assert view.ours() == ["eth1"]
+    assert_iface(view, "eth1", ip=CIDR, table=100, mtu=1400, hpc=[(HPC_NET, GW)], kind=None)
+    link = view.links["eth1"]
+    assert link.get("parentdev") == parent and link["address"] == mac, link
+    # the fabric route is also in the pod's main table (the NIC is the pod's own)
+    assert (HPC_NET, GW, "eth1", True) in view.table("main")
+
+
+def test_virtio_nic_returns_after_its_pod_dies(rig: VmRig, virtio_nics: list[str]) -> None:
+    nic = rig.borrow(virtio_nics[-1], rename="rnic0")  # in the pod it becomes eth1
+    rig.configure(nic, CIDR, mtu=1400, routes=[(HPC_NET, GW)])
+    host = link_detail("", nic)
+    parent, mac = host["parentdev"], host["address"]
+    chain = rig.chain("exclusive", [nic])
+
+    # a plain ADD/DEL first: DEL moves it out of the live pod
+    pod = rig.pod()
+    run = chain.add("c1", pod.path, rdma_blocks(1))
+    assert run.rc == 0, run
+    _assert_in_pod(pod.name, parent, mac)
+    assert link_by(NODE, parentdev=parent) is None
+    assert chain.delete("c1").rc == 0
+    assert PodView.read(pod).ours() == []
+    assert rig.settled_changes() == {}
+
+    # then the pod netns dies before DEL
+    pod2 = rig.pod("203.0.113.6/24")
+    run = chain.add("c2", pod2.path, rdma_blocks(1))
+    assert run.rc == 0, run
+    assert "pciID" not in json.dumps(run.out), run.out
+    assert run.out["interfaces"][1] == {"name": "eth1", "mac": mac, "sandbox": pod2.path}, run
+    assert run.out["ips"][1] == {"version": "4", "address": CIDR, "interface": 1,
+                                 "gateway": GW}, run
+    _assert_in_pod(pod2.name, parent, mac)
+    rig.delete_pod(pod2)
+    back = wait_for(lambda: link_by(NODE, parentdev=parent))
+    assert back is not None, "the kernel did not return the NIC to the root netns"
+    # the kernel's own return: the in-pod name, down, no IPv4 address, no routes
+    assert back["ifname"] != nic and "UP" not in back["flags"], back
+    assert _ipv4(back["ifname"]) == [], back
+    assert not [r for r in ip_json(None, "-4", "route", "show", "table", "all")
+                if r.get("dev") == back["ifname"]]
+
+    run = chain.delete("c2")
+    assert run.rc == 0 and run.out is None, run
+    now = link_detail("", nic)
+    assert (now["parentdev"], now["address"], now["mtu"]) == (parent, mac, 1400), now
+    assert "UP" in now["flags"] and _ipv4(nic) == [CIDR], now
+    assert rig.files() == []
+    # name, address, every route, MTU and up-state: the rig compares the whole root netns
