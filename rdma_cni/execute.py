@@ -208,7 +208,8 @@ def fallback_name(p: IfacePlan) -> str:
 def find_moved(nl: Netlink, p: IfacePlan, marker: str) -> str | None:
     """The exclusive NIC in ``nl``'s netns: by PCI address, then permanent MAC, then MAC."""
     links = nl.links()
-    for attr, want in (("parent_dev", p.identity.get("pci")),
+    parent = p.identity.get("parentDev") or p.identity.get("pci")  # older records: pci only
+    for attr, want in (("parent_dev", parent),
                        ("perm_mac", p.identity.get("permMac")),
                        ("mac", p.identity.get("mac"))):
         if not want:

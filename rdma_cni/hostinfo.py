@@ -42,7 +42,8 @@ def _facts(link: Link, addresses: tuple[IPv4Interface, ...], via: Sequence[Route
         addresses=addresses, gateway=IPv4Address(gateway) if gateway else None,
         routes=tuple((r.dst, r.gateway) for r in via),
         host_routes=tuple((r.dst, r.gateway, r.proto, r.priority, r.onlink) for r in via),
-        pci=link.parent_dev or (nic.pci if nic else None),
+        pci=link.parent_dev if link.parent_bus == "pci" else (nic.pci if nic else None),
+        parent_dev=link.parent_dev,
         perm_mac=link.perm_mac, ibdev=nic.ibdev if nic else None,
     )
 

@@ -37,6 +37,7 @@ class NicFacts:
     routes: tuple[tuple[str, str | None], ...] = ()  # (dst CIDR, gateway) through this NIC
     host_routes: tuple[HostRoute, ...] = ()  # the same routes as the host has them
     pci: str | None = None
+    parent_dev: str | None = None  # IFLA_PARENT_DEV_NAME (the PCI address on the pci bus)
     perm_mac: str | None = None
     ibdev: str | None = None
 
@@ -158,7 +159,8 @@ def _plan_one(nc: NetConf, k: int, name: str, nic: NicFacts, mac: str | None,
         table=nc.routing.tableBase + k, mac=mac, requested_ip=ip,
         addresses=nic.addresses if exclusive else (), gateway=nic.gateway,
         routes=nic.routes, ibdev=nic.ibdev,
-        identity={"pci": nic.pci, "permMac": nic.perm_mac, "mac": nic.mac},
+        identity={"pci": nic.pci, "parentDev": nic.parent_dev, "permMac": nic.perm_mac,
+                  "mac": nic.mac},
         host_mtu=nic.mtu, host_up=nic.up, host_routes=nic.host_routes,
     )
 

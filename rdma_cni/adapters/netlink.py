@@ -35,7 +35,8 @@ class Link:
     kind: str | None
     up: bool
     perm_mac: str | None = None
-    parent_dev: str | None = None  # bus device name, e.g. a PCI address
+    parent_dev: str | None = None  # the parent device's name on its bus
+    parent_bus: str | None = None  # that bus: "pci" (a PCI address), "virtio", ...
     alias: str | None = None
 
 
@@ -85,6 +86,7 @@ def _link(msg: Any) -> Link:
         up=bool(msg["flags"] & 1),
         perm_mac=(msg.get_attr("IFLA_PERM_ADDRESS") or None),
         parent_dev=msg.get_attr("IFLA_PARENT_DEV_NAME"),
+        parent_bus=msg.get_attr("IFLA_PARENT_DEV_BUS_NAME"),
         alias=msg.get_attr("IFLA_IFALIAS"),
     )
 

@@ -7,17 +7,29 @@ our own sub-objects are strict.
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import ConfigError
-from .blocks import IfName, explain
+from ..store import valid_netdev
+from .blocks import explain
 
 Mode = Literal["shared", "shared-multi", "shared-host", "exclusive"]
 SHARED_MODES = ("shared", "shared-multi", "shared-host")
 RESOURCE_RDMA = "vke.volcengine.com/rdma"
 RESOURCE_RDMA_HOST = "vke.volcengine.com/rdma-host"
+
+
+def _check_netdev(value: str) -> str:
+    """A host netdev name (unlike a pod interface name, eth0 is a legitimate RDMA NIC)."""
+    if not valid_netdev(value):
+        raise ValueError(f"netdev name {value!r} is invalid: 1-15 characters of "
+                         "[A-Za-z0-9_.-], not '.' or '..'")
+    return value
+
+
+HostIfName = Annotated[str, AfterValidator(_check_netdev)]
 
 
 class _Strict(BaseModel):
@@ -74,7 +86,7 @@ class NetConf(BaseModel):
     type: str = "rdma-cni"
     cniConfName: str = Field("rdma", min_length=1, max_length=253)
     mode: Mode
-    devices: list[IfName] | None = None
+    devices: list[HostIfName] | None = None
     resourceName: str | None = None
     allocation: Literal["auto", "config"] = "auto"
     maxInterfaces: int = Field(16, ge=1, le=64)

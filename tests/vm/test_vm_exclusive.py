@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import vmkit
 from cnirunner import HPC_NET, ip_json, link_detail, rdma_blocks
 from vmrig import NODE, PodView, VmRig, assert_iface, link_by, wait_for
 
@@ -40,6 +41,8 @@ def test_virtio_nic_returns_after_its_pod_dies(rig: VmRig, virtio_nics: list[str
     rig.configure(nic, CIDR, mtu=1400, routes=[(HPC_NET, GW)])
     host = link_detail("", nic)
     parent, mac = host["parentdev"], host["address"]
+    pci = vmkit.pci_address(nic)
+    assert pci is not None
     chain = rig.chain("exclusive", [nic])
 
     # a plain ADD/DEL first: DEL moves it out of the live pod
@@ -61,6 +64,10 @@ def test_virtio_nic_returns_after_its_pod_dies(rig: VmRig, virtio_nics: list[str
     assert run.out["ips"][1] == {"version": "4", "address": CIDR, "interface": 1,
                                  "gateway": GW}, run
     _assert_in_pod(pod2.name, parent, mac)
+    # DEL will look for it by its bus device (IFLA_PARENT_DEV_NAME) first; for virtio-net
+    # that is the virtio device above the PCI function, not the PCI address itself
+    [state] = [json.loads(f.read_text()) for f in (rig.data_dir / "state").glob("*.json")]
+    assert state["interfaces"][0]["identity"]["pci"] == parent, state
     rig.delete_pod(pod2)
     back = wait_for(lambda: link_by(NODE, parentdev=parent))
     assert back is not None, "the kernel did not return the NIC to the root netns"
@@ -75,5 +82,6 @@ def test_virtio_nic_returns_after_its_pod_dies(rig: VmRig, virtio_nics: list[str
     now = link_detail("", nic)
     assert (now["parentdev"], now["address"], now["mtu"]) == (parent, mac, 1400), now
     assert "UP" in now["flags"] and _ipv4(nic) == [CIDR], now
+    assert vmkit.pci_address(nic) == pci  # the same PCI function, back under its name
     assert rig.files() == []
     # name, address, every route, MTU and up-state: the rig compares the whole root netns
