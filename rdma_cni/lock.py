@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import threading
 import time
 from types import TracebackType
 
@@ -22,6 +23,15 @@ from rdma_cni.errors import IOFailure, TryAgain
 
 _FIRST_POLL = 0.001
 _MAX_POLL = 0.025
+_GUARDS: dict[str, threading.Lock] = {}
+_GUARDS_LOCK = threading.Lock()
+
+
+def _guard(path: str) -> threading.Lock:
+    """The in-process queue for ``path``: threads of one process (the resident server)
+    wait on it without polling; only the winner polls the flock against other processes."""
+    with _GUARDS_LOCK:
+        return _GUARDS.setdefault(os.path.abspath(path), threading.Lock())
 
 
 class FileLock:
@@ -39,11 +49,21 @@ class FileLock:
     def acquire(self) -> None:
         if self._fd is not None:
             raise IOFailure(f"failed to lock {self.path}: this FileLock is already held")
-        fd = self._open()
+        start = time.monotonic()
+        guard = _guard(self.path)
+        if not guard.acquire(timeout=max(self.timeout, 0.0)):
+            raise TryAgain(f"failed to lock {self.path}: still held by another thread "
+                           f"after waiting {time.monotonic() - start:.2f}s "
+                           f"(timeout {self.timeout:g}s)")
         try:
-            self._wait(fd)
+            fd = self._open()
+            try:
+                self._wait(fd, start)
+            except BaseException:
+                os.close(fd)
+                raise
         except BaseException:
-            os.close(fd)
+            guard.release()
             raise
         self._fd = fd
 
@@ -57,6 +77,7 @@ class FileLock:
             raise IOFailure(f"failed to unlock {self.path}: {e.strerror or e}") from e
         finally:
             os.close(fd)
+            _guard(self.path).release()
 
     def __enter__(self) -> FileLock:
         self.acquire()
@@ -77,8 +98,7 @@ class FileLock:
         except OSError as e:
             raise IOFailure(f"failed to open lock file {self.path}: {e.strerror or e}") from e
 
-    def _wait(self, fd: int) -> None:
-        start = time.monotonic()
+    def _wait(self, fd: int, start: float) -> None:
         deadline = start + max(self.timeout, 0.0)
         pause = _FIRST_POLL
         while True:

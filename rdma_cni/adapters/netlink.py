@@ -118,11 +118,9 @@ class Netlink:
             raise _fail(f"list links in {self.label}", exc) from None
 
     def link(self, name: str) -> Link | None:
-        try:
-            idx = self.ipr.link_lookup(ifname=name)
-            if not idx:
-                return None
-            return _link(self.ipr.get_links(idx[0])[0])
+        try:  # one RTM_GETLINK by name (link_lookup + get_links would be two)
+            msgs = list(self.ipr.link("get", ifname=name))
+            return _link(msgs[0]) if msgs else None
         except NetlinkError as exc:
             if exc.code == errno.ENODEV:
                 return None
