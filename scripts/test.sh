@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 echo "== ruff"; .venv/bin/ruff check rdma_cni tests bench
 echo "== mypy"; .venv/bin/mypy rdma_cni
 echo "== build"; ./scripts/build.sh
-echo "== pytest (unit + native integration)"
+echo "== pytest (unit, native integration, containerd end to end, hardening)"
+# the full-size load test (64 pods x 10 rounds, about 5 minutes) is part of CI
+export RDMA_CNI_SLOW="${RDMA_CNI_SLOW:-1}"
 .venv/bin/python -m pytest -q -p no:cacheprovider tests "$@"
 if [ -x scripts/vm-run.sh ] && [ "${RDMA_CNI_SKIP_VM:-0}" != 1 ]; then
     echo "== pytest (VM tier)"
