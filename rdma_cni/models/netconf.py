@@ -23,9 +23,9 @@ RESOURCE_RDMA_HOST = "vke.volcengine.com/rdma-host"
 
 def _check_netdev(value: str) -> str:
     """A host netdev name (unlike a pod interface name, eth0 is a legitimate RDMA NIC)."""
-    if not valid_netdev(value):
+    if not valid_netdev(value) or value == "lo":
         raise ValueError(f"netdev name {value!r} is invalid: 1-15 characters of "
-                         "[A-Za-z0-9_.-], not '.' or '..'")
+                         "[A-Za-z0-9_.-], not '.', '..' or 'lo' (never an RDMA NIC)")
     return value
 
 

@@ -7,70 +7,17 @@ show which NICs it got."""
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cnirunner import PYTHON, rdma_blocks
-from fakekubelet import FakeKubelet, PluginClient
-
-from rdma_cni.deviceplugin.server import socket_name
+from kubeletlab import RESOURCE, kubelet
 
 pytestmark = pytest.mark.root
-RESOURCE = "vke.volcengine.com/rdma"
 NICS = {"rnic0": "198.51.100.1/26", "rnic1": "198.51.100.65/26", "rnic2": "198.51.100.129/26"}
 FIRST = {"rnic0": "198.51.100.2/26", "rnic1": "198.51.100.66/26", "rnic2": "198.51.100.130/26"}
-
-
-class Kubelet:
-    """A fake kubelet driving the real device plugin like the kubelet does."""
-
-    def __init__(self, rig: Any, tmp: Path, mode: str) -> None:
-        self.dir = Path("/tmp") / f"rdma-dp-{rig.node.prefix}"  # unix socket paths are short
-        self.dir.mkdir()
-        self.kubelet = FakeKubelet(str(self.dir / "kubelet.sock"), str(self.dir / "pr.sock"))
-        self.kubelet.start()
-        conf = rig.plugin(mode, list(NICS), kubelet=self.kubelet_conf())
-        conf_file = tmp / "dp.json"
-        conf_file.write_text(json.dumps({**conf, "cniVersion": "1.0.0", "name": "rdma"}))
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", rig.node.ns, str(PYTHON), "-m", "rdma_cni",
-             "device-plugin", "--config", str(conf_file), "--nccl-env", "", "--poll", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.kubelet.wait_registrations(1, timeout=60)
-        self.client = PluginClient(str(self.dir / socket_name(RESOURCE)))
-
-    def kubelet_conf(self) -> dict[str, str]:
-        return {"podResourcesSocket": str(self.dir / "pr.sock"),
-                "checkpointFile": str(self.dir / "no-checkpoint"),
-                "devicePluginDir": str(self.dir)}
-
-    def devices(self) -> list[str]:
-        for devs in self.client.list_and_watch():
-            return sorted(d.ID for d in devs if d.health == "Healthy")
-        return []
-
-    def schedule(self, pod: str, count: int) -> list[str]:
-        """What the kubelet does for `vke.volcengine.com/rdma: count`."""
-        ids = self.client.preferred(self.devices(), [], count)
-        self.client.allocate(ids)
-        self.kubelet.set_pod("default", pod, {RESOURCE: ids})
-        return ids
-
-    def close(self) -> None:
-        self.client.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=20)
-        self.kubelet.stop()
-        for f in self.dir.iterdir():
-            f.unlink()
-        self.dir.rmdir()
 
 
 @pytest.fixture
@@ -80,13 +27,10 @@ def lab(rig: Any, tmp_path: Path) -> Iterator[Any]:
     yield rig
 
 
-@contextmanager
-def _kubelet(rig: Any, tmp: Path, mode: str) -> Iterator[Kubelet]:
-    k = Kubelet(rig, tmp, mode)
-    try:
-        yield k
-    finally:
-        k.close()
+def _kubelet(rig: Any, tmp: Path, mode: str) -> Any:
+    argv = ["ip", "netns", "exec", rig.node.ns, str(PYTHON), "-m", "rdma_cni"]
+    return kubelet(Path("/tmp") / f"rdma-dp-{rig.node.prefix}", rig.plugin(mode, list(NICS)),
+                   argv, tmp / "dp.json")
 
 
 def test_shared_multi_pod_gets_exactly_its_allocated_nics(lab: Any, tmp_path: Path) -> None:
