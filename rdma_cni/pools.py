@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from typing import Any
 
@@ -18,6 +18,42 @@ from .errors import CniError
 from .ipam.allocator import Pool, RangeConf, build_pool
 
 log = logging.getLogger("rdma_cni")
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """What the device plugin and the exporter need of the node's config."""
+
+    mode: str
+    resource: str
+    pinned: Sequence[str] | None = None
+    slots_per_nic: int = 16
+    host_slots: int = 16
+    ranges: Mapping[str, RangeConf] = field(default_factory=dict)
+
+    @classmethod
+    def from_netconf(cls, conf: Any) -> NodeSettings:
+        return cls(conf.mode, conf.resource, conf.devices, conf.slotsPerNic, conf.hostSlots,
+                   ranges_of(conf))
+
+
+def nic_slots(settings: NodeSettings, pool_size: int) -> int:
+    """shared-multi: device-plugin slots one NIC offers (never more than its addresses)."""
+    return min(settings.slots_per_nic, max(pool_size, 0))
+
+
+def host_slots(settings: NodeSettings, pool_sizes: Sequence[int]) -> int:
+    """shared-host: pods the node takes (every pod needs an address on every NIC)."""
+    return min(settings.host_slots, *pool_sizes) if pool_sizes else 0
+
+
+def slot_capacity(settings: NodeSettings, pool_sizes: Sequence[int]) -> int:
+    """The node's capacity of ``settings.resource``, one pool size per NIC."""
+    if settings.mode in ("shared", "exclusive"):
+        return len(pool_sizes)
+    if settings.mode == "shared-multi":
+        return sum(nic_slots(settings, s) for s in pool_sizes)
+    return host_slots(settings, pool_sizes)
 
 
 @dataclass(frozen=True)

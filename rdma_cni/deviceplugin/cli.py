@@ -44,13 +44,12 @@ def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None 
     from rdma_cni.adapters.sysfs import Sysfs
     from rdma_cni.deviceplugin.inventory import Inventory, PluginSettings
     from rdma_cni.deviceplugin.server import DevicePlugin
-    from rdma_cni.pools import PoolSizes, ranges_of
+    from rdma_cni.pools import PoolSizes
 
     conf = load_config(args.config)
-    settings = PluginSettings(mode=conf.mode, resource=conf.resource, pinned=conf.devices,
-                              slots_per_nic=conf.slotsPerNic, host_slots=conf.hostSlots)
+    settings = PluginSettings.from_netconf(conf)
     sysfs = Sysfs(args.sysfs_root)
-    inventory = Inventory(settings, sysfs, free_addresses or PoolSizes(ranges_of(conf)))
+    inventory = Inventory(settings, sysfs, free_addresses or PoolSizes(settings.ranges))
     return DevicePlugin(inventory, conf.kubelet.devicePluginDir,
                         exists=lambda p: sysfs.exists(p.lstrip("/")),
                         nccl_env_path=args.nccl_env or None, poll=args.poll)

@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.deviceplugin.devices import Device, build_devices, nic_healthy
 from rdma_cni.discovery import Nic, discover
+from rdma_cni.pools import NodeSettings, host_slots, nic_slots
 
-
-@dataclass(frozen=True)
-class PluginSettings:
-    mode: str
-    resource: str
-    pinned: Sequence[str] | None = None
-    slots_per_nic: int = 16
-    host_slots: int = 16
+PluginSettings = NodeSettings
 
 
 class Inventory:
@@ -71,17 +64,15 @@ class Inventory:
     def _host_slots(self, nics: Sequence[Nic], health: dict[str, bool]) -> int:
         if not nics:
             return 0
-        caps = [self._capacity(n, health[n.netdev]) for n in nics]
-        return min(self.settings.host_slots, *caps)
+        return host_slots(self.settings, [self._capacity(n, health[n.netdev]) for n in nics])
 
     def compute(self) -> list[Device]:
         nics, health = self._scan()
         mode = self.settings.mode
         host = self._host_slots(nics, health) if mode == "shared-host" else 0
-        per_nic = self.settings.slots_per_nic
 
         def slots(nic: Nic) -> int:
-            return min(per_nic, self._capacity(nic, health[nic.netdev]))
+            return nic_slots(self.settings, self._capacity(nic, health[nic.netdev]))
 
         return build_devices(mode, nics, health, slots, host)
 

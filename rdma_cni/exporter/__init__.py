@@ -27,7 +27,6 @@ from rdma_cni.exporter.common import NodeCollector
 from rdma_cni.exporter.operations import OperationsCollector
 from rdma_cni.exporter.ports import RdmaPortCollector
 from rdma_cni.exporter.storeview import StoreView
-from rdma_cni.pools import ranges_of
 
 DEFAULT_PORT = 9469
 DEFAULT_HOST = "0.0.0.0"
@@ -63,8 +62,7 @@ def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
                    stats: StatsReader | None, host: HostReader) -> CollectorRegistry:
     """A registry with the exporter's one collector; the readers are injectable."""
     view = StoreView(conf.dataDir)
-    settings = Settings(conf.mode, conf.resource, conf.devices, conf.slotsPerNic,
-                        conf.hostSlots, ranges_of(conf))
+    settings = Settings.from_netconf(conf)
     registry = CollectorRegistry()
     registry.register(NodeCollector([  # type: ignore[arg-type]
         RdmaPortCollector(sysfs),

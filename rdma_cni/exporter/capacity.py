@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 
 from prometheus_client.core import GaugeMetricFamily
@@ -21,21 +20,14 @@ from prometheus_client.metrics_core import Metric
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.discovery import discover
 from rdma_cni.exporter.storeview import StoreView
-from rdma_cni.ipam.allocator import Pool, RangeConf
-from rdma_cni.pools import HostNic, HostReader, build_pools
+from rdma_cni.ipam.allocator import Pool
+from rdma_cni.pools import HostNic, HostReader, NodeSettings, build_pools, slot_capacity
 
 log = logging.getLogger("rdma_cni.exporter")
 __all__ = ["CapacityCollector", "HostNic", "HostReader", "Settings"]
 
 
-@dataclass(frozen=True)
-class Settings:
-    mode: str
-    resource: str
-    pinned: Sequence[str] | None = None
-    slots_per_nic: int = 16
-    host_slots: int = 16
-    ranges: Mapping[str, RangeConf] = field(default_factory=dict)
+Settings = NodeSettings
 
 
 def free_in(pool: Pool, reserved: set[IPv4Address]) -> tuple[int, int]:
@@ -45,12 +37,7 @@ def free_in(pool: Pool, reserved: set[IPv4Address]) -> tuple[int, int]:
 
 
 def capacity(settings: Settings, nics: Sequence[str], pools: Mapping[str, Pool]) -> int:
-    if settings.mode in ("shared", "exclusive"):
-        return len(nics)
-    sizes = [pools[n].size() if n in pools else 0 for n in nics]
-    if settings.mode == "shared-multi":
-        return sum(min(settings.slots_per_nic, s) for s in sizes)
-    return min(settings.host_slots, *sizes) if sizes else 0
+    return slot_capacity(settings, [pools[n].size() if n in pools else 0 for n in nics])
 
 
 def allocated(settings: Settings, view: StoreView, nics: Sequence[str]) -> int:
