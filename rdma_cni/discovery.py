@@ -55,15 +55,20 @@ def _ndevs(sysfs: Sysfs, ibdev: str, port: int) -> set[str]:
 
 
 def _pci_of(sysfs: Sysfs, rel_device: str) -> tuple[str | None, int | None]:
+    """The PCI function nearest above the netdev's device (virtio-net sits one level
+    below its PCI function, e.g. .../0000:00:0c.0/virtio10), and its NUMA node."""
     real = sysfs.realpath(rel_device)
     if real is None:
         return None, None
-    name = real.rsplit("/", 1)[-1]
-    if not PCI_RE.match(name):
+    parts = real.split("/")
+    for end in range(len(parts), 0, -1):
+        if PCI_RE.match(parts[end - 1]):
+            break
+    else:
         return None, None
-    numa = sysfs.read(f"{rel_device}/numa_node")
+    numa = sysfs.read("/".join(parts[:end]) + "/numa_node")
     node = int(numa) if numa and numa.lstrip("-").isdigit() and int(numa) >= 0 else None
-    return name.lower(), node
+    return parts[end - 1].lower(), node
 
 
 def _uverbs_map(sysfs: Sysfs) -> dict[str, str]:

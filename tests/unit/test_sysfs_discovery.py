@@ -105,3 +105,17 @@ def test_resolve_unknown(node: Sysfs) -> None:
     with pytest.raises(AllocationError, match=r"0000:99:00\.0@2") as exc:
         resolve_device_id(node, discover(node), "0000:99:00.0@2")
     assert exc.value.code == 101
+
+
+def test_virtio_nic_maps_to_the_pci_function_above_it(tmp_path: Path) -> None:
+    """virtio-net: class/net/<if>/device is .../<pci>/virtio10; the NIC's device ID is
+    the PCI function (as the device plugin advertises it), with that function's NUMA."""
+    fs = FakeSys(tmp_path)
+    pci = fs.pci("0000:00:0c.0", numa=1)
+    fs.write(f"{pci}/virtio10/net/rnic1/address", "52:54:00:12:34:57")
+    fs.symlink("sys/class/net/rnic1", f"{pci}/virtio10/net/rnic1")
+    fs.symlink(f"{pci}/virtio10/net/rnic1/device", f"{pci}/virtio10")
+    sysfs = Sysfs(str(tmp_path))
+    [nic] = discover(sysfs, ["rnic1"])
+    assert (nic.pci, nic.numa, nic.device_id) == ("0000:00:0c.0", 1, "0000:00:0c.0")
+    assert resolve_device_id(sysfs, [nic], "0000:00:0c.0").netdev == "rnic1"

@@ -67,7 +67,9 @@ def test_virtio_nic_returns_after_its_pod_dies(rig: VmRig, virtio_nics: list[str
     # DEL will look for it by its bus device (IFLA_PARENT_DEV_NAME) first; for virtio-net
     # that is the virtio device above the PCI function, not the PCI address itself
     [state] = [json.loads(f.read_text()) for f in (rig.data_dir / "state").glob("*.json")]
-    assert state["interfaces"][0]["identity"]["pci"] == parent, state
+    identity = state["interfaces"][0]["identity"]
+    assert identity["parentDev"] == parent, state  # IFLA_PARENT_DEV_NAME, e.g. virtio10
+    assert identity["pci"] == pci, state  # the PCI function above it
     rig.delete_pod(pod2)
     back = wait_for(lambda: link_by(NODE, parentdev=parent))
     assert back is not None, "the kernel did not return the NIC to the root netns"
