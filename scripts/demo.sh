@@ -29,6 +29,7 @@ ip -n "$NODE" route add 203.0.113.0/24 via 198.51.100.14 dev rdma0
 ip -n "$POD" link add eth0 type veth peer name hostside netns "$NODE"
 ip -n "$POD" addr add 198.18.0.2/24 dev eth0
 ip -n "$POD" link set eth0 up
+ip -n "$NODE" link set hostside up
 MODE=shared-multi
 if ip netns exec "$NODE" sh -c 'modprobe ipvlan 2>/dev/null; ip link add probe0 link rdma0 type ipvlan mode l2 2>/dev/null && ip link del probe0'; then
     MODE=shared
