@@ -136,6 +136,21 @@ def run_plugin(
     return PluginRun(proc.returncode, out, proc.stderr.decode(errors="replace"))
 
 
+def plugin_conf(mode: str, devices: Sequence[str], tmp: Path, **extra: Any) -> dict[str, Any]:
+    """Our conflist entry for a test: data dir and log under ``tmp``, no kubelet source
+    (NICs come from ``devices``), the annotation capability declared."""
+    conf: dict[str, Any] = {
+        "type": "rdma-cni", "mode": mode, "devices": list(devices),
+        "dataDir": str(tmp / "data"), "logFile": str(tmp / "rdma-cni.log"), "logLevel": "debug",
+        "capabilities": {CAP_ANNOTATIONS: True},
+        "kubelet": {"podResourcesSocket": str(tmp / "no-kubelet.sock"),
+                    "checkpointFile": str(tmp / "no-checkpoint"),
+                    "devicePluginDir": str(tmp)},
+    }
+    conf.update(extra)
+    return conf
+
+
 # --- libcni-like chaining -------------------------------------------------------
 def pod_networks(blocks: Sequence[Mapping[str, Any]] | str) -> dict[str, str]:
     """The pod annotations map carrying ``k8s.volcengine.com/pod-networks``."""

@@ -22,13 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cnirunner import (
     BINARY,
-    CAP_ANNOTATIONS,
     HPC_NET,
     REPO,
     Chain,
     Node,
     Pod,
     data_files,
+    plugin_conf,
     sh,
     snapshot,
     without,
@@ -87,16 +87,7 @@ class Rig:
 
     def plugin(self, mode: str, devices: Sequence[str] = ("rnic0",),
                **extra: Any) -> dict[str, Any]:
-        conf: dict[str, Any] = {
-            "type": "rdma-cni", "mode": mode, "devices": list(devices),
-            "dataDir": str(self.data_dir), "logFile": str(self.log_file), "logLevel": "debug",
-            "capabilities": {CAP_ANNOTATIONS: True},
-            "kubelet": {"podResourcesSocket": str(self.tmp / "no-kubelet.sock"),
-                        "checkpointFile": str(self.tmp / "no-checkpoint"),
-                        "devicePluginDir": str(self.tmp)},
-        }
-        conf.update(extra)
-        return conf
+        return plugin_conf(mode, devices, self.tmp, **extra)
 
     def chain(self, mode: str, devices: Sequence[str] = ("rnic0",), *,
               binary: Sequence[str] | None = None, cni_version: str = "0.4.0",

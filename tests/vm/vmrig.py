@@ -29,12 +29,12 @@ from cnirunner import (
     _LINK_KEYS,
     _ROUTE_DROP,
     BINARY,
-    CAP_ANNOTATIONS,
     SYSCTLS,
     Chain,
     Pod,
     data_files,
     ip_json,
+    plugin_conf,
     sh,
     unique_prefix,
     without,
@@ -274,16 +274,7 @@ class VmRig:
             sh("ip", "netns", "del", pod.name)
 
     def plugin(self, mode: str, devices: Sequence[str], **extra: Any) -> dict[str, Any]:
-        conf: dict[str, Any] = {
-            "type": "rdma-cni", "mode": mode, "devices": list(devices),
-            "dataDir": str(self.data_dir), "logFile": str(self.log_file), "logLevel": "debug",
-            "capabilities": {CAP_ANNOTATIONS: True},
-            "kubelet": {"podResourcesSocket": str(self.tmp / "no-kubelet.sock"),
-                        "checkpointFile": str(self.tmp / "no-checkpoint"),
-                        "devicePluginDir": str(self.tmp)},
-        }
-        conf.update(extra)
-        return conf
+        return plugin_conf(mode, devices, self.tmp, **extra)
 
     def chain(self, mode: str, devices: Sequence[str], **extra: Any) -> Chain:
         """The libcni-like chain running the binary in the root netns; the first call
