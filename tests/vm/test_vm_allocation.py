@@ -22,8 +22,9 @@ def test_allocated_pci_nic_is_the_one_moved(rig: VmRig, virtio_nics: list[str],
                                                                    rename="rnic1")]
     rig.configure(nics[0], "198.51.100.1/28")
     rig.configure(nics[1], "198.51.100.17/28")
-    pci = {n: vmkit.pci_address(n) for n in nics}
-    assert all(pci.values()), pci
+    found = {n: vmkit.pci_address(n) for n in nics}
+    pci = {n: a for n, a in found.items() if a}
+    assert len(pci) == 2, found
     conf = rig.plugin("exclusive", nics)
     with kubelet(Path("/tmp") / f"dp-{rig.prefix}", conf, rig.binary,
                  tmp_path / "dp.json") as k:
