@@ -22,6 +22,7 @@ from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.discovery import Nic, discover, missing
 from rdma_cni.errors import CniError
 from rdma_cni.rdma_mode import SHARED_MODES, check_mode, read_netns_mode
+from rdma_cni.store import DEFAULT_DATA_DIR
 
 PLUGIN_TYPE = "rdma-cni"
 TOPOLOGY_MODES = ("exclusive", "shared", "shared-multi")
@@ -264,7 +265,7 @@ def run_checks(
         check_dev(facts.dev_infiniband),
         check_binary(facts.plugin_binary),
         check_conflist(facts.cni_conf_dir),
-        check_datadir(str(config.get("dataDir") or "/var/lib/cni/rdma-cni")),
+        check_datadir(str(config.get("dataDir") or DEFAULT_DATA_DIR)),
     ]
     return checks
 

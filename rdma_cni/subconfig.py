@@ -95,7 +95,9 @@ def load_netconf_for(
 
 
 def data_dir_of(config: dict[str, Any]) -> str:
-    value = config.get("dataDir") or "/var/lib/cni/rdma-cni"
+    from .store import DEFAULT_DATA_DIR
+
+    value = config.get("dataDir") or DEFAULT_DATA_DIR
     if not isinstance(value, str) or not value.startswith("/"):
         raise ConfigError("invalid config: dataDir must be an absolute path")
     return value

@@ -9,10 +9,9 @@ from ..attachment import AttachmentKey
 from ..errors import ConfigError
 from ..log import LazyLogger
 from ..request import Request
-from ..store import Store
+from ..store import DEFAULT_DATA_DIR, Store
 
 log = LazyLogger()
-DEFAULT_DATA_DIR = "/var/lib/cni/rdma-cni"
 
 
 def data_dir(req: Request) -> str:

@@ -12,7 +12,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import ConfigError
-from ..store import valid_netdev
+from ..metrics_file import DEFAULT_PATH as DEFAULT_METRICS
+from ..resident.protocol import DEFAULT_SOCKET
+from ..store import DEFAULT_DATA_DIR, valid_netdev
 from .blocks import explain
 
 Mode = Literal["shared", "shared-multi", "shared-host", "exclusive"]
@@ -96,11 +98,11 @@ class NetConf(BaseModel):
     kubelet: KubeletConf = Field(default_factory=KubeletConf)
     slotsPerNic: int = Field(16, ge=1, le=1024)
     hostSlots: int = Field(16, ge=1, le=1024)
-    dataDir: str = "/var/lib/cni/rdma-cni"
+    dataDir: str = DEFAULT_DATA_DIR
     logFile: str = "/var/log/rdma-cni.log"
     logLevel: Literal["debug", "info", "warning", "error"] = "info"
-    residentSocket: str = "/run/rdma-cni/rdma-cni.sock"
-    metricsFile: str = "/run/rdma-cni/metrics"
+    residentSocket: str = DEFAULT_SOCKET
+    metricsFile: str = DEFAULT_METRICS
     runtimeConfig: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("mtu")
