@@ -1,0 +1,80 @@
+"""Where an attachment was made: the node and the network namespace (identity, not path).
+
+Recorded at ADD in the state as ``origin`` (``{"node": ..., "netnsDev": ..,
+"netnsIno": ..}``) so the agent can
+
+- refuse to act on state another node wrote (two nodes sharing a ``dataDir`` by
+  mistake, e.g. an NFS-mounted /var/lib/cni): the node is ``/etc/machine-id``
+  (systemd's stable per-install ID; it survives reboots, unlike the boot id)
+  plus the hostname, since cloned images may share a machine-id;
+- look the pod's network namespace up by its nsfs identity (st_dev, st_ino)
+  through ``/proc/<pid>/ns/net`` instead of trusting its own view of
+  ``/var/run/netns``.
+
+Pure stdlib and cheap: this runs on the ADD path.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+
+
+def node_identity(root: str = "/") -> str:
+    """``<machine-id>/<hostname>``; the hostname alone when no machine-id exists.
+
+    ``RDMA_CNI_NODE_ID`` overrides it (the agent's container sees its own
+    /etc, so the DaemonSet passes the host's identity this way, or mounts
+    /etc/machine-id read-only)."""
+    env = os.environ.get("RDMA_CNI_NODE_ID")
+    if env:
+        return env
+    machine = ""
+    for path in MACHINE_ID_FILES:
+        try:
+            with open(os.path.join(root, path.lstrip("/")), encoding="ascii") as f:
+                machine = f.read(64).strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if machine:
+            break
+    host = socket.gethostname()
+    return f"{machine}/{host}" if machine else host
+
+
+def netns_identity(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the namespace file at ``path``; None if it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def origin_of(netns: str) -> dict[str, Any]:
+    """The ``origin`` field ADD writes into the state."""
+    out: dict[str, Any] = {"node": node_identity()}
+    ident = netns_identity(netns) if netns else None
+    if ident is not None:
+        out["netnsDev"], out["netnsIno"] = ident
+    return out
+
+
+def recorded_node(state: dict[str, Any]) -> str | None:
+    """The node that wrote ``state``; None for records from before ``origin`` existed."""
+    origin = state.get("origin")
+    node = origin.get("node") if isinstance(origin, dict) else None
+    return node if isinstance(node, str) and node else None
+
+
+def recorded_netns(state: dict[str, Any]) -> tuple[int, int] | None:
+    origin = state.get("origin")
+    if not isinstance(origin, dict):
+        return None
+    dev, ino = origin.get("netnsDev"), origin.get("netnsIno")
+    if isinstance(dev, int) and isinstance(ino, int) and ino > 0:
+        return dev, ino
+    return None
