@@ -102,3 +102,8 @@ class AgentContainer:
     def stop(self) -> None:
         subprocess.run(["podman", "rm", "-f", "-t", "0", self.name], capture_output=True,
                        timeout=120)
+
+
+def plugin_binary() -> str:
+    """The plugin under test: ``RDMA_CNI_TEST_BINARY`` (e.g. an older build), else dist/."""
+    return os.environ.get("RDMA_CNI_TEST_BINARY") or str(BINARY)

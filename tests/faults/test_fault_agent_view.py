@@ -24,7 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rig import AgentContainer, podman_usable
+from agent_rig import AgentContainer, plugin_binary, podman_usable
 from cnirunner import BINARY, PYTHON, Chain, Node, plugin_conf, rdma_blocks
 from fakecri import FakeCri
 
@@ -42,7 +42,7 @@ class Serve:
     def __init__(self, ns: str, sock: Path, log: Path) -> None:
         self.sock = sock
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, str(BINARY), "serve", "--socket", str(sock)],
+            ["ip", "netns", "exec", ns, plugin_binary(), "serve", "--socket", str(sock)],
             stdout=subprocess.DEVNULL, stderr=open(log, "wb"))  # noqa: SIM115
         deadline = time.monotonic() + 30
         while not sock.exists():
@@ -69,7 +69,7 @@ class Site:
         self.serve = Serve(self.node.ns, tmp / "r.sock", tmp / "serve.log") if resident else None
         conf = plugin_conf("shared-multi", ["rnic0"], tmp,
                            residentSocket=str(tmp / "r.sock") if resident else "")
-        self.chain = Chain(conf, node_ns=self.node.ns, binary=str(BINARY))
+        self.chain = Chain(conf, node_ns=self.node.ns, binary=plugin_binary())
         self.agent = AgentContainer(tmp, {"type": "rdma-cni", "dataDir": str(self.data_dir)},
                                     self.data_dir, tmp / "cri", tmp / "status",
                                     f"rdma-cni-agent-{self.node.prefix}")
@@ -169,7 +169,7 @@ def test_state_of_another_node_is_left_alone(site: Site) -> None:
     """Two nodes sharing a dataDir: node B's attachment, whose sandbox this node's
     runtime does not have, is neither released by this node's agent nor by its GC."""
     node_b = Chain({**site.chain.plugin, "residentSocket": ""}, node_ns=site.node.ns,
-                   binary=str(BINARY), cni_version="1.1.0",
+                   binary=plugin_binary(), cni_version="1.1.0",
                    env={"RDMA_CNI_NODE_ID": "node-b/other-host"})
     pod = site.node.add_pod()
     assert node_b.add("e" * 64, pod.path, rdma_blocks(1), pod="e" * 8).rc == 0
@@ -181,7 +181,7 @@ def test_state_of_another_node_is_left_alone(site: Site) -> None:
     assert site.states() == ["e" * 64] and site.reserved() == [addr.split("/")[0]]
     status = site.agent.status()
     assert status["foreignRecords"] == 1 and status["viewSuspect"] is True
-    this_node = Chain(dict(node_b.plugin), node_ns=site.node.ns, binary=str(BINARY),
+    this_node = Chain(dict(node_b.plugin), node_ns=site.node.ns, binary=plugin_binary(),
                       cni_version="1.1.0")
     assert this_node.gc([]).rc == 0  # this node's GC, naming no valid attachment at all
     assert site.states() == ["e" * 64]
