@@ -197,7 +197,8 @@ def run_once(agent: Agent, now: float | None = None) -> dict[str, Any]:
     doc = {"lastPass": now, "interval": agent.interval, "node": agent.node,
            "viewSuspect": bool(reasons), "reasons": reasons[:MAX_REASONS],
            "released": len(released), "foreignRecords": plan.foreign,
-           "podsWithoutRdma": missing, "marks": agent.marks}
+           "podsWithoutRdma": missing, "marks": agent.marks,
+           "eventsSent": agent.reporter.recent()}
     if agent.status_path:
         try:
             agentstatus.write(agent.status_path, doc)
@@ -248,6 +249,10 @@ def _agent(args: argparse.Namespace, config: dict[str, Any]) -> Agent:
                   cri=CriClient(cri_socket) if cri_socket else None,
                   marks=marks if isinstance(marks, dict) else {})
     _kube(agent)
+    agent.reporter.restore((previous or {}).get("eventsSent"))
+    for item in agentstatus.pods_without_rdma(previous):
+        if isinstance(item.get("since"), int | float):
+            agent.missing_since[str(item.get("uid") or item["pod"])] = float(item["since"])
     return agent
 
 

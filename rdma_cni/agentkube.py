@@ -166,3 +166,15 @@ class Reporter:
             return False
         self.sent[ident] = now
         return True
+
+    def recent(self) -> list[list[Any]]:
+        """The Events sent within REPEAT, for the status file (kept across restarts)."""
+        now = self.clock()
+        return [[*ident, t] for ident, t in sorted(self.sent.items()) if now - t < REPEAT]
+
+    def restore(self, items: object) -> None:
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, list) and len(item) == 4 and \
+                    all(isinstance(v, str) for v in item[:3]) and \
+                    isinstance(item[3], int | float):
+                self.sent[(item[0], item[1], item[2])] = float(item[3])

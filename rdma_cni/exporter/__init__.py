@@ -18,9 +18,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from rdma_cni import metrics_file
+from rdma_cni import agentstatus, metrics_file
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import CniError, ConfigError
+from rdma_cni.exporter.agent import AgentCollector
 from rdma_cni.exporter.attachments import AttachmentCollector, StatsReader
 from rdma_cni.exporter.capacity import CapacityCollector, HostReader, Settings
 from rdma_cni.exporter.common import NodeCollector
@@ -59,7 +60,8 @@ def metrics_path(raw: dict[str, Any]) -> str:
 
 
 def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
-                   stats: StatsReader | None, host: HostReader) -> CollectorRegistry:
+                   stats: StatsReader | None, host: HostReader,
+                   agent_status: str = agentstatus.DEFAULT_PATH) -> CollectorRegistry:
     """A registry with the exporter's one collector; the readers are injectable."""
     view = StoreView(conf.dataDir)
     settings = Settings.from_netconf(conf)
@@ -69,6 +71,7 @@ def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
         AttachmentCollector(view, stats),
         CapacityCollector(settings, sysfs, view, host),
         OperationsCollector(metrics_path(raw)),
+        AgentCollector(agent_status),
     ]))
     return registry
 
@@ -91,6 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-file", help="the plugin's metrics file as seen by the exporter "
                                           "(default: config metricsFile, else "
                                           f"{metrics_file.DEFAULT_PATH})")
+    p.add_argument("--agent-status", help="the agent's status file as seen by the exporter "
+                                          f"(default {agentstatus.DEFAULT_PATH})")
     p.add_argument("--sysfs-root", default="/", help="root of /sys (tests)")
     return p
 
@@ -106,7 +111,8 @@ def main(argv: Sequence[str]) -> int:
         conf, raw = load_config(args.config, args.conf_dir)
         if args.metrics_file:
             raw["metricsFile"] = args.metrics_file
-        registry = build_registry(conf, raw, Sysfs(args.sysfs_root), pod_stats, host_nics)
+        registry = build_registry(conf, raw, Sysfs(args.sysfs_root), pod_stats, host_nics,
+                                  args.agent_status or agentstatus.DEFAULT_PATH)
         server = serve(registry, host, port)
     except (CniError, OSError) as err:
         print(f"rdma-cni exporter: {err}", file=sys.stderr)

@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cnirunner import BINARY
+from cnirunner import BINARY, PYTHON, REPO
 
 RUNTIME = "/usr/sbin/runc"
 LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
@@ -59,8 +59,12 @@ def make_rootfs(root: Path) -> Path:
 
 class AgentContainer:
     def __init__(self, tmp: Path, config: dict[str, Any], data_dir: Path,
-                 cri_dir: Path, status_dir: Path, name: str) -> None:
+                 cri_dir: Path, status_dir: Path, name: str, network: str = "none",
+                 source: bool = False) -> None:
+        """``source``: run the agent from the source tree and its venv (mounted read-only)
+        instead of the bundle, e.g. for the ``kubernetes`` client the bundle leaves out."""
         self.name = name
+        self.command = [str(PYTHON), "-m", "rdma_cni"] if source else ["/opt/rdma-cni/rdma-cni"]
         self.tmp = tmp
         self.rootfs = make_rootfs(tmp / "rootfs")
         self.config_path = tmp / "agent-config.json"
@@ -70,10 +74,13 @@ class AgentContainer:
                   ("/run/netns", "/var/run/netns", "rw"), (str(data_dir), str(data_dir), "rw"),
                   (str(cri_dir), "/cri", "rw"), (str(status_dir), "/status", "rw"),
                   (str(self.config_path), "/agent-config.json", "ro")]
+        if source:
+            (self.rootfs / str(REPO).lstrip("/")).mkdir(parents=True, exist_ok=True)
+            mounts.append((str(REPO), str(REPO), "ro"))
         if os.path.exists("/etc/machine-id"):  # the node identity, as the DaemonSet mounts it
             mounts.append(("/etc/machine-id", "/etc/machine-id", "ro"))
         argv = ["podman", "--runtime", RUNTIME, "run", "-d", "--rm", "--name", name,
-                "--network", "none", "--uts", "host", *LIMITS]
+                "--network", network, "--uts", "host", *LIMITS]
         for src, dst, mode in mounts:
             argv += ["-v", f"{src}:{dst}:{mode}"]
         argv += ["--rootfs", str(self.rootfs), "/usr/bin/sleep", "900"]
@@ -81,9 +88,11 @@ class AgentContainer:
         if proc.returncode != 0:
             raise RuntimeError(f"podman run failed: {proc.stderr.strip()}")
 
-    def agent_once(self, *extra: str, cri: bool = True, interval: float = 0.2
-                   ) -> subprocess.CompletedProcess[str]:
-        argv = ["podman", "exec", self.name, "/opt/rdma-cni/rdma-cni", "agent",
+    def agent_once(self, *extra: str, cri: bool = True, interval: float = 0.2,
+                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        flags = [f"--env={k}={v}" for k, v in (env or {}).items()]
+        argv = ["podman", "exec", "--env=PYTHONDONTWRITEBYTECODE=1", *flags, "--workdir", "/",
+                self.name, *self.command, "agent",
                 "--config", "/agent-config.json", "--once", "--interval", str(interval)]
         if bundle_dir() == BINARY.parent or os.environ.get("RDMA_CNI_AGENT_NEW_FLAGS"):
             argv += ["--status-file", "/status/agent-status.json",
