@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rig import plugin_binary
+from agent_rig import Serve, plugin_binary
 from cnirunner import Chain, Node, data_files, plugin_conf, rdma_blocks
 from fakekubelet import FakeKubelet, PodEntry
 
@@ -43,16 +41,8 @@ class Site:
         self.node.add_nic("rnic1", NIC1)
         self.kubelet = FakeKubelet(pr_socket=str(tmp / "kubelet.sock")).start()
         self.checkpoint = tmp / "kubelet_internal_checkpoint"
-        self.serve: subprocess.Popen[bytes] | None = None
         sock = tmp / "r.sock"
-        if resident:
-            self.serve = subprocess.Popen(
-                ["ip", "netns", "exec", self.node.ns, plugin_binary(), "serve", "--socket",
-                 str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            deadline = time.monotonic() + 30
-            while not sock.exists():
-                assert self.serve.poll() is None and time.monotonic() < deadline
-                time.sleep(0.05)
+        self.serve = Serve(self.node.ns, sock, tmp / "serve.log") if resident else None
         conf = plugin_conf("shared-multi", ["rnic0", "rnic1"], tmp,
                            residentSocket=str(sock) if resident else "",
                            kubelet={"podResourcesSocket": self.kubelet.pr_socket,
@@ -72,14 +62,14 @@ class Site:
         p = self.node.add_pod()
         run = self.chain.add(cid, p.path, rdma_blocks(1), pod=pod)
         addrs = p.addrs("eth1") if run.rc == 0 else []
+        assert self.serve is None or self.serve.served("ADD") >= 1, "not the resident path"
         return run.rc, run.code, addrs[0] if addrs else ""
 
     def close(self) -> None:
         for key in list(self.chain.cache):
             self.chain.delete(key[0])
         if self.serve:
-            self.serve.terminate()
-            self.serve.wait(timeout=30)
+            self.serve.stop()
         self.kubelet.stop()
         self.node.close()
 

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rig import AgentContainer, plugin_binary, podman_usable
+from agent_rig import AgentContainer, Serve, plugin_binary, podman_usable
 from cnirunner import BINARY, Chain, Node, plugin_conf, pod_networks, rdma_blocks
 from fakecri import FakeCri
 from fakekubeapi import FakeKubeApi, pod
@@ -64,9 +64,7 @@ def test_pod_that_asked_for_rdma_and_has_none_is_reported(tmp_path: Path, node: 
     serve = None
     sock = tmp_path / "r.sock"
     if resident:
-        serve = subprocess.Popen(["ip", "netns", "exec", node.ns, plugin_binary(), "serve",
-                                  "--socket", str(sock)], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
+        serve = Serve(node.ns, sock, tmp_path / "serve.log")
     box = AgentContainer(tmp_path, {"type": "rdma-cni", "dataDir": str(data), "name": "vpc-cni"},
                          data, tmp_path / "cri", tmp_path / "status",
                          f"rdma-cni-nordma-{node.prefix}", network="host", source=True)
@@ -77,6 +75,7 @@ def test_pod_that_asked_for_rdma_and_has_none_is_reported(tmp_path: Path, node: 
     try:
         served = node.add_pod()
         assert chain.add("a" * 64, served.path, rdma_blocks(2), pod="served").rc == 0
+        assert serve is None or serve.served("ADD") == 1
         cri.sandboxes["a" * 64] = cri_pb.SANDBOX_READY
         api.add(pod("default", "served", "uid-served", "node-a", ASK))
         api.add(pod("default", "forgotten", "uid-forgotten", "node-a", ASK))  # no ADD ran
@@ -121,7 +120,6 @@ def test_pod_that_asked_for_rdma_and_has_none_is_reported(tmp_path: Path, node: 
         for key in list(chain.cache):
             chain.delete(key[0])
         if serve:
-            serve.terminate()
-            serve.wait(timeout=30)
+            serve.stop()
         cri.stop()
         api.stop()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rig import AgentContainer, plugin_binary, podman_usable
+from agent_rig import AgentContainer, Serve, plugin_binary, podman_usable
 from cnirunner import BINARY, PYTHON, Chain, Node, plugin_conf, rdma_blocks
 from fakecri import FakeCri
 
@@ -34,24 +33,6 @@ pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
               pytest.mark.skipif(bool(podman_usable()), reason=podman_usable() or "-")]
 
 SUBNET = "198.51.100.1/26"
-
-
-class Serve:
-    """``rdma-cni serve`` in the node netns (the resident path)."""
-
-    def __init__(self, ns: str, sock: Path, log: Path) -> None:
-        self.sock = sock
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, plugin_binary(), "serve", "--socket", str(sock)],
-            stdout=subprocess.DEVNULL, stderr=open(log, "wb"))  # noqa: SIM115
-        deadline = time.monotonic() + 30
-        while not sock.exists():
-            assert self.proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
 
 
 class Site:
@@ -79,6 +60,7 @@ class Site:
         pod = self.node.add_pod()
         run = self.chain.add(cid, pod.path, rdma_blocks(1), pod=cid[:8], env=env)
         assert run.rc == 0, run
+        assert self.serve is None or self.serve.served("ADD") >= 1
         self.cri.sandboxes[cid] = cri_pb.SANDBOX_READY
         return pod.path, pod.addrs("eth1")[0]
 
