@@ -99,7 +99,8 @@ def _confirmed_gone(cri: CriClient | None, key: AttachmentKey, plan: PassPlan) -
     return True
 
 
-def reconcile(store: Store, ev: Evidence, node: str, marks: dict[str, dict[str, float]],
+def reconcile(store: Store, ev: Evidence, node: str | set[str],
+              marks: dict[str, dict[str, float]],
               now: float, interval: float, cri: CriClient | None = None
               ) -> tuple[PassPlan, list[AttachmentKey]]:
     """Release what is gone by this pass's evidence, and stateless leftovers."""
@@ -182,7 +183,8 @@ def run_once(agent: Agent, now: float | None = None) -> dict[str, Any]:
     """One pass; returns (and writes) the status document."""
     now = time.time() if now is None else now
     ev = gather(agent.store.list_states(), agent.cri, agent.proc, agent.mountinfo)
-    plan, released = reconcile(agent.store, ev, agent.node, agent.marks, now,
+    names = {agent.node, agent.node_name} - {""}
+    plan, released = reconcile(agent.store, ev, names, agent.marks, now,
                                agent.interval, agent.cri)
     agent.marks = plan.marks
     reasons = list(plan.reasons)

@@ -17,7 +17,7 @@ from typing import Any
 
 from .agentview import GONE, UNKNOWN, Evidence, Verdict, judge
 from .attachment import AttachmentKey
-from .origin import recorded_node
+from .origin import recorded_node, same_node
 
 PASSES = 2
 PENDING_GRACE = 300.0
@@ -47,15 +47,15 @@ def _label(state: dict[str, Any]) -> str:
     return f"{key.get('network')}/{str(key.get('containerID'))[:12]} (pod {pod})"
 
 
-def plan_pass(states: Sequence[dict[str, Any]], ev: Evidence, node: str,
+def plan_pass(states: Sequence[dict[str, Any]], ev: Evidence, node: str | set[str],
               marks: dict[str, dict[str, float]], now: float, interval: float,
               judge_fn: Callable[[dict[str, Any], Evidence], Verdict] = judge) -> PassPlan:
     """The releases, the new marks and the report of one pass."""
     plan = PassPlan(needs_confirm=ev.sandboxes is not None)
+    names = {node} if isinstance(node, str) else set(node)
     own: list[dict[str, Any]] = []
     for st in states:
-        writer = recorded_node(st)
-        if writer is not None and writer != node:
+        if not same_node(recorded_node(st), names):
             plan.foreign += 1
             continue
         own.append(st)

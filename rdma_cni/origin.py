@@ -1,12 +1,12 @@
 """Where an attachment was made: the node and the network namespace (identity, not path).
 
-Recorded at ADD in the state as ``origin`` (``{"node": ..., "netnsDev": ..,
-"netnsIno": ..}``) so the agent can
+Recorded at ADD in the state as ``origin`` (``{"node": ..., "machineId": ...,
+"netnsDev": .., "netnsIno": ..}``) so the agent can
 
 - refuse to act on state another node wrote (two nodes sharing a ``dataDir`` by
-  mistake, e.g. an NFS-mounted /var/lib/cni): the node is ``/etc/machine-id``
-  (systemd's stable per-install ID; it survives reboots, unlike the boot id)
-  plus the hostname, since cloned images may share a machine-id;
+  mistake, e.g. an NFS-mounted /var/lib/cni): the node is its hostname (see
+  :func:`node_identity`; the boot id would change at every reboot, and the state
+  outlives reboots);
 - look the pod's network namespace up by its nsfs identity (st_dev, st_ino)
   through ``/proc/<pid>/ns/net`` instead of trusting its own view of
   ``/var/run/netns``.
@@ -23,26 +23,35 @@ from typing import Any
 MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 
 
-def node_identity(root: str = "/") -> str:
-    """``<machine-id>/<hostname>``; the hostname alone when no machine-id exists.
+def node_identity() -> str:
+    """This node's name for the ``origin`` record: the hostname.
 
-    ``RDMA_CNI_NODE_ID`` overrides it (the agent's container sees its own
-    /etc, so the DaemonSet passes the host's identity this way, or mounts
-    /etc/machine-id read-only)."""
-    env = os.environ.get("RDMA_CNI_NODE_ID")
-    if env:
-        return env
-    machine = ""
+    Node names are unique in a cluster, and kubelet's default node name is the
+    hostname, while ``/etc/machine-id`` is shared by nodes cloned from one image and
+    differs inside the agent's container: it is recorded (``machineId``) for
+    diagnosis, not compared. ``RDMA_CNI_NODE_ID`` overrides the hostname (tests,
+    nodes whose hostname is not unique)."""
+    return os.environ.get("RDMA_CNI_NODE_ID") or socket.gethostname()
+
+
+def machine_id(root: str = "/") -> str:
+    """systemd's machine ID ("" when there is none)."""
     for path in MACHINE_ID_FILES:
         try:
             with open(os.path.join(root, path.lstrip("/")), encoding="ascii") as f:
-                machine = f.read(64).strip()
+                value = f.read(64).strip()
         except (OSError, UnicodeDecodeError):
             continue
-        if machine:
-            break
-    host = socket.gethostname()
-    return f"{machine}/{host}" if machine else host
+        if value:
+            return value
+    return ""
+
+
+def same_node(writer: str | None, names: set[str]) -> bool:
+    """Whether a record written by ``writer`` is this node's (``names``: what this node
+    may be called: its identity, its Kubernetes node name). Records from before
+    ``origin`` existed (None) count as this node's."""
+    return writer is None or writer in names
 
 
 def netns_identity(path: str) -> tuple[int, int] | None:
@@ -57,6 +66,9 @@ def netns_identity(path: str) -> tuple[int, int] | None:
 def origin_of(netns: str) -> dict[str, Any]:
     """The ``origin`` field ADD writes into the state."""
     out: dict[str, Any] = {"node": node_identity()}
+    mid = machine_id()
+    if mid:
+        out["machineId"] = mid
     ident = netns_identity(netns) if netns else None
     if ident is not None:
         out["netnsDev"], out["netnsIno"] = ident

@@ -78,10 +78,8 @@ class AgentContainer:
         if source:
             (self.rootfs / str(REPO).lstrip("/")).mkdir(parents=True, exist_ok=True)
             mounts.append((str(REPO), str(REPO), "ro"))
-        if os.path.exists("/etc/machine-id"):  # the node identity, as the DaemonSet mounts it
-            mounts.append(("/etc/machine-id", "/etc/machine-id", "ro"))
         argv = ["podman", "--runtime", RUNTIME, "run", "-d", "--rm", "--name", name,
-                "--network", network, "--uts", "host", *LIMITS]
+                "--network", network, "--uts", "host", *LIMITS]  # the host's hostname: the node identity
         for src, dst, mode in mounts:
             argv += ["-v", f"{src}:{dst}:{mode}"]
         argv += ["--rootfs", str(self.rootfs), "/usr/bin/sleep", "900"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +107,11 @@ def test_node_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RDMA_CNI_NODE_ID", raising=False)
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc/machine-id").write_text("abc123\n")
-    assert origin.node_identity(str(tmp_path)).startswith("abc123/")
-    assert "/" not in origin.node_identity(str(tmp_path / "none"))
+    assert origin.machine_id(str(tmp_path)) == "abc123"
+    assert origin.machine_id(str(tmp_path / "none")) == ""
+    assert origin.node_identity() == socket.gethostname()
     monkeypatch.setenv("RDMA_CNI_NODE_ID", "node-x")
     assert origin.node_identity() == "node-x"
     assert origin.origin_of("/proc/self/ns/net")["netnsIno"] > 0
+    assert origin.same_node(None, {"a"}) and origin.same_node("a", {"a", "b"})
+    assert not origin.same_node("c", {"a", "b"})
