@@ -78,8 +78,9 @@ class AgentContainer:
         if source:
             (self.rootfs / str(REPO).lstrip("/")).mkdir(parents=True, exist_ok=True)
             mounts.append((str(REPO), str(REPO), "ro"))
+        # --uts host: the host's hostname, the node identity ADD records
         argv = ["podman", "--runtime", RUNTIME, "run", "-d", "--rm", "--name", name,
-                "--network", network, "--uts", "host", *LIMITS]  # the host's hostname: the node identity
+                "--network", network, "--uts", "host", *LIMITS]
         for src, dst, mode in mounts:
             argv += ["-v", f"{src}:{dst}:{mode}"]
         argv += ["--rootfs", str(self.rootfs), "/usr/bin/sleep", "900"]
