@@ -89,14 +89,15 @@ class AgentContainer:
             raise RuntimeError(f"podman run failed: {proc.stderr.strip()}")
 
     def agent_once(self, *extra: str, cri: bool = True, interval: float = 0.2,
-                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+                   env: dict[str, str] | None = None, cri_socket: str = "cri.sock"
+                   ) -> subprocess.CompletedProcess[str]:
         flags = [f"--env={k}={v}" for k, v in (env or {}).items()]
         argv = ["podman", "exec", "--env=PYTHONDONTWRITEBYTECODE=1", *flags, "--workdir", "/",
                 self.name, *self.command, "agent",
                 "--config", "/agent-config.json", "--once", "--interval", str(interval)]
         if bundle_dir() == BINARY.parent or os.environ.get("RDMA_CNI_AGENT_NEW_FLAGS"):
             argv += ["--status-file", "/status/agent-status.json",
-                     "--cri-socket", "/cri/cri.sock" if cri else "/cri/none.sock",
+                     "--cri-socket", f"/cri/{cri_socket}" if cri else "/cri/none.sock",
                      "--node-name", "node-a", *extra]
         return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
