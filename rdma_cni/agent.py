@@ -71,6 +71,11 @@ def gather(states: Sequence[dict[str, Any]], cri: CriClient | None,
             sandboxes = cri.sandboxes()
         except CriUnavailable as e:
             error = e.msg
+        if sandboxes == {} and states:
+            # A node always runs some sandbox (this DaemonSet's own pod): an empty list
+            # next to our attachments is a wrong or fresh runtime socket, not evidence.
+            sandboxes, error = None, (f"the runtime at {cri.socket} lists no sandbox at all "
+                                      "(the wrong runtime socket?)")
     info = read_mountinfo() if mountinfo is None else mountinfo
     sound, unsound = set(), {}
     for d in netns_dirs(states):

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .origin import netns_identity as path_identity
 from .origin import recorded_netns
 
 ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
@@ -46,18 +47,6 @@ class Evidence:
 class Verdict:
     kind: str
     why: str
-
-
-def path_identity(path: str) -> tuple[int, int] | None:
-    """(st_dev, st_ino) of ``path`` when it is a mounted nsfs file (a live netns), else None."""
-    try:
-        st = os.stat(path)
-        parent = os.stat(os.path.dirname(path) or "/")
-    except OSError:
-        return None
-    if st.st_dev == parent.st_dev and not path.startswith("/proc/"):
-        return None  # a plain file: an unmounted leftover, or a view without propagation
-    return st.st_dev, st.st_ino
 
 
 def judge(state: dict[str, Any], ev: Evidence,

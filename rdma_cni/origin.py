@@ -55,10 +55,15 @@ def same_node(writer: str | None, names: set[str]) -> bool:
 
 
 def netns_identity(path: str) -> tuple[int, int] | None:
-    """(st_dev, st_ino) of the namespace file at ``path``; None if it cannot be read."""
+    """(st_dev, st_ino) of ``path`` when it is a mounted nsfs file (a live netns) or a
+    /proc/<pid>/ns/net link; None for a plain file (an unmounted leftover, or a view
+    without mount propagation) or when it cannot be read."""
     try:
         st = os.stat(path)
+        parent = os.stat(os.path.dirname(path) or "/")
     except OSError:
+        return None
+    if st.st_dev == parent.st_dev and not path.startswith("/proc/"):
         return None
     return st.st_dev, st.st_ino
 

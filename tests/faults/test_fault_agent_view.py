@@ -47,6 +47,7 @@ class Site:
         (tmp / "cri").mkdir()
         (tmp / "status").mkdir()
         self.cri = FakeCri(str(tmp / "cri" / "cri.sock")).start()
+        self.cri.sandboxes["agent-pod"] = cri_pb.SANDBOX_READY  # the DaemonSet's own pod
         self.serve = Serve(self.node.ns, tmp / "r.sock", tmp / "serve.log") if resident else None
         conf = plugin_conf("shared-multi", ["rnic0"], tmp,
                            residentSocket=str(tmp / "r.sock") if resident else "")
@@ -145,6 +146,20 @@ def test_unreachable_runtime_releases_nothing_and_reports(site: Site) -> None:
         assert site.agent.agent_once().returncode == 0
         time.sleep(0.3)
     assert site.states() == [] and site.reserved() == []
+
+
+def test_runtime_listing_nothing_at_all_is_no_evidence(site: Site) -> None:
+    """A runtime socket that lists no sandbox at all (not even the agent's own pod) is
+    the wrong runtime, not proof that every pod is gone."""
+    _, addr = site.pod("f" * 64)
+    site.cri.sandboxes.clear()
+    for _ in range(3):
+        assert site.agent.agent_once().returncode == 0
+        time.sleep(0.3)
+    assert site.states() == ["f" * 64] and site.reserved() == [addr.split("/")[0]]
+    status = site.agent.status()
+    assert status["viewSuspect"] is True
+    assert any("lists no sandbox" in r for r in status["reasons"]), status["reasons"]
 
 
 def test_state_of_another_node_is_left_alone(site: Site) -> None:
