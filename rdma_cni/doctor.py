@@ -6,7 +6,6 @@ temp files. ``config`` is the plugin's conflist entry as a plain dict.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -150,7 +149,7 @@ def check_kubelet(mode: str, path: str) -> Check:
         return Check(
             "topology",
             "warn",
-            f"cannot read kubelet config {path}: {e.strerror}",
+            f"cannot read kubelet config {path}: {e.strerror or e}",
             "check topologyManagerPolicy: best-effort by hand",
         )
     m = re.search(r"""^\s*["']?topologyManagerPolicy["']?\s*:\s*["']?([\w-]+)""", text, re.M)
@@ -231,7 +230,7 @@ def check_datadir(path: str) -> Check:
         return Check(
             "data-dir",
             "fail",
-            f"{probe} not writable: {e.strerror}",
+            f"{probe} not writable: {e.strerror or e}",
             f"make {path} writable by root",
         )
     note = "" if probe == path else f" (will be created under {probe})"
@@ -294,16 +293,18 @@ def render(checks: Sequence[Check]) -> str:
 
 
 def main(argv: Sequence[str] | None = None, facts: Facts | None = None) -> int:
-    p = argparse.ArgumentParser(prog="rdma-cni doctor", description="Check this node.")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--config", help="JSON file shaped like the plugin's conflist entry")
+    from rdma_cni.cliargs import fail, parser
+
+    p = parser("rdma-cni doctor", "Check this node: one line per check with the fix; "
+               "exit 1 when a check fails.")
+    p.add_argument("--json", action="store_true",
+                   help="print the checks as a JSON list (an {\"error\": ...} object on failure)")
     args = p.parse_args(sys.argv[1:] if argv is None else list(argv))
     facts = facts or Facts()
     try:
         config = load_config(args.config, facts.cni_conf_dir)
-    except (OSError, ValueError) as e:
-        print(f"doctor: failed to read config {args.config}: {e}", file=sys.stderr)
-        return 1
+    except CniError as e:
+        return fail("rdma-cni doctor", e.msg, args.json)
     checks = run_checks(config, facts=facts)
     if args.json:
         sys.stdout.write(json.dumps([asdict(c) for c in checks], indent=2) + "\n")
