@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = parser("rdma-cni exporter", "Prometheus exporter for RDMA NICs and rdma-cni "
                "(docs/metrics.md lists every metric).")
-    p.add_argument("--conf-dir", default=DEFAULT_CONF_DIR,
+    p.add_argument("--cni-conf-dir", "--conf-dir", dest="conf_dir", default=DEFAULT_CONF_DIR,
                    help=f"CNI config dir searched without --config (default {DEFAULT_CONF_DIR})")
     p.add_argument("--listen", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}",
                    help=f"HOST:PORT to serve /metrics on (default {DEFAULT_HOST}:{DEFAULT_PORT})")
