@@ -43,7 +43,11 @@ class Parser(argparse.ArgumentParser):
     """argparse with a one-line usage error naming the fix, exit code 2."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+        import re
+
+        message = re.sub(r"'([^'\\]*)'", r'"\1"', message)  # argparse quotes with repr
+        sys.stderr.write(f"{self.prog}: {' '.join(message.split())} "
+                         f"(see `{self.prog} --help`)\n")
         sys.exit(EXIT_USAGE)
 
 

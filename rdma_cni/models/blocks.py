@@ -79,10 +79,15 @@ def validate_blocks(raw: list[tuple[int, Any]]) -> list[tuple[int, Block]]:
     return out
 
 
+_PY_TYPE = re.compile(r" or instance of \w+")
+_QUOTED = re.compile(r"'([^'\\]*)'")
+
+
 def explain(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:3]:
         loc = ".".join(str(x) for x in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = _PY_TYPE.sub("", err["msg"].removeprefix("Value error, "))
+        msg = _QUOTED.sub(r'"\1"', msg)  # pydantic quotes choices Python-style
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)

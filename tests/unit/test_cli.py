@@ -56,3 +56,25 @@ def test_shown() -> None:
     assert shown({"b": 1, "a": None}) == '{"a": null, "b": 1}'
     assert len(shown("x" * 500)) == 64 and shown("x" * 500).endswith("...")
     assert shown(object()).startswith('"<object')
+
+
+def test_usage_errors_quote_like_json(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["agent", "--interval", "soon"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err == ('rdma-cni agent: argument --interval: invalid float value: "soon" '
+                   "(see `rdma-cni agent --help`)\n")
+
+
+def test_config_errors_show_no_python_types_or_reprs() -> None:
+    from rdma_cni.errors import ConfigError
+    from rdma_cni.models.netconf import load_netconf
+
+    for bad, needle in (({"mode": "bogus"}, 'mode: Input should be "shared"'),
+                        ({"mode": "shared", "routing": None}, "routing: Input should be a "
+                                                              "valid dictionary")):
+        with pytest.raises(ConfigError) as exc:
+            load_netconf({"cniVersion": "1.0.0", "name": "n", "type": "rdma-cni", **bad})
+        assert needle in exc.value.msg and "'" not in exc.value.msg, exc.value.msg
+        assert "instance of" not in exc.value.msg and "None" not in exc.value.msg
