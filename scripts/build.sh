@@ -5,10 +5,7 @@ set -eu
 cd "$(dirname "$0")/.."
 # The commit `rdma-cni --version` reports (rdma_cni/cliargs.py): rewritten only when it
 # changes, so a new commit alone rebuilds the bundle; "unknown" outside a git checkout.
-commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-if [ "$commit" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
-    commit="$commit-dirty"
-fi
+commit=$(./scripts/commit-id.sh .)
 [ "$(cat rdma_cni/BUILD_COMMIT 2>/dev/null)" = "$commit" ] || echo "$commit" > rdma_cni/BUILD_COMMIT
 stamp=dist/rdma-cni/.built
 if [ -f "$stamp" ] && [ -x dist/rdma-cni/rdma-cni ] && \
