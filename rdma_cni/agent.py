@@ -230,9 +230,12 @@ def _kube(agent: Agent) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rdma-cni agent", description="Node reconciler.")
-    p.add_argument("--config", help="JSON file shaped like the plugin's conflist entry")
-    p.add_argument("--interval", type=float, default=30.0, help="seconds between rounds")
+    from .cliargs import parser
+
+    p = parser("rdma-cni agent", "Node reconciler: frees the state, addresses and NICs of "
+               "sandboxes the runtime no longer has; reports what it cannot prove.")
+    p.add_argument("--interval", type=float, default=30.0,
+                   help="seconds between rounds (default 30)")
     p.add_argument("--once", action="store_true", help="one round, then exit")
     p.add_argument("--cri-socket", default=None,
                    help="the runtime's CRI socket (default: containerd's "

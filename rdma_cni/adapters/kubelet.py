@@ -133,7 +133,8 @@ def checkpoint_owners(path: str, resource: str) -> dict[str, list[str]] | None:
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise IOFailure(f"failed to read kubelet checkpoint {path}: {err.strerror}") from None
+        reason = err.strerror or err
+        raise IOFailure(f"failed to read kubelet checkpoint {path}: {reason}") from None
     try:
         return parse_owners(raw, resource)
     except (ValueError, TypeError, KeyError, AttributeError) as err:
