@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from ipaddress import IPv4Address, IPv4Interface
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,3 +129,37 @@ def test_publish_patches_changed_pods_with_matching_uid(store: Store) -> None:
     assert agent.publish(store.list_states(), pods) == 0  # unchanged: no second patch
 
 
+
+
+class Cluster:
+    """A recording :class:`rdma_cni.agentkube.ClusterApi`."""
+
+    def __init__(self, pods: list[Any]) -> None:
+        self.pods = pods
+        self.events: list[tuple[str, str, str]] = []
+
+    def node_pods(self, node: str) -> list[Any]:
+        return self.pods
+
+    def event(self, obj: dict[str, str], reason: str, message: str, kind: str) -> None:
+        self.events.append((obj["kind"], obj["name"], reason))
+
+
+def test_run_once_reports_a_suspect_view_on_the_node(store: Store, tmp_path: Path) -> None:
+    from rdma_cni.agentkube import Reporter
+    from rdma_cni.podreport import PodInfo
+
+    attach(store, "a", "/var/run/netns/a", ["198.51.100.2"])
+    ask = {"k8s.volcengine.com/pod-networks": json.dumps([{"cniConf": {"name": "rdma"}}])}
+    cluster = Cluster([PodInfo("ns", "lost", "uid-lost", ask, "Running")])
+    ag = agent.Agent(store=store, status_path=str(tmp_path / "s.json"), node="n",
+                     node_name="node-a", cluster=cluster, reporter=Reporter(cluster),
+                     mountinfo="27 1 254:0 / / rw - ext4 /dev/vda rw\n")
+    doc = agent.run_once(ag, now=100.0)
+    assert doc["viewSuspect"] is True and doc["released"] == 0
+    assert [p["pod"] for p in doc["podsWithoutRdma"]] == ["ns/lost"]
+    assert sorted(cluster.events) == [("Node", "node-a", "RdmaCniViewSuspect"),
+                                      ("Pod", "lost", "RdmaInterfacesMissing")]
+    assert json.loads((tmp_path / "s.json").read_text())["lastPass"] == 100.0
+    agent.run_once(ag, now=200.0)
+    assert len(cluster.events) == 2  # not repeated within the hour
