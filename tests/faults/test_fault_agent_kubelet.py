@@ -37,6 +37,13 @@ NIC0, NIC1 = "198.51.100.1/26", "198.51.100.65/26"
 class Site:
     def __init__(self, tmp: Path, resident: bool) -> None:
         self.node = Node()
+        try:
+            self._build(tmp, resident)
+        except BaseException:
+            self.close()  # nothing made here outlives a failed set-up
+            raise
+
+    def _build(self, tmp: Path, resident: bool) -> None:
         self.node.add_nic("rnic0", NIC0)
         self.node.add_nic("rnic1", NIC1)
         self.kubelet = FakeKubelet(pr_socket=str(tmp / "kubelet.sock")).start()
@@ -66,11 +73,14 @@ class Site:
         return run.rc, run.code, addrs[0] if addrs else ""
 
     def close(self) -> None:
-        for key in list(self.chain.cache):
+        for key in list(getattr(self, "chain", Chain({})).cache):
             self.chain.delete(key[0])
-        if self.serve:
-            self.serve.stop()
-        self.kubelet.stop()
+        serve = getattr(self, "serve", None)
+        if serve:
+            serve.stop()
+        kubelet = getattr(self, "kubelet", None)
+        if kubelet:
+            kubelet.stop()
         self.node.close()
 
 

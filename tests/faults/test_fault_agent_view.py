@@ -41,6 +41,13 @@ class Site:
     def __init__(self, tmp: Path, resident: bool) -> None:
         self.tmp = tmp
         self.node = Node()
+        try:
+            self._build(tmp, resident)
+        except BaseException:
+            self.close()  # nothing made here outlives a failed set-up
+            raise
+
+    def _build(self, tmp: Path, resident: bool) -> None:
         self.node.add_nic("rnic0", SUBNET)
         self.data_dir = tmp / "data"
         self.data_dir.mkdir()
@@ -74,12 +81,17 @@ class Site:
                       if not p.name.startswith("."))
 
     def close(self) -> None:
-        self.agent.stop()
-        for key in list(self.chain.cache):
+        agent = getattr(self, "agent", None)
+        if agent:
+            agent.stop()
+        for key in list(getattr(self, "chain", Chain({})).cache):
             self.chain.delete(key[0])
-        if self.serve:
-            self.serve.stop()
-        self.cri.stop()
+        serve = getattr(self, "serve", None)
+        if serve:
+            serve.stop()
+        cri = getattr(self, "cri", None)
+        if cri:
+            cri.stop()
         self.node.close()
 
 
