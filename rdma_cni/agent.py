@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from .attachment import AttachmentKey
 from .errors import CniError
+from .probe import beat
 from .store import Store
 from .subconfig import DEFAULT_CONF_DIR, core_v1_api, data_dir_of, in_cluster, load_config
 
@@ -187,6 +188,7 @@ def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) ->
     while True:
         try:
             run_once(store, api, netns_alive)
+            beat("agent", args.interval)  # a pass that finished: what the probe checks
         except CniError as e:
             log.error("reconcile failed: %s", e.msg)
             if args.once:

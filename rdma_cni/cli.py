@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "device-plugin": "rdma_cni.deviceplugin.cli",
     "exporter": "rdma_cni.exporter",
     "serve": "rdma_cni.resident.server",
+    "probe": "rdma_cni.probe",
 }
 MAX_STDIN = 1 << 20  # dispatch.MAX_STDIN: one more byte is read to detect excess
 USAGE = "usage: rdma-cni [" + "|".join(SUBCOMMANDS) + "] [--config FILE] ...\n"
