@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import sys
 
 SUBCOMMANDS = {
@@ -82,6 +83,10 @@ def _peek_conf(stdin: bytes) -> dict[str, object]:
     return conf if isinstance(conf, dict) else {}
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _subcommand(argv: list[str]) -> int:
     name = argv[0]
     if name in ("-h", "--help", "help"):
@@ -96,6 +101,10 @@ def _subcommand(argv: list[str]) -> int:
     if module is None:
         sys.stderr.write(f"rdma-cni: unknown subcommand {name!r}\n{USAGE}")
         return 2
+    # In a container a subcommand is PID 1, which the kernel spares the default action
+    # of SIGTERM: without a handler, `kubectl delete pod` waits out the grace period.
+    # Subcommands with their own shutdown (serve, device-plugin, exporter) replace it.
+    signal.signal(signal.SIGTERM, _terminated)
     mod = importlib.import_module(module)
     args = argv if name == "uninstall" else argv[1:]
     return int(mod.main(args) or 0)

@@ -56,11 +56,12 @@ ctr=$(buildah from --quiet scratch)
 trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
 mnt=$(buildah mount "$ctr")
 tar -C "$mnt" --numeric-owner -xf "$rootfs"
-# the same layout as the Containerfile's runtime stage
+# the same layout as the Containerfile's runtime stage (nccl_env.sh is in the bundle,
+# _internal/rdma_cni/data/, which `rdma-cni install` copies to the host; pods get it
+# from the device plugin's mount, not from this image)
 cp -a dist/rdma-cni "$mnt/opt/rdma-cni"
 rm -f "$mnt/opt/rdma-cni/.built"
 ln -sf /opt/rdma-cni/rdma-cni "$mnt/usr/local/bin/rdma-cni"
-install -m 0755 scripts/nccl_env.sh "$mnt/usr/local/bin/nccl_env.sh"
 buildah umount "$ctr" >/dev/null
 buildah config \
     --label "org.opencontainers.image.title=rdma-cni" \
