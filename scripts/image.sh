@@ -70,9 +70,13 @@ buildah config \
     --label "io.rdma-cni.bundle-digest=$digest" \
     --env PATH=/opt/rdma-cni:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     --workingdir / --cmd '["rdma-cni", "--help"]' "$ctr"
+old=$(podman image inspect --format '{{.Id}}' "$ref" 2>/dev/null || true)
 buildah commit --quiet --rm --format oci "$ctr" "$ref" >/dev/null
 trap - EXIT
+new=$(podman image inspect --format '{{.Id}}' "$ref")
+# the image this tag named before is no longer needed (kept if a container uses it)
+[ -z "$old" ] || [ "$old" = "$new" ] || buildah rmi "$old" >/dev/null 2>&1 || true
 rm -f "$archive"
 buildah push --quiet "$ref" "oci-archive:$archive:$ref" >/dev/null
 echo "$ref $digest" >"$archive.ref"
-echo "image: $ref ($(podman image inspect --format '{{.Id}}' "$ref" | cut -c1-12)), $archive"
+echo "image: $ref ($(echo "$new" | cut -c1-12)), $archive"
