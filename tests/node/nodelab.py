@@ -110,10 +110,14 @@ class Node:
         self.timings[f"play {image}"] = time.monotonic() - start
         return self.pod_id
 
-    def remove(self) -> None:
+    def remove(self) -> str:
+        """Delete the DaemonSet's pod; podman's warnings (e.g. a container that
+        ignored SIGTERM and was killed)."""
+        warnings = ""
         if self.pod_id:
-            self.podman.remove_pod(self.pod_id)
+            warnings = self.podman.remove_pod(self.pod_id)
             self.pod_id = ""
+        return warnings
 
 
 def make_root(root: Path) -> None:

@@ -79,10 +79,12 @@ class Podman:
     def exec(self, pod_id: str, name: str, *cmd: str) -> subprocess.CompletedProcess[str]:
         return self.run("exec", self.containers(pod_id)[name]["Id"], *cmd, check=False)
 
-    def remove_pod(self, pod_id: str) -> None:
-        self.run("pod", "rm", "--force", pod_id, check=False, timeout=120)
+    def remove_pod(self, pod_id: str) -> str:
+        """``pod rm --force`` (SIGTERM, SIGKILL after 10 s); podman's warnings."""
+        out = self.run("pod", "rm", "--force", pod_id, check=False, timeout=120)
         if pod_id in self.pods:
             self.pods.remove(pod_id)
+        return out.stderr
 
     def cleanup(self) -> None:
         for pod_id in list(self.pods):

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -261,7 +262,10 @@ def test_image_upgrade_while_pods_start_loses_no_add(node: Node) -> None:
 def test_deleting_the_node_pod_leaves_pods_and_the_primary_working(node: Node,
                                                                   pods: Workloads) -> None:
     w = STATE["work"]
-    node.remove()
+    start = time.monotonic()
+    warnings = node.remove()
+    # every container stops on SIGTERM (as PID 1 too), none is killed after the grace
+    assert "SIGKILL" not in warnings and time.monotonic() - start < 10, warnings
     assert not (node.root / "run/rdma-cni/rdma-cni.sock").exists()
     conflist = json.loads((node.cni_conf / "10-vpc-cni.conflist").read_text())
     assert [p["type"] for p in conflist["plugins"]] == ["bridge", "rdma-cni"]
