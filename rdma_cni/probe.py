@@ -95,23 +95,19 @@ def check_serve(args: argparse.Namespace) -> str:
     return f"resident socket {args.socket} answers"
 
 
-def _inode(path: str) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
-
-
 def check_device_plugin(args: argparse.Namespace) -> str:
+    from .deviceplugin.status import ident
+
     doc = read_heartbeat("device-plugin")
     sock = doc.get("socket")
-    if not isinstance(sock, str) or _inode(sock) is None:
+    if not isinstance(sock, str) or ident(sock) is None:
         raise ProbeFailed(f"device plugin socket {sock} is missing")
     kubelet = doc.get("kubelet")
-    current = _inode(kubelet) if isinstance(kubelet, str) else None
+    current = ident(kubelet) if isinstance(kubelet, str) else None
     if current is None:
         raise ProbeFailed(f"kubelet registration socket {kubelet} is missing")
-    if doc.get("registered") != current:
+    recorded = doc.get("registered")
+    if not isinstance(recorded, list) or tuple(recorded) != current:
         raise ProbeFailed(f"device plugin is not registered with the kubelet at {kubelet} "
                           "(see the container's log)")
     return f"device plugin {sock} registered with {kubelet}"
@@ -149,11 +145,12 @@ CHECKS: dict[str, Callable[[argparse.Namespace], str]] = {
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .cliargs import parser
     from .resident.protocol import DEFAULT_SOCKET
     from .subconfig import DEFAULT_CONF_DIR
 
-    p = argparse.ArgumentParser(prog="rdma-cni probe",
-                                description="health check of a node component")
+    p = parser("rdma-cni probe", "Liveness/readiness check of a node component: exit 0, or "
+               "1 with one line naming what is wrong.", config=False)
     p.add_argument("component", choices=sorted(CHECKS))
     p.add_argument("--socket", default=DEFAULT_SOCKET, help="serve: the resident socket")
     p.add_argument("--cni-conf-dir", default=DEFAULT_CONF_DIR, help="cni-watch")

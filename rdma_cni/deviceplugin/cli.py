@@ -17,16 +17,17 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from rdma_cni.deviceplugin import status
 from rdma_cni.errors import CniError
 
 DEFAULT_NCCL_ENV = "/opt/cni/bin/nccl_env.sh"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rdma-cni device-plugin",
-                                description="RDMA NIC device plugin for the kubelet")
-    p.add_argument("--config", help="JSON object like the conflist entry "
-                   "(default: the rdma-cni entry in /etc/cni/net.d)")
+    from rdma_cni.cliargs import parser
+
+    p = parser("rdma-cni device-plugin", "RDMA NIC device plugin for the kubelet: serves "
+               "v1beta1.DevicePlugin in the kubelet's device-plugins dir and registers there.")
     p.add_argument("--sysfs-root", default="/", help="root of /sys and /dev (tests)")
     p.add_argument("--nccl-env", default=DEFAULT_NCCL_ENV,
                    help="host path of nccl_env.sh, mounted read-only into containers "
@@ -34,7 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host-root", default="/",
                    help="where the host's / is mounted in this container, to find the "
                         "host's nccl_env.sh (the DaemonSet mounts /opt/cni/bin under /host)")
-    p.add_argument("--poll", type=float, default=5.0, help="health/kubelet poll seconds")
+    p.add_argument("--status-file", default=status.DEFAULT_PATH,
+                   help="where to record the kubelet registration for the exporter "
+                        f"(default {status.DEFAULT_PATH}; '' disables)")
+    p.add_argument("--poll", type=float, default=5.0,
+                   help="seconds between NIC health and kubelet registration checks (default 5)")
     return p
 
 
@@ -59,7 +64,7 @@ def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None 
                         exists=lambda p: sysfs.exists(p.lstrip("/")),
                         nccl_env_path=args.nccl_env or None,
                         nccl_env_seen_at=_seen_at(args.host_root, args.nccl_env),
-                        poll=args.poll)
+                        poll=args.poll, status_file=args.status_file or None)
 
 
 def _seen_at(host_root: str, host_path: str) -> str | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 
+from rdma_cni.deviceplugin import status
 from rdma_cni.deviceplugin.devices import HEALTHY, UNHEALTHY, Device, container_allocation
 from rdma_cni.deviceplugin.inventory import Inventory
 from rdma_cni.probe import beat
@@ -120,21 +121,13 @@ def register(kubelet_socket: str, endpoint: str, resource: str, timeout: float =
                       timeout=timeout, wait_for_ready=False)
 
 
-def _ident(path: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
-
-
 class DevicePlugin:
     """Serve, register, watch. ``run()`` blocks until ``stop`` is set."""
 
     def __init__(self, inventory: Inventory, plugin_dir: str, *,
                  exists: Callable[[str], bool] = os.path.exists,
                  nccl_env_path: str | None = None, nccl_env_seen_at: str | None = None,
-                 poll: float = 5.0) -> None:
+                 poll: float = 5.0, status_file: str | None = None) -> None:
         self.inv = inventory
         self.dir = plugin_dir
         self.endpoint = socket_name(inventory.settings.resource)
@@ -148,6 +141,12 @@ class DevicePlugin:
         self._server: grpc.Server | None = None
         self._registered: tuple[int, int, int] | None = None
         self.registrations = 0
+        self.status_file = status_file
+
+    def _status(self) -> None:
+        if self.status_file:
+            status.write(self.status_file, self.inv.settings.resource, self.endpoint,
+                         self._registered)
 
     def _serve(self) -> None:
         self._halt_server()
@@ -159,6 +158,7 @@ class DevicePlugin:
         server.start()
         self._server = server
         self._registered = None
+        self._status()
         self.serving.set()
         log.info("serving %s on %s", self.inv.settings.resource, self.path)
 
@@ -169,7 +169,7 @@ class DevicePlugin:
             self._server = None
 
     def _maybe_register(self) -> None:
-        ident = _ident(self.kubelet)
+        ident = status.ident(self.kubelet)
         if ident is None or ident == self._registered:
             return
         try:
@@ -179,6 +179,7 @@ class DevicePlugin:
                         self.inv.settings.resource, self.kubelet, err.details() or err.code())
             return
         self._registered = ident
+        self._status()
         self.registrations += 1
         log.info("registered %s with kubelet at %s", self.inv.settings.resource, self.kubelet)
 
@@ -189,7 +190,7 @@ class DevicePlugin:
             self._serve()
         self._maybe_register()
         beat("device-plugin", self.poll, socket=self.path, kubelet=self.kubelet,
-             registered=self._registered[0] if self._registered else None)
+             registered=list(self._registered) if self._registered else None)
 
     def run(self) -> None:
         try:
@@ -199,5 +200,7 @@ class DevicePlugin:
         finally:
             self.inv.close()
             self._halt_server()
+            self._registered = None
+            self._status()
             if os.path.exists(self.path):
                 os.unlink(self.path)
