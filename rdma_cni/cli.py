@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import signal
 import sys
 
 SUBCOMMANDS = {
@@ -131,6 +130,8 @@ def _subcommand(argv: list[str]) -> int:
     # In a container a subcommand is PID 1, which the kernel spares the default action
     # of SIGTERM: without a handler, `kubectl delete pod` waits out the grace period.
     # Subcommands with their own shutdown (serve, device-plugin, exporter) replace it.
+    import signal
+
     signal.signal(signal.SIGTERM, _terminated)
     args = argv if name == "uninstall" else argv[1:]
     return _run_subcommand(name, module, args)
