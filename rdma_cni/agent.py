@@ -52,6 +52,7 @@ from .attachment import AttachmentKey
 from .errors import CniError
 from .origin import node_identity
 from .podreport import without_rdma
+from .probe import beat
 from .store import Store
 from .subconfig import DEFAULT_CONF_DIR, data_dir_of, in_cluster, load_config
 
@@ -278,6 +279,7 @@ def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) ->
     while True:
         try:
             run_once(agent)
+            beat("agent", args.interval)  # a pass that finished: what the probe checks
         except CniError as e:
             log.error("reconcile failed: %s", e.msg)
             if args.once:

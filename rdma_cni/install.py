@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import glibc
 from .errors import CniError, ConfigError, IOFailure, shown
 from .subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, first_conf_file, read_json_object
 
@@ -326,16 +327,27 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                    f"label {MODE_LABEL}, else the config's mode)")
     p.add_argument("--watch", action="store_true", help="keep re-applying the entry")
     p.add_argument("--interval", type=float, default=5.0, help="watch poll period (s)")
+    p.add_argument("--host-root", help="the host's / as mounted here, to check its glibc "
+                   "(default: --cni-bin-dir without its /opt/cni/bin suffix, else /)")
     p.add_argument("--write-config", metavar="FILE",
                    help="also write the effective entry (mode resolved) here, for the "
                         "agent, device plugin and exporter")
     return p
 
 
+def host_root_of(args: argparse.Namespace) -> str:
+    if args.host_root:
+        return str(args.host_root)
+    bin_dir = os.path.abspath(args.cni_bin_dir)
+    suffix = "/opt/cni/bin"
+    return bin_dir[: -len(suffix)] or "/" if bin_dir.endswith(suffix) else "/"
+
+
 def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[str, Any]:
     config = read_json_object(args.config) if args.config else {}
     entry = make_entry(config, resolve_mode(args.mode, config, label))
     bundle = args.bundle or default_bundle()
+    _say(glibc.check(bundle, host_root_of(args)))
     os.makedirs(args.cni_bin_dir, exist_ok=True)
     if install_bundle(bundle, args.cni_bin_dir):
         _say(f"copied {bundle} to {os.path.join(args.cni_bin_dir, BUNDLE_DIR)}")

@@ -1,12 +1,14 @@
 #!/bin/sh
 # Set up a fresh Debian 12 machine (as root) for building and testing rdma-cni:
-# system packages, then a virtualenv in .venv (with system site packages, so
+# system packages (podman, buildah, catatonit, debootstrap and openssl: the node image
+# and the node test), then a virtualenv in .venv (with system site packages, so
 # Debian's python3-pyverbs is visible) holding the project and its dev tools.
 set -eu
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 PKGS="python3 python3-venv python3-pip python3-dev gcc iproute2 procps kmod
-      containernetworking-plugins rdma-core ibverbs-utils python3-pyverbs containerd runc podman openssl"
+      containernetworking-plugins rdma-core ibverbs-utils python3-pyverbs containerd runc
+      podman buildah catatonit debootstrap openssl"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,4 +1,6 @@
-"""``rdma-cni device-plugin --config FILE [--sysfs-root DIR]``: the RDMA device plugin.
+"""``rdma-cni device-plugin --config FILE [--sysfs-root DIR] [--host-root DIR]``.
+
+The RDMA device plugin.
 
 The config is a JSON object shaped like the plugin's conflist entry (DESIGN §8):
 ``mode``, ``devices``, ``resourceName``, ``slotsPerNic``, ``hostSlots`` and
@@ -30,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nccl-env", default=DEFAULT_NCCL_ENV,
                    help="host path of nccl_env.sh, mounted read-only into containers "
                         "(skipped when missing; '' disables)")
+    p.add_argument("--host-root", default="/",
+                   help="where the host's / is mounted in this container, to find the "
+                        "host's nccl_env.sh (the DaemonSet mounts /opt/cni/bin under /host)")
     p.add_argument("--status-file", default=status.DEFAULT_PATH,
                    help="where to record the kubelet registration for the exporter "
                         f"(default {status.DEFAULT_PATH}; '' disables)")
@@ -57,8 +62,16 @@ def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None 
     inventory = Inventory(settings, sysfs, free_addresses or PoolSizes(settings.ranges))
     return DevicePlugin(inventory, conf.kubelet.devicePluginDir,
                         exists=lambda p: sysfs.exists(p.lstrip("/")),
-                        nccl_env_path=args.nccl_env or None, poll=args.poll,
-                        status_file=args.status_file or None)
+                        nccl_env_path=args.nccl_env or None,
+                        nccl_env_seen_at=_seen_at(args.host_root, args.nccl_env),
+                        poll=args.poll, status_file=args.status_file or None)
+
+
+def _seen_at(host_root: str, host_path: str) -> str | None:
+    """Where this process sees the host's ``host_path`` (None: check through sysfs root)."""
+    if not host_path or os.path.realpath(host_root) == "/":
+        return None
+    return os.path.join(host_root, host_path.lstrip("/"))
 
 
 def main(argv: list[str]) -> int:

@@ -349,3 +349,28 @@ def test_main_bad_config_fails(root: Path) -> None:
     conf.write_text('{"mode": "bogus"}')
     assert main(["--config", str(conf)]) == 1
     assert main(["--config", str(root / "absent.json")]) == 1
+
+
+def test_nccl_env_is_looked_for_under_the_host_root(kubelet: FakeKubelet, root: Path) -> None:
+    """In the DaemonSet the host's /opt/cni/bin is at /host/opt/cni/bin: the mount names
+    the host path, the check looks where this process sees it (--host-root)."""
+    from rdma_cni.deviceplugin.cli import _seen_at
+
+    os.unlink(root / "opt/cni/bin/nccl_env.sh")  # not where the sysfs root would look
+    seen = _seen_at(str(root / "host"), "/opt/cni/bin/nccl_env.sh")
+    assert seen == str(root / "host/opt/cni/bin/nccl_env.sh")
+    assert _seen_at("/", "/opt/cni/bin/nccl_env.sh") is None
+    sysfs = Sysfs(str(root))
+    plugin = DevicePlugin(_inventory(root, "exclusive"), str(root / "dp"),
+                          exists=lambda p: sysfs.exists(p.lstrip("/")),
+                          nccl_env_path="/opt/cni/bin/nccl_env.sh", nccl_env_seen_at=seen,
+                          poll=0.05)
+    with Running(plugin):
+        client = PluginClient(plugin.path)
+        assert list(client.allocate([PCI["eth1"]]).container_responses[0].mounts) == []
+        Path(seen).parent.mkdir(parents=True)
+        Path(seen).write_text("#!/bin/sh\n")
+        mounts = client.allocate([PCI["eth1"]]).container_responses[0].mounts
+        assert [(m.container_path, m.host_path, m.read_only) for m in mounts] == [
+            ("/usr/local/bin/nccl_env.sh", "/opt/cni/bin/nccl_env.sh", True)]
+        client.close()
