@@ -6,7 +6,11 @@ with ``renameat2(RENAME_EXCHANGE)``), point ``<bin>/rdma-cni`` at its executable
 or update our entry right after the primary in the first CNI config file of the
 conf dir (lexical order, as libcni and containerd pick it). The file is backed up
 once as ``<file>.rdma-cni.bak`` and rewritten atomically. ``--watch`` keeps
-re-applying the entry (the primary's agent may rewrite its file at restart).
+re-applying the entry (the primary's agent may rewrite its file at restart): it
+wakes on inotify events of the conf dir (within about 50 ms; a replaced dir is
+followed) and every ``--interval`` seconds as a backstop, re-reads the first file
+and inserts our entry into what the primary wrote, keeping every change of the
+primary's.
 
 A single-plugin ``.conf`` file is refused, not converted: converting would leave
 two files fighting over the first place once the primary rewrites its ``.conf``.
@@ -26,7 +30,7 @@ import json
 import os
 import shutil
 import sys
-import time
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -304,8 +308,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--cni-conf-dir", default=DEFAULT_CONF_DIR)
     p.add_argument("--mode", choices=MODES)
     p.add_argument("--config", help="JSON object shaped like the plugin's conflist entry")
-    p.add_argument("--watch", action="store_true", help="keep re-applying the entry")
-    p.add_argument("--interval", type=float, default=5.0, help="watch poll period (s)")
+    p.add_argument("--watch", action="store_true",
+                   help="keep re-applying the entry: on every change of the conf dir "
+                        "(inotify) and every --interval seconds")
+    p.add_argument("--interval", type=float, default=30.0,
+                   help="watch backstop poll period (s)")
     p.add_argument("--write-config", metavar="FILE",
                    help="also write the effective entry (mode resolved) here, for the "
                         "agent, device plugin and exporter")
@@ -328,20 +335,54 @@ def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[s
     return entry
 
 
+class _Reporter:
+    """Say each watch outcome once (a broken primary file is not repeated every wake)."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def __call__(self, msg: str) -> None:
+        if msg and msg != self.last:
+            _say(f"watch: {msg}")
+        self.last = msg
+
+
+def reapply(conf_dir: str, entry: dict[str, Any], say: Callable[[str], None]) -> None:
+    """One watch step: put the entry back if the first conflist lost it."""
+    try:
+        outcome = ensure_entry(conf_dir, entry)
+    except (CniError, OSError) as e:
+        say(str(getattr(e, "msg", e)))
+        return
+    say(f"entry re-applied: {outcome}" if outcome != "unchanged" else "")
+
+
 def watch(conf_dir: str, entry: dict[str, Any], interval: float,
-          rounds: int | None = None) -> None:
-    """Re-apply ``entry`` every ``interval`` seconds (``rounds`` bounds it, for tests)."""
+          rounds: int | None = None, stop: threading.Event | None = None) -> None:
+    """Re-apply ``entry`` within a moment of any change to ``conf_dir`` (inotify), and
+    every ``interval`` seconds as a backstop (only polling where inotify is unavailable).
+    ``rounds`` and ``stop`` bound it, for tests."""
+    from .confwatch import open_watch
+
+    stop = stop or threading.Event()
+    watcher = open_watch(conf_dir)
+    if watcher is None:
+        _say(f"watch: inotify unavailable, polling {conf_dir} every {interval:g} s")
+    say = _Reporter()
+    reapply(conf_dir, entry, say)  # what changed before the watch was armed
     n = 0
-    while rounds is None or n < rounds:
-        n += 1
-        time.sleep(interval)
-        try:
-            outcome = ensure_entry(conf_dir, entry)
-        except (CniError, OSError) as e:
-            _say(f"watch: {getattr(e, 'msg', e)}")
-            continue
-        if outcome != "unchanged":
-            _say(f"watch: entry re-applied: {outcome}")
+    try:
+        while (rounds is None or n < rounds) and not stop.is_set():
+            n += 1
+            if watcher is not None:
+                watcher.wait(interval)
+            elif stop.wait(interval):
+                break
+            if not stop.is_set():
+                reapply(conf_dir, entry, say)
+    finally:
+        if watcher is not None:
+            watcher.close()
 
 
 def uninstall(args: argparse.Namespace) -> None:

@@ -2,7 +2,9 @@
 
 The config is a JSON object shaped like the plugin's conflist entry (DESIGN §8):
 ``mode``, ``devices``, ``resourceName``, ``slotsPerNic``, ``hostSlots`` and
-``kubelet.devicePluginDir`` are used. Runs until SIGTERM or SIGINT.
+``kubelet.devicePluginDir`` are used. ``Allocate`` is refused while the first config
+of ``--cni-conf-dir`` does not chain rdma-cni (see ``chain.py``). Runs until SIGTERM
+or SIGINT.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from rdma_cni.errors import CniError
 
 DEFAULT_NCCL_ENV = "/opt/cni/bin/nccl_env.sh"
+DEFAULT_CONF_DIR = "/etc/cni/net.d"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nccl-env", default=DEFAULT_NCCL_ENV,
                    help="host path of nccl_env.sh, mounted read-only into containers "
                         "(skipped when missing; '' disables)")
+    p.add_argument("--cni-conf-dir", default=DEFAULT_CONF_DIR,
+                   help="the host's CNI conf dir (read-only): Allocate is refused while its "
+                        "first config does not chain rdma-cni ('' disables the check)")
     p.add_argument("--poll", type=float, default=5.0, help="health/kubelet poll seconds")
     return p
 
@@ -47,12 +53,20 @@ def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None 
     from rdma_cni.pools import PoolSizes
 
     conf = load_config(args.config)
+    conf_dir = args.cni_conf_dir
+
+    def chain_problem() -> str | None:
+        from rdma_cni.deviceplugin.chain import chain_problem as check
+
+        return check(conf_dir) if conf_dir else None
+
     settings = PluginSettings.from_netconf(conf)
     sysfs = Sysfs(args.sysfs_root)
     inventory = Inventory(settings, sysfs, free_addresses or PoolSizes(settings.ranges))
     return DevicePlugin(inventory, conf.kubelet.devicePluginDir,
                         exists=lambda p: sysfs.exists(p.lstrip("/")),
-                        nccl_env_path=args.nccl_env or None, poll=args.poll)
+                        nccl_env_path=args.nccl_env or None, poll=args.poll,
+                        chain_problem=chain_problem)
 
 
 def main(argv: list[str]) -> int:
