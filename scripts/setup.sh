@@ -1,7 +1,10 @@
 #!/bin/sh
 # Set up a fresh Debian 12 machine (as root) for building and testing rdma-cni:
 # system packages, then a virtualenv in .venv (with system site packages, so
-# Debian's python3-pyverbs is visible) holding the project and its dev tools.
+# Debian's python3-pyverbs is visible) holding the project and its dev tools, and
+# checkov (the manifest security lint) in its own venv .venv/checkov, because its
+# pins (packaging, python-dateutil) clash with the project's.
+# The VM tier's packages and kernel come from ./scripts/vm-prepare.sh (test.sh runs it).
 set -eu
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -13,9 +16,9 @@ for p in $PKGS; do
 done
 if [ -n "$missing" ]; then
     echo "setup: installing$missing"
-    apt-get update -qq
+    apt-get -o DPkg::Lock::Timeout=900 update -qq
     # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends $missing >/dev/null
 fi
 if [ ! -x .venv/bin/python ]; then
     /usr/bin/python3 -m venv --system-site-packages .venv
@@ -26,5 +29,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/pip install -q --upgrade pip >/dev/null
     .venv/bin/pip install -q -e '.[dev]'
     touch "$stamp"
+fi
+CHECKOV_SPEC='checkov>=3.2,<4'
+if [ ! -x .venv/checkov/bin/checkov ]; then
+    echo "setup: installing $CHECKOV_SPEC into .venv/checkov"
+    /usr/bin/python3 -m venv .venv/checkov
+    .venv/checkov/bin/pip install -q "$CHECKOV_SPEC"
 fi
 echo "setup: ready (.venv)"
