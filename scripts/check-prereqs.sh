@@ -49,6 +49,11 @@ need_cmd ctr "apt-get install containerd" "containerd e2e"
 need_cmd runc "apt-get install runc" "containerd e2e"
 need_file /usr/lib/cni/bridge "apt-get install containernetworking-plugins" \
     "containerd e2e (stand-in primary)"
+need_file /usr/lib/cni/loopback "apt-get install containernetworking-plugins" \
+    "cnitool doc test (the test list's first plugin)"
+need_cmd go "$SETUP (golang-go)" "cnitool doc test: builds tests/tools/cnitool"
+need_file /usr/share/gocode/src/github.com/containernetworking/cni/libcni \
+    "$SETUP (golang-github-appc-cni-dev)" "cnitool doc test: Debian's libcni"
 if [ "${RDMA_CNI_SKIP_VM:-0}" != 1 ]; then
     VMP="run ./scripts/vm-prepare.sh"
     need_file .venv/bin/vng "$SETUP (virtme-ng)" "VM tier"
