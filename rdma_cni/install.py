@@ -31,6 +31,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -347,14 +348,38 @@ class _Reporter:
         self.last = msg
 
 
-def reapply(conf_dir: str, entry: dict[str, Any], say: Callable[[str], None]) -> None:
-    """One watch step: put the entry back if the first conflist lost it."""
+class _Pacer:
+    """Keep a fight with another writer from spinning: after ``STREAK`` re-applies,
+    each within ``DETECT`` s of the one before, wait ``PAUSE`` s after each."""
+
+    STREAK, DETECT, PAUSE = 5, 2.0, 1.0
+
+    def __init__(self) -> None:
+        self.last = float("-inf")
+        self.streak = 0
+
+    def after(self, reapplied: bool, stop: threading.Event) -> None:
+        if not reapplied:
+            return
+        now = time.monotonic()
+        self.streak = self.streak + 1 if now - self.last < self.DETECT else 0
+        self.last = now
+        if self.streak >= self.STREAK:
+            if self.streak == self.STREAK:
+                _say("watch: another writer keeps removing the entry; re-applying at most "
+                     f"once every {self.PAUSE:g} s")
+            stop.wait(self.PAUSE)
+
+
+def reapply(conf_dir: str, entry: dict[str, Any], say: Callable[[str], None]) -> bool:
+    """One watch step: put the entry back if the first conflist lost it; True if it did."""
     try:
         outcome = ensure_entry(conf_dir, entry)
     except (CniError, OSError) as e:
         say(str(getattr(e, "msg", e)))
-        return
+        return False
     say(f"entry re-applied: {outcome}" if outcome != "unchanged" else "")
+    return outcome != "unchanged"
 
 
 def watch(conf_dir: str, entry: dict[str, Any], interval: float,
@@ -368,7 +393,7 @@ def watch(conf_dir: str, entry: dict[str, Any], interval: float,
     watcher = open_watch(conf_dir)
     if watcher is None:
         _say(f"watch: inotify unavailable, polling {conf_dir} every {interval:g} s")
-    say = _Reporter()
+    say, pacer = _Reporter(), _Pacer()
     reapply(conf_dir, entry, say)  # what changed before the watch was armed
     n = 0
     try:
@@ -379,7 +404,7 @@ def watch(conf_dir: str, entry: dict[str, Any], interval: float,
             elif stop.wait(interval):
                 break
             if not stop.is_set():
-                reapply(conf_dir, entry, say)
+                pacer.after(reapply(conf_dir, entry, say), stop)
     finally:
         if watcher is not None:
             watcher.close()

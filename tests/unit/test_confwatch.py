@@ -154,3 +154,30 @@ def test_polls_where_inotify_is_unavailable(tmp_path: Path, monkeypatch: Any,
     install.watch(str(conf), ENTRY, 0.01, rounds=1)
     assert "rdma-cni" in chained(conf / "10-vpc-cni.conflist")
     assert "inotify unavailable" in capsys.readouterr().err
+
+
+def test_a_writer_that_keeps_removing_the_entry_is_not_fought_at_full_speed(
+        tmp_path: Path, capsys: Any) -> None:
+    conf = tmp_path / "net.d"
+    conf.mkdir()
+    path = conf / "10-vpc-cni.conflist"
+    rewrite_atomic(path, primary(0))
+    stop = threading.Event()
+    t = threading.Thread(target=install.watch, args=(str(conf), ENTRY, 60.0),
+                         kwargs={"stop": stop}, daemon=True)
+    t.start()
+    end = time.monotonic() + 3.0
+    fights = 0
+    while time.monotonic() < end:  # a primary that "corrects" the file at once
+        if "rdma-cni" in chained(path):
+            rewrite_atomic(path, primary(1))
+            fights += 1
+        time.sleep(0.005)
+    stop.set()
+    (conf / "poke").touch()
+    t.join(5)
+    err = capsys.readouterr().err
+    # each fight follows one re-apply: the first few fast, then about one a second
+    # (unpaced, the two writers swap the file every few milliseconds)
+    assert 6 <= fights <= 6 + 3 + 2, (fights, err)
+    assert err.count("another writer keeps removing the entry") == 1
