@@ -10,7 +10,7 @@ re-applying the entry (the primary's agent may rewrite its file at restart): it
 wakes on inotify events of the conf dir (within about 50 ms; a replaced dir is
 followed) and every ``--interval`` seconds as a backstop, re-reads the first file
 and inserts our entry into what the primary wrote, keeping every change of the
-primary's.
+primary's (``confwatch.py``).
 
 A single-plugin ``.conf`` file is refused, not converted: converting would leave
 two files fighting over the first place once the primary rewrites its ``.conf``.
@@ -31,7 +31,6 @@ import os
 import shutil
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -336,78 +335,12 @@ def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[s
     return entry
 
 
-class _Reporter:
-    """Say each watch outcome once (a broken primary file is not repeated every wake)."""
-
-    def __init__(self) -> None:
-        self.last = ""
-
-    def __call__(self, msg: str) -> None:
-        if msg and msg != self.last:
-            _say(f"watch: {msg}")
-        self.last = msg
-
-
-class _Pacer:
-    """Keep a fight with another writer from spinning: after ``STREAK`` re-applies,
-    each within ``DETECT`` s of the one before, wait ``PAUSE`` s after each."""
-
-    STREAK, DETECT, PAUSE = 5, 2.0, 1.0
-
-    def __init__(self) -> None:
-        self.last = float("-inf")
-        self.streak = 0
-
-    def after(self, reapplied: bool, stop: threading.Event) -> None:
-        if not reapplied:
-            return
-        now = time.monotonic()
-        self.streak = self.streak + 1 if now - self.last < self.DETECT else 0
-        self.last = now
-        if self.streak >= self.STREAK:
-            if self.streak == self.STREAK:
-                _say("watch: another writer keeps removing the entry; re-applying at most "
-                     f"once every {self.PAUSE:g} s")
-            stop.wait(self.PAUSE)
-
-
-def reapply(conf_dir: str, entry: dict[str, Any], say: Callable[[str], None]) -> bool:
-    """One watch step: put the entry back if the first conflist lost it; True if it did."""
-    try:
-        outcome = ensure_entry(conf_dir, entry)
-    except (CniError, OSError) as e:
-        say(str(getattr(e, "msg", e)))
-        return False
-    say(f"entry re-applied: {outcome}" if outcome != "unchanged" else "")
-    return outcome != "unchanged"
-
-
 def watch(conf_dir: str, entry: dict[str, Any], interval: float,
           rounds: int | None = None, stop: threading.Event | None = None) -> None:
-    """Re-apply ``entry`` within a moment of any change to ``conf_dir`` (inotify), and
-    every ``interval`` seconds as a backstop (only polling where inotify is unavailable).
-    ``rounds`` and ``stop`` bound it, for tests."""
-    from .confwatch import open_watch
+    """``--watch``: re-apply ``entry`` on every change of ``conf_dir`` (see confwatch)."""
+    from .confwatch import watch_entry
 
-    stop = stop or threading.Event()
-    watcher = open_watch(conf_dir)
-    if watcher is None:
-        _say(f"watch: inotify unavailable, polling {conf_dir} every {interval:g} s")
-    say, pacer = _Reporter(), _Pacer()
-    reapply(conf_dir, entry, say)  # what changed before the watch was armed
-    n = 0
-    try:
-        while (rounds is None or n < rounds) and not stop.is_set():
-            n += 1
-            if watcher is not None:
-                watcher.wait(interval)
-            elif stop.wait(interval):
-                break
-            if not stop.is_set():
-                pacer.after(reapply(conf_dir, entry, say), stop)
-    finally:
-        if watcher is not None:
-            watcher.close()
+    watch_entry(conf_dir, entry, interval, rounds, stop)
 
 
 def uninstall(args: argparse.Namespace) -> None:
