@@ -7,7 +7,8 @@ The YAML files under conf/k8s/ are the manifests rendered with the defaults; thi
 script reads them and rewrites, structurally, every place a value lives:
 
 - ``namespace``: ``metadata.namespace`` of each namespaced object, the namespace of
-  each binding's ServiceAccount subject, a ServiceMonitor's ``namespaceSelector``;
+  each binding's ServiceAccount subject, a ServiceMonitor's ``namespaceSelector``, and
+  ``kubectl -n NAMESPACE`` in the alert rules' texts;
 - ``image``: the image of every (init) container of a pod template;
 - ``kubeletDir``, ``cniBinDir``, ``cniConfDir``: the ``hostPath`` volumes under those
   host dirs, and container arguments that name a host path under ``cniBinDir`` (the
@@ -128,6 +129,12 @@ def render_doc(doc: dict[str, Any], defaults: dict[str, str], values: dict[str, 
         selector["matchNames"] = [ns(n) for n in selector["matchNames"]]
     for pod in _pod_specs(out):
         _render_pod(pod, defaults, values, where)
+    for group in (out.get("spec") or {}).get("groups") or []:  # alert texts: kubectl -n NS
+        for rule in group.get("rules") or []:
+            notes = rule.get("annotations") or {}
+            for key, text in notes.items():
+                notes[key] = text.replace(f"-n {defaults['namespace']} ",
+                                          f"-n {values['namespace']} ")
     return out
 
 

@@ -36,7 +36,8 @@ class Kubelet:
              "plugins": [{"type": "vpc-cni"}, {"type": "rdma-cni"}]}))
         self.proc = subprocess.Popen(
             [*argv, "device-plugin", "--config", str(conf_file), "--nccl-env", "",
-             "--cni-conf-dir", str(self.dir), "--poll", "1"],
+             "--cni-conf-dir", str(self.dir), "--status-file", str(self.dir / "dp-status.json"),
+             "--poll", "1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.kubelet.wait_registrations(1, timeout=120)
         self.client = PluginClient(str(self.dir / socket_name(RESOURCE)))
