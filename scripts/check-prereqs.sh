@@ -8,6 +8,7 @@
 set -u
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+PATH="$PWD/.venv/tools/bin:$PATH"   # promtool (setup.sh)
 VM_DIR=${RDMA_CNI_VM_DIR:-$PWD/.work/vm}
 missing=0
 
@@ -51,6 +52,7 @@ need_file /usr/lib/cni/bridge "apt-get install containernetworking-plugins" \
     "containerd e2e (stand-in primary)"
 need_file /usr/lib/cni/loopback "apt-get install containernetworking-plugins" \
     "cnitool doc test (the test list's first plugin)"
+need_cmd promtool "$SETUP (from Debian's prometheus package)" "alert rules test"
 need_cmd go "$SETUP (golang-go)" "cnitool doc test: builds tests/tools/cnitool"
 need_file /usr/share/gocode/src/github.com/containernetworking/cni/libcni \
     "$SETUP (golang-github-appc-cni-dev)" "cnitool doc test: Debian's libcni"

@@ -33,6 +33,19 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/pip install -q -e '.[dev]'
     touch "$stamp"
 fi
+# promtool (tests/unit/test_alert_rules.py checks the alert rules with it), taken out
+# of Debian's prometheus package into .venv/tools/bin; installing the package would
+# start a Prometheus server on the machine. test.sh puts .venv/tools/bin on PATH.
+if [ ! -x .venv/tools/bin/promtool ]; then
+    echo "setup: unpacking promtool from Debian's prometheus package into .venv/tools/bin"
+    d=$(mktemp -d)
+    (cd "$d" && apt-get download -q prometheus >/dev/null 2>&1) \
+        || { apt-get -o DPkg::Lock::Timeout=900 update -qq; (cd "$d" && apt-get download -q prometheus >/dev/null 2>&1); }
+    dpkg-deb -x "$d"/prometheus_*.deb "$d/x"
+    mkdir -p .venv/tools/bin
+    cp "$d/x/usr/bin/promtool" .venv/tools/bin/promtool
+    rm -rf "$d"
+fi
 CHECKOV_SPEC='checkov>=3.2,<4'
 if [ ! -x .venv/checkov/bin/checkov ]; then
     echo "setup: installing $CHECKOV_SPEC into .venv/checkov"

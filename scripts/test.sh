@@ -7,6 +7,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+export PATH="$PWD/.venv/tools/bin:$PATH"   # promtool (setup.sh)
 if [ "${RDMA_CNI_SKIP_VM:-0}" != 1 ]; then ./scripts/vm-prepare.sh; fi
 echo "== prerequisites"; ./scripts/check-prereqs.sh
 echo "== ruff"; .venv/bin/ruff check rdma_cni tests bench
