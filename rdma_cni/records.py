@@ -40,12 +40,17 @@ def plan_from_dict(d: dict[str, Any]) -> IfacePlan:
 
 
 def make_state(status: str, mode: str, netns: str, pod: str, uid: str, priority: int,
-               plans: list[IfacePlan], result: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
+               plans: list[IfacePlan], result: dict[str, Any] | None = None,
+               origin: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``origin`` (:func:`rdma_cni.origin.origin_of`): the node and netns identity."""
+    state = {
         "schema": SCHEMA, "status": status, "mode": mode, "netns": netns, "pod": pod,
         "podUID": uid, "rulePriority": priority,
         "interfaces": [plan_to_dict(p) for p in plans], "result": result,
     }
+    if origin:
+        state["origin"] = origin
+    return state
 
 
 def plans_of(state: dict[str, Any]) -> list[IfacePlan]:

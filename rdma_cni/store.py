@@ -16,8 +16,8 @@ Crash safety: every file is written to a temp file (``.tmp-<pid>-...``) in the
 same directory, fsynced, then renamed over (state) or hard-linked to its final
 name (reservations and claims: ``link`` fails if the name exists, which gives
 O_EXCL semantics with the full content in place). The directory is fsynced.
-Readers skip temp files and delete orphans (writer dead, or older than a
-minute).
+Readers skip temp files and delete orphans: no writer holds the temp file's
+flock (the writer holds it while writing) and it is older than a minute.
 
 Corrupt records (not a JSON object with a valid key): a state record is moved to
 ``corrupt/`` and reads as absent, so ADD can rewrite it and DEL still releases
@@ -35,6 +35,7 @@ sequences (it is re-entrant per thread, so they may call the store inside it).
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
@@ -129,6 +130,7 @@ def _write_temp(directory: str, name: str, data: bytes) -> str:
     try:
         fd = os.open(tmp, flags, 0o600)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held while writing: see _is_orphan
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
@@ -227,17 +229,23 @@ def _owner_of(rec: dict[str, Any]) -> Owner:
 
 
 def _is_orphan(directory: str, name: str) -> bool:
+    """A temp file no writer holds (its flock is free) and older than a minute.
+
+    The writer's PID is no evidence: a reader in a container (the agent) sees
+    no host PIDs. The flock is held on the file itself, so it holds across PID
+    and mount namespaces sharing the data dir."""
+    path = os.path.join(directory, name)
     try:
-        pid = int(name[len(_TMP) :].split("-", 1)[0])
-        os.kill(pid, 0)
-    except (ValueError, ProcessLookupError):
-        return True
-    except OSError:
-        pass  # EPERM: alive, not ours
-    try:
-        age = time.time() - os.lstat(os.path.join(directory, name)).st_mtime
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        age = time.time() - os.fstat(fd).st_mtime
+    except OSError:
+        return False  # EWOULDBLOCK: a live writer holds it
+    finally:
+        os.close(fd)
     return age > _ORPHAN_AGE
 
 

@@ -48,6 +48,8 @@ need_cmd dash "apt-get install dash" "nccl_env.sh tests"
 need_cmd containerd "apt-get install containerd" "containerd e2e"
 need_cmd ctr "apt-get install containerd" "containerd e2e"
 need_cmd runc "apt-get install runc" "containerd e2e"
+need_cmd podman "apt-get install podman" "agent against a real CRI (tests/e2e, tests/faults)"
+need_cmd openssl "apt-get install openssl" "the fake Kubernetes API server's TLS certificate"
 need_file /usr/lib/cni/bridge "apt-get install containernetworking-plugins" \
     "containerd e2e (stand-in primary)"
 need_file /usr/lib/cni/loopback "apt-get install containernetworking-plugins" \

@@ -21,6 +21,7 @@ from ..ipam.allocator import build_pool
 from ..ipam.reserve import allocate
 from ..models.blocks import validate_blocks
 from ..models.netconf import NetConf
+from ..origin import origin_of
 from ..plan import IfacePlan, NicFacts, plan_interfaces, with_address
 from ..pools import ranges_of
 from ..request import Request
@@ -129,7 +130,7 @@ def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
                 out.append(p)
             store.put_state(key, records.make_state(
                 records.PENDING, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
-                nc.routing.rulePriority, out))
+                nc.routing.rulePriority, out, origin=origin_of(req.netns)))
         except BaseException:
             store.purge(key)
             raise
@@ -150,7 +151,7 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
     ours = result.our_part(plans, macs, req.netns)
     store.put_state(req.key, records.make_state(
         records.READY, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
-        nc.routing.rulePriority, plans, ours))
+        nc.routing.rulePriority, plans, ours, origin=origin_of(req.netns)))
     return result.append(req.prev_result, ours)
 
 
