@@ -6,7 +6,11 @@ with ``renameat2(RENAME_EXCHANGE)``), point ``<bin>/rdma-cni`` at its executable
 or update our entry right after the primary in the first CNI config file of the
 conf dir (lexical order, as libcni and containerd pick it). The file is backed up
 once as ``<file>.rdma-cni.bak`` and rewritten atomically. ``--watch`` keeps
-re-applying the entry (the primary's agent may rewrite its file at restart).
+re-applying the entry (the primary's agent may rewrite its file at restart): it
+wakes on inotify events of the conf dir (within about 50 ms; a replaced dir is
+followed) and every ``--interval`` seconds as a backstop, re-reads the first file
+and inserts our entry into what the primary wrote, keeping every change of the
+primary's (``confwatch.py``).
 
 A single-plugin ``.conf`` file is refused, not converted: converting would leave
 two files fighting over the first place once the primary rewrites its ``.conf``.
@@ -26,7 +30,7 @@ import json
 import os
 import shutil
 import sys
-import time
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -325,8 +329,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--bundle", help="the built one-dir bundle (default: this executable's)")
     p.add_argument("--mode", choices=MODES, help="the node's RDMA mode (default: the node "
                    f"label {MODE_LABEL}, else the config's mode)")
-    p.add_argument("--watch", action="store_true", help="keep re-applying the entry")
-    p.add_argument("--interval", type=float, default=5.0, help="watch poll period (s)")
+    p.add_argument("--watch", action="store_true",
+                   help="keep re-applying the entry: on every change of the conf dir "
+                        "(inotify) and every --interval seconds")
+    p.add_argument("--interval", type=float, default=30.0,
+                   help="watch backstop poll period in seconds (default 30)")
     p.add_argument("--host-root", help="the host's / as mounted here, to check its glibc "
                    "(default: --cni-bin-dir without its /opt/cni/bin suffix, else /)")
     p.add_argument("--write-config", metavar="FILE",
@@ -361,19 +368,11 @@ def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[s
 
 
 def watch(conf_dir: str, entry: dict[str, Any], interval: float,
-          rounds: int | None = None) -> None:
-    """Re-apply ``entry`` every ``interval`` seconds (``rounds`` bounds it, for tests)."""
-    n = 0
-    while rounds is None or n < rounds:
-        n += 1
-        time.sleep(interval)
-        try:
-            outcome = ensure_entry(conf_dir, entry)
-        except (CniError, OSError) as e:
-            _say(f"watch: {getattr(e, 'msg', e)}")
-            continue
-        if outcome != "unchanged":
-            _say(f"watch: entry re-applied: {outcome}")
+          rounds: int | None = None, stop: threading.Event | None = None) -> None:
+    """``--watch``: re-apply ``entry`` on every change of ``conf_dir`` (see confwatch)."""
+    from .confwatch import watch_entry
+
+    watch_entry(conf_dir, entry, interval, rounds, stop)
 
 
 def uninstall(args: argparse.Namespace) -> None:

@@ -42,15 +42,21 @@ def to_proto(dev: Device) -> pb.Device:
     return pb.Device(ID=dev.id, health=HEALTHY if dev.healthy else UNHEALTHY, topology=topo)
 
 
+def _chained() -> str | None:
+    return None
+
+
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     def __init__(self, inventory: Inventory, exists: Callable[[str], bool],
                  nccl_env_path: str | None, stop: threading.Event,
-                 nccl_env_seen_at: str | None = None) -> None:
+                 nccl_env_seen_at: str | None = None,
+                 chain_problem: Callable[[], str | None] = _chained) -> None:
         self.inv = inventory
         self.exists = exists
         self.nccl_env_path = nccl_env_path
         self.nccl_env_seen_at = nccl_env_seen_at
         self.stop = stop
+        self.chain_problem = chain_problem
 
     def nccl_env_mount(self) -> str | None:
         """The host path of nccl_env.sh to mount, when the host has it (checked where
@@ -88,7 +94,21 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             out.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return pb.PreferredAllocationResponse(container_responses=out)
 
+    def _refuse_unchained(self, context: Any) -> None:
+        """Fail the allocation (so the kubelet does not start the pod) while the node's
+        CNI config does not chain rdma-cni: the pod would get no RDMA interface."""
+        problem = self.chain_problem()
+        if problem is None:
+            return
+        msg = (f"refusing to allocate {self.inv.settings.resource}: {problem}, so the pod "
+               "would start without its RDMA interfaces (is the rdma-cni DaemonSet's "
+               "cni-watch container running?)")
+        log.warning("%s", msg)
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, msg)
+        raise RuntimeError(msg)  # abort raises; a stand-in context may not
+
     def Allocate(self, request: pb.AllocateRequest, context: Any) -> pb.AllocateResponse:
+        self._refuse_unchained(context)
         out = []
         nccl = self.nccl_env_mount()
         for req in request.container_requests:
@@ -127,7 +147,8 @@ class DevicePlugin:
     def __init__(self, inventory: Inventory, plugin_dir: str, *,
                  exists: Callable[[str], bool] = os.path.exists,
                  nccl_env_path: str | None = None, nccl_env_seen_at: str | None = None,
-                 poll: float = 5.0, status_file: str | None = None) -> None:
+                 poll: float = 5.0, chain_problem: Callable[[], str | None] = _chained,
+                 status_file: str | None = None) -> None:
         self.inv = inventory
         self.dir = plugin_dir
         self.endpoint = socket_name(inventory.settings.resource)
@@ -137,7 +158,7 @@ class DevicePlugin:
         self.stop = threading.Event()
         self.serving = threading.Event()  # set once the gRPC server accepts connections
         self.servicer = DevicePluginServicer(inventory, exists, nccl_env_path, self.stop,
-                                             nccl_env_seen_at)
+                                             nccl_env_seen_at, chain_problem)
         self._server: grpc.Server | None = None
         self._registered: tuple[int, int, int] | None = None
         self.registrations = 0
