@@ -34,7 +34,7 @@ class Faults:
         self.rig, self.path, self.tmp = node_rig, path, tmp
         self.server: Serve | None = None
         if path == "resident":
-            self.server = Serve(rig.node.ns, tmp / "r.sock", tmp / "serve.log")
+            self.server = Serve(node_rig.node.ns, tmp / "r.sock", tmp / "serve.log")
 
     @property
     def socket(self) -> str:
@@ -51,15 +51,19 @@ class Faults:
         want = n if self.server is not None else 0
         assert self.served(command) == want, f"{command} served {self.served(command)}"
 
+    def log_text(self) -> str:
+        """The plugin's log, wherever the path writes it (the server has its own)."""
+        files = [self.rig.log_file, self.tmp / "serve.log"]
+        return "".join(f.read_text() for f in files if f.exists())
+
     def stop(self) -> None:
         if self.server is not None:
             self.server.stop()
 
 
 @pytest.fixture(params=["inproc", "resident"])
-def faults(request: pytest.FixtureRequest, rig: Any,
-           tmp_path: Path) -> Iterator[Faults]:
-    f = Faults(rig, request.param, tmp_path)
+def faults(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Faults]:
+    f = Faults(request.getfixturevalue("rig"), request.param, tmp_path)
     try:
         yield f
     finally:
