@@ -374,6 +374,10 @@ class Store:
             self._quarantine(path, str(e))
             return None
 
+    def quarantine_state(self, key: AttachmentKey, why: str) -> None:
+        """Move ``key``'s state record aside as unreadable (see :meth:`owners`)."""
+        self._quarantine(self._state_path(key), why)
+
     def quarantined(self) -> set[str]:
         """Digests of keys whose state record was moved aside as unreadable."""
         return {n.split(".", 1)[0] for n in _scan(self.corrupt_dir) if ".json." in n}
