@@ -3,6 +3,7 @@ undo (netns gone, state gone, NIC gone, called twice, never added)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,11 @@ from ..errors import ConfigError
 from ..log import LazyLogger
 from ..request import Request
 from ..store import DEFAULT_DATA_DIR, Store
+
+#: DEL keeps failing (code 11) for an exclusive NIC the kernel has not returned for
+#: this long after the first such DEL; then it releases the attachment and logs it
+GIVE_UP = 600.0
+PENDING_SINCE = "nicPendingSince"
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -72,10 +78,34 @@ def salvage(store: Store, req: Request, key: AttachmentKey) -> None:
 
 def release(store: Store, netns_path: str, state: dict[str, Any], key: AttachmentKey,
             fd: int | None = None) -> None:
+    from ..teardown import NicNotBack
+
     same = netns_path == state.get("netns")
-    _tear_down(store, key, netns_path if same else "", fd if same else None, lambda _: state)
+    try:
+        _tear_down(store, key, netns_path if same else "", fd if same else None,
+                   lambda _: state)
+    except NicNotBack as exc:
+        if not _give_up(store, key, state, exc.msg):
+            raise
     log.info("DEL of %s/%s released %d interface(s)", key.network, key.container_id,
              len(state.get("interfaces") or []))
+
+
+def _give_up(store: Store, key: AttachmentKey, state: dict[str, Any], why: str) -> bool:
+    """An exclusive NIC is not back yet: keep the state (marked with when that was first
+    seen) so the runtime retries, or, :data:`GIVE_UP` seconds on, release the rest."""
+    now = time.time()
+    since = state.get(PENDING_SINCE)
+    if not isinstance(since, int | float):
+        store.put_state(key, {**state, PENDING_SINCE: now})
+        return False
+    if now - since < GIVE_UP:
+        return False
+    log.error("DEL of %s/%s gives up waiting after %.0f s and releases it: %s", key.network,
+              key.container_id, now - since, why)
+    with store.lock():
+        store.purge(key)
+    return True
 
 
 def _tear_down(store: Store, key: AttachmentKey, netns_path: str, fd: int | None,
