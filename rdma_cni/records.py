@@ -19,6 +19,7 @@ from .plan import IfacePlan
 SCHEMA = 1
 PENDING = "pending"
 READY = "ready"
+CONF_NAME = "cniConfName"
 
 
 def plan_to_dict(p: IfacePlan) -> dict[str, Any]:
@@ -59,12 +60,18 @@ def plan_from_dict(d: dict[str, Any]) -> IfacePlan:
 
 
 def make_state(status: str, mode: str, netns: str, pod: str, uid: str, priority: int,
-               plans: list[IfacePlan], result: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
+               plans: list[IfacePlan], result: dict[str, Any] | None = None, *,
+               conf_name: str = "") -> dict[str, Any]:
+    """``conf_name``: the entry's cniConfName (records of 0.1.0 have none; see
+    :attr:`rdma_cni.attachment.AttachmentKey.legacy`)."""
+    state = {
         "schema": SCHEMA, "status": status, "mode": mode, "netns": netns, "pod": pod,
         "podUID": uid, "rulePriority": priority,
         "interfaces": [plan_to_dict(p) for p in plans], "result": result,
     }
+    if conf_name:
+        state[CONF_NAME] = conf_name
+    return state
 
 
 def plans_of(state: dict[str, Any]) -> list[IfacePlan]:

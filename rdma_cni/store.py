@@ -232,7 +232,8 @@ def _read_record(path: str) -> dict[str, Any] | None:
 def _key_of(rec: dict[str, Any]) -> AttachmentKey:
     k = rec.get("key")
     fields = ("network", "containerID", "ifname")
-    if not isinstance(k, dict) or not all(isinstance(k.get(f), str) for f in fields):
+    if not isinstance(k, dict) or not all(isinstance(k.get(f), str) for f in fields) or \
+            not isinstance(k.get("instance", ""), str):
         raise _Corrupt("missing or invalid 'key'")
     return AttachmentKey.from_dict(k)
 

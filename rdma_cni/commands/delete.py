@@ -35,6 +35,9 @@ def cmd_del(req: Request) -> None:
     store = Store(data_dir(req))
     key = req.key
     state = _readable(store, key)
+    if state is None and key.legacy is not None:
+        state = _legacy(store, key.legacy)
+        key = key.legacy if state is not None else key
     if state is None:
         if key.digest() in store.quarantined():
             salvage(store, req, key)
@@ -59,6 +62,15 @@ def _readable(store: Store, key: AttachmentKey) -> dict[str, Any] | None:
         store.quarantine_state(key, f"unusable interfaces: {exc!r}"[:200])
         return None
     return state
+
+
+def _legacy(store: Store, key: AttachmentKey) -> dict[str, Any] | None:
+    """The record release 0.1.0 wrote for this attachment (it did not key by
+    cniConfName); a record of this release under that key is another network's."""
+    from ..records import CONF_NAME
+
+    state = _readable(store, key)
+    return state if state is not None and CONF_NAME not in state else None
 
 
 def salvage(store: Store, req: Request, key: AttachmentKey) -> None:
