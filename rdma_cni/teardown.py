@@ -108,7 +108,10 @@ def _recover_on_host(host: Netlink, p: IfacePlan, marker: str, sysfs: Sysfs | No
         device = hardware_of(p, sysfs or Sysfs())
         if device is None:
             return  # gone with its hardware (or a virtual stand-in gone with its netns)
-        current = _wait_back(host, p, marker, RETURN_WAIT if wait is None else wait)
+        wait = RETURN_WAIT if wait is None else wait
+        log.info("DEL: exclusive NIC %s (%s) is in no netns in sight: waiting up to %.0f s "
+                 "for the kernel to return it", p.nic, device, wait)
+        current = _wait_back(host, p, marker, wait)
         if current is None:
             raise NicNotBack(
                 f"exclusive NIC {p.nic} ({device}) is neither in the pod nor back on the "

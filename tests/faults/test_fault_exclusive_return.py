@@ -66,20 +66,35 @@ class Held:
         self.proc.wait()
 
 
-def test_del_waits_for_the_kernel_to_return_the_nic(rig, faults) -> None:  # type: ignore[no-untyped-def]
+def _return_once_waiting(faults, held: Held) -> None:  # type: ignore[no-untyped-def]
+    """Play the kernel 1.5 s after DEL says it waits (or after 8 s: a DEL that does not
+    wait has finished by then, and the NIC comes back to a node that forgot it)."""
+    deadline = time.monotonic() + 8
+    while "waiting up to" not in faults.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.5)
+    held.kernel_returns()
+
+
+def _added_then_held(rig, faults):  # type: ignore[no-untyped-def]
+    """An exclusive attachment whose pod netns then loses its path, the NIC still in it."""
     rig.nic("rnic0")
     chain = faults.chain("exclusive")
     pod = rig.pod()
     assert chain.add("cid-a", pod.path, rdma_blocks(1)).rc == 0
     _give_identity(rig)
-    held = Held(rig, pod)
+    return chain, Held(rig, pod)
+
+
+def test_del_waits_for_the_kernel_to_return_the_nic(rig, faults) -> None:  # type: ignore[no-untyped-def]
+    chain, held = _added_then_held(rig, faults)
     try:
-        timer = threading.Timer(1.5, held.kernel_returns)
-        timer.start()
+        kernel = threading.Thread(target=_return_once_waiting, args=(faults, held))
+        kernel.start()
         t0 = time.monotonic()
         run = chain.delete("cid-a")
         took = time.monotonic() - t0
-        timer.join()
+        kernel.join()
     finally:
         held.close()
     assert run.rc == 0, run
@@ -87,16 +102,12 @@ def test_del_waits_for_the_kernel_to_return_the_nic(rig, faults) -> None:  # typ
     assert "rnic0" in rig.node.links() and "eth1" not in rig.node.links()
     faults.expect_served("ADD", 1)
     assert faults.served("DEL") == 0  # no netns to hand over: in-process on both paths
-    print(f"\nfaults/exclusive: NIC returned 1.5 s into DEL, restored, DEL took {took:.1f} s")
+    print(f"\nfaults/exclusive: NIC returned 1.5 s into DEL's wait, restored, DEL took "
+          f"{took:.1f} s")
 
 
 def test_del_keeps_the_state_until_the_nic_is_back(rig, faults) -> None:  # type: ignore[no-untyped-def]
-    rig.nic("rnic0")
-    chain = faults.chain("exclusive")
-    pod = rig.pod()
-    assert chain.add("cid-a", pod.path, rdma_blocks(1)).rc == 0
-    _give_identity(rig)
-    held = Held(rig, pod)
+    chain, held = _added_then_held(rig, faults)
     try:
         t0 = time.monotonic()
         run = chain.delete("cid-a")
