@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rdma_cni.discovery import normalize_ids
-from rdma_cni.errors import AllocationError, ConfigError, NicUnavailable
+from rdma_cni.errors import AllocationError, ConfigError, NicUnavailable, shown
 
 Source = Callable[[], "list[str] | None"]
 
@@ -63,7 +63,7 @@ def lookup(
     if allocation == "config":
         return AllocationAnswer(None, SRC_CONFIG)
     if allocation != "auto":
-        raise ConfigError(f"invalid allocation {allocation!r}: want auto or config")
+        raise ConfigError(f"invalid allocation {shown(allocation)}: want auto or config")
     if device_id:
         return AllocationAnswer([device_id], SRC_DEVICE_ID)
     found: AllocationAnswer | None = None
@@ -90,9 +90,12 @@ def kubelet_sources(
     from rdma_cni.adapters import kubelet
 
     def from_api() -> list[str] | None:
-        return kubelet.pod_resources_devices(
+        found = kubelet.pod_resources_candidates(
             pod_resources_socket, pod.namespace, pod.name, resource, timeout
         )
+        if found is None:
+            return None
+        return _generation(pod, found, resource, checkpoint_file)
 
     def from_checkpoint() -> list[str] | None:
         if not pod.uid:
@@ -100,6 +103,24 @@ def kubelet_sources(
         return kubelet.checkpoint_devices(checkpoint_file, pod.uid, resource)
 
     return from_api, from_checkpoint
+
+
+def _generation(pod: PodRef, found: list[list[str]], resource: str,
+                checkpoint_file: str) -> list[str]:
+    """PodResources has no UID: tell this pod's devices from an earlier pod of the same
+    name through the checkpoint (keyed by UID); see :mod:`rdma_cni.podgen`."""
+    from rdma_cni.adapters import kubelet
+    from rdma_cni.errors import IOFailure
+    from rdma_cni.podgen import pick_generation
+
+    owners: dict[str, list[str]] | None = None
+    if pod.uid:
+        try:
+            owners = kubelet.checkpoint_owners(checkpoint_file, resource)
+        except IOFailure:
+            owners = None  # an unreadable checkpoint cannot tell; PodResources alone
+    own = None if owners is None else owners.get(pod.uid, [])
+    return pick_generation(str(pod), found, own, owners or {})
 
 
 def assign(
@@ -120,7 +141,7 @@ def assign(
     (suffix already stripped) to its NIC and raises AllocationError if unknown.
     """
     if mode not in ("shared", "exclusive", "shared-multi", "shared-host"):
-        raise ConfigError(f"invalid mode {mode!r}")
+        raise ConfigError(f"invalid mode {shown(mode)}")
     if ids is None:
         return _assign_unallocated(mode, nics, n_blocks, busy)
     if not ids:

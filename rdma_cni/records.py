@@ -60,15 +60,19 @@ def plan_from_dict(d: dict[str, Any]) -> IfacePlan:
 
 
 def make_state(status: str, mode: str, netns: str, pod: str, uid: str, priority: int,
-               plans: list[IfacePlan], result: dict[str, Any] | None = None, *,
+               plans: list[IfacePlan], result: dict[str, Any] | None = None,
+               origin: dict[str, Any] | None = None, *,
                conf_name: str = "") -> dict[str, Any]:
-    """``conf_name``: the entry's cniConfName (records of 0.1.0 have none; see
+    """``origin`` (:func:`rdma_cni.origin.origin_of`): the node and netns identity;
+    ``conf_name``: the entry's cniConfName (records of 0.1.0 have none; see
     :attr:`rdma_cni.attachment.AttachmentKey.legacy`)."""
     state = {
         "schema": SCHEMA, "status": status, "mode": mode, "netns": netns, "pod": pod,
         "podUID": uid, "rulePriority": priority,
         "interfaces": [plan_to_dict(p) for p in plans], "result": result,
     }
+    if origin:
+        state["origin"] = origin
     if conf_name:
         state[CONF_NAME] = conf_name
     return state

@@ -17,8 +17,8 @@ Crash safety: every file is written to a temp file (``.tmp-<pid>-...``) in the
 same directory, fsynced, then renamed over (state) or hard-linked to its final
 name (reservations and claims: ``link`` fails if the name exists, which gives
 O_EXCL semantics with the full content in place). The directory is fsynced.
-Readers skip temp files and delete orphans (writer dead, or older than a
-minute).
+Readers skip temp files and delete orphans: no writer holds the temp file's
+flock (the writer holds it while writing) and it is older than a minute.
 
 Reservations are keyed by the address alone, whatever subnet they were made
 under: widening a NIC's netmask, or two NICs with overlapping subnets, can never
@@ -50,6 +50,7 @@ sequences (it is re-entrant per thread, so they may call the store inside it).
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
@@ -62,7 +63,7 @@ from ipaddress import AddressValueError, IPv4Address, IPv4Network, NetmaskValueE
 from typing import Any
 
 from rdma_cni.attachment import AttachmentKey
-from rdma_cni.errors import AddressError, ConfigError, IOFailure
+from rdma_cni.errors import AddressError, ConfigError, IOFailure, shown
 from rdma_cni.lock import FileLock
 from rdma_cni.log import LazyLogger
 
@@ -98,7 +99,7 @@ def pool_dirname(pool: str) -> str:
     try:
         net = IPv4Network(pool, strict=True)
     except (AddressValueError, NetmaskValueError, ValueError) as e:
-        raise ConfigError(f"invalid address pool name {pool!r}: {e}") from e
+        raise ConfigError(f"invalid address pool name {shown(pool)}: {e}") from e
     return str(net).replace("/", "_")
 
 
@@ -147,6 +148,7 @@ def _write_temp(directory: str, name: str, data: bytes) -> str:
     try:
         fd = os.open(tmp, flags, 0o600)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held while writing: see _is_orphan
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
@@ -209,7 +211,7 @@ def _read_record(path: str) -> dict[str, Any] | None:
         return None
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.EISDIR):
-            raise _Corrupt(f"not a regular file: {e.strerror}") from e
+            raise _Corrupt(f"not a regular file: {e.strerror or e}") from e
         raise _ioerr("read", path, e) from e
     try:
         with os.fdopen(fd, "rb") as f:
@@ -246,17 +248,23 @@ def _owner_of(rec: dict[str, Any]) -> Owner:
 
 
 def _is_orphan(directory: str, name: str) -> bool:
+    """A temp file no writer holds (its flock is free) and older than a minute.
+
+    The writer's PID is no evidence: a reader in a container (the agent) sees
+    no host PIDs. The flock is held on the file itself, so it holds across PID
+    and mount namespaces sharing the data dir."""
+    path = os.path.join(directory, name)
     try:
-        pid = int(name[len(_TMP) :].split("-", 1)[0])
-        os.kill(pid, 0)
-    except (ValueError, ProcessLookupError):
-        return True
-    except OSError:
-        pass  # EPERM: alive, not ours
-    try:
-        age = time.time() - os.lstat(os.path.join(directory, name)).st_mtime
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        age = time.time() - os.fstat(fd).st_mtime
+    except OSError:
+        return False  # EWOULDBLOCK: a live writer holds it
+    finally:
+        os.close(fd)
     return age > _ORPHAN_AGE
 
 
@@ -502,7 +510,7 @@ class Store:
     # -- NIC claims --------------------------------------------------------
     def _nic_path(self, netdev: str) -> str:
         if not valid_netdev(netdev):
-            raise ConfigError(f"invalid netdev name {netdev!r}: need 1-15 of [A-Za-z0-9_.-]")
+            raise ConfigError(f"invalid netdev name {shown(netdev)}: need 1-15 of [A-Za-z0-9_.-]")
         return os.path.join(self.nics_dir, netdev)
 
     def claim_nic(self, netdev: str, key: AttachmentKey, ifname: str) -> bool:

@@ -6,7 +6,7 @@ set -eu
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 PKGS="python3 python3-venv python3-pip python3-dev gcc iproute2 procps kmod
-      containernetworking-plugins rdma-core ibverbs-utils python3-pyverbs containerd runc"
+      containernetworking-plugins rdma-core ibverbs-utils python3-pyverbs containerd runc podman openssl"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

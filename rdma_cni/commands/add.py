@@ -14,13 +14,14 @@ from typing import Any
 
 from .. import records, result
 from ..allocation import AllocationAnswer, PodRef, assign, kubelet_sources, lookup
-from ..errors import CniError, ConfigError, NicUnavailable
+from ..errors import CniError, ConfigError, NicUnavailable, shown
 from ..execute import apply, steps_for
 from ..hostinfo import host_ipv4, nic_facts
 from ..ipam.allocator import build_pool
 from ..ipam.reserve import allocate
 from ..models.blocks import validate_blocks
 from ..models.netconf import NetConf
+from ..origin import origin_of
 from ..plan import IfacePlan, NicFacts, plan_interfaces, with_address
 from ..pools import ranges_of
 from ..request import Request
@@ -40,7 +41,7 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
     if nc.mode == "shared-host" and len(blocks) != 1:
         raise ConfigError(
             f"pod annotation k8s.volcengine.com/pod-networks has {len(blocks)} blocks for "
-            f"network {nc.cniConfName!r}: shared-host mode allows exactly one"
+            f"network {shown(nc.cniConfName)}: shared-host mode allows exactly one"
         )
     store = Store(nc.dataDir)
     session = Session(req.netns, pod_required=True, fd=req.netns_fd)
@@ -154,7 +155,8 @@ def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
                 out.append(p)
             store.put_state(key, records.make_state(
                 records.PENDING, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
-                nc.routing.rulePriority, out, conf_name=nc.cniConfName))
+                nc.routing.rulePriority, out, origin=origin_of(req.netns),
+                conf_name=nc.cniConfName))
         except BaseException:
             store.purge(key)
             raise
@@ -175,7 +177,8 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
     ours = result.our_part(plans, macs, req.netns)
     store.put_state(req.key, records.make_state(
         records.READY, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
-        nc.routing.rulePriority, plans, ours, conf_name=nc.cniConfName))
+        nc.routing.rulePriority, plans, ours, origin=origin_of(req.netns),
+        conf_name=nc.cniConfName))
     return result.append(req.prev_result, ours)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import multiprocessing as mp
 import os
@@ -87,19 +88,30 @@ def test_orphaned_temp_files_are_ignored_and_cleaned(store: Store) -> None:
     dead = SPAWN.Process(target=os.getpid)
     dead.start()
     dead.join()
+    old = time.time() - 3600
     crash_state = sdir / f".tmp-{dead.pid}-0000-{NEW.digest()}.json"
     crash_state.write_bytes(b'{"schema": 1, "ke')  # half written, writer died
     crash_ip = idir / f".tmp-{dead.pid}-0000-192.0.2.3"
     crash_ip.write_bytes(b"")
-    live = sdir / f".tmp-{os.getpid()}-0000-x.json"  # a writer still at work
-    live.write_bytes(b"{")
+    for p in (crash_state, crash_ip):
+        os.utime(p, (old, old))
+    fresh = sdir / f".tmp-{dead.pid}-0002-z.json"  # no lock but young: kept for now
+    fresh.write_bytes(b"{")
+    live = sdir / f".tmp-{os.getpid() + 99999}-0000-x.json"  # a writer at work, its PID
+    live.write_bytes(b"{")                                  # not visible from here
+    os.utime(live, (old, old))
+    live_fd = os.open(live, os.O_RDONLY)
+    fcntl.flock(live_fd, fcntl.LOCK_EX)
     stale = sdir / f".tmp-{os.getpid()}-0001-y.json"
     stale.write_bytes(b"{")
-    os.utime(stale, (time.time() - 3600, time.time() - 3600))
-    assert [r["key"] for r in store.list_states()] == [OLD.as_dict()]
-    assert store.ip_owners(POOL) == {A("192.0.2.2"): (OLD, "eth1")}
-    assert not crash_state.exists() and not crash_ip.exists() and not stale.exists()
-    assert live.exists()
+    os.utime(stale, (old, old))
+    try:
+        assert [r["key"] for r in store.list_states()] == [OLD.as_dict()]
+        assert store.ip_owners(POOL) == {A("192.0.2.2"): (OLD, "eth1")}
+        assert not crash_state.exists() and not crash_ip.exists() and not stale.exists()
+        assert live.exists() and fresh.exists()
+    finally:
+        os.close(live_fd)
     assert store.reserve_ip(POOL, A("192.0.2.3"), NEW, "eth1")
 
 
