@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import glibc
+from .attachment import DEFAULT_INSTANCE
 from .errors import CniError, ConfigError, IOFailure, shown
 from .subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, first_conf_file, read_json_object
 
@@ -65,18 +66,33 @@ def _plugins(conflist: dict[str, Any], what: str) -> list[Any]:
     return plugins
 
 
+def _conf_name(p: dict[str, Any]) -> str:
+    name = p.get("cniConfName", DEFAULT_INSTANCE)
+    return name if isinstance(name, str) else DEFAULT_INSTANCE
+
+
 def insert_entry(conflist: dict[str, Any], entry: dict[str, Any],
                  what: str = "the conflist") -> dict[str, Any]:
-    """``conflist`` with ``entry`` as its only rdma-cni plugin, right after the primary
-    (or where our entry already was, if that is after it). Idempotent; pure."""
+    """``conflist`` with ``entry`` as its only rdma-cni plugin of ``entry``'s cniConfName,
+    where that one already was if after the primary, else after the primary and the
+    other RDMA networks' entries (each network is one entry with its own cniConfName,
+    and all of them stay). Idempotent; pure."""
     plugins = _plugins(conflist, what)
-    others = [p for p in plugins if not _is_ours(p)]
-    if not others:
+    name = _conf_name(entry)
+
+    def same(p: object) -> bool:
+        return _is_ours(p) and isinstance(p, dict) and _conf_name(p) == name
+
+    others = [p for p in plugins if not same(p)]
+    if not any(not _is_ours(p) for p in others):
         raise ConfigError(f"failed to edit {what}: no primary plugin to chain after")
-    first_ours = next((i for i, p in enumerate(plugins) if _is_ours(p)), None)
-    index = 1
-    if first_ours is not None and first_ours > 0:
-        index = sum(1 for p in plugins[:first_ours] if not _is_ours(p))
+    first = next((i for i, p in enumerate(plugins) if same(p)), None)
+    if first is not None and first > 0:
+        index = sum(1 for p in plugins[:first] if not same(p))
+    else:
+        index = 1
+        while index < len(others) and _is_ours(others[index]):
+            index += 1
     new = [*others[:index], copy.deepcopy(entry), *others[index:]]
     return {**conflist, "plugins": new}
 

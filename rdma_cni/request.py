@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from .attachment import AttachmentKey
+from .attachment import AttachmentKey, instance_of
 from .errors import EnvError
 from .models.cniargs import CniArgs
 
@@ -50,7 +50,12 @@ class Request:
 
     @property
     def key(self) -> AttachmentKey:
-        return AttachmentKey(self.network, self.container_id, self.ifname)
+        return AttachmentKey(self.network, self.container_id, self.ifname, self.instance)
+
+    @property
+    def instance(self) -> str:
+        """This entry's share of the key (see :mod:`rdma_cni.attachment`)."""
+        return instance_of(self.conf)
 
     @property
     def netconf(self) -> NetConf:

@@ -33,7 +33,8 @@ def cmd_gc(req: Request) -> None:
     valid = valid_attachments(req.conf)
     store = Store(data_dir(req))
     for key in sorted(store.owners()):
-        if key.network != req.network or (key.container_id, key.ifname) in valid:
+        if key.network != req.network or key.instance != req.instance or \
+                (key.container_id, key.ifname) in valid:
             continue
         collect(store, key)
 

@@ -77,8 +77,8 @@ class Site:
                       for p in (self.data_dir / "state").glob("*.json"))
 
     def reserved(self) -> list[str]:
-        return sorted(p.name for p in (self.data_dir / "ips").glob("*/*")
-                      if not p.name.startswith("."))
+        files = [*(self.data_dir / "addrs").glob("*"), *(self.data_dir / "ips").glob("*/*")]
+        return sorted(p.name for p in files if not p.name.startswith("."))
 
     def close(self) -> None:
         agent = getattr(self, "agent", None)
