@@ -151,7 +151,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p = parser("rdma-cni probe", "Liveness/readiness check of a node component: exit 0, or "
                "1 with one line naming what is wrong.", config=False)
-    p.add_argument("component", choices=sorted(CHECKS))
+    # optional to argparse, so an unknown option is named before a missing component
+    p.add_argument("component", nargs="?", choices=sorted(CHECKS),
+                   help="the component to check: " + ", ".join(sorted(CHECKS)))
     p.add_argument("--socket", default=DEFAULT_SOCKET, help="serve: the resident socket")
     p.add_argument("--cni-conf-dir", default=DEFAULT_CONF_DIR, help="cni-watch")
     p.add_argument("--cni-bin-dir", default="/opt/cni/bin", help="cni-watch")
@@ -160,7 +162,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = _parser().parse_args(list(argv))
+    p = _parser()
+    args = p.parse_args(list(argv))
+    if args.component is None:
+        p.error("the following arguments are required: component")
     try:
         ok = CHECKS[args.component](args)
     except ProbeFailed as e:

@@ -143,7 +143,7 @@ def _ensure_dir(path: str, parents: bool = False) -> None:
 
 
 def _write_temp(directory: str, name: str, data: bytes) -> str:
-    tmp = os.path.join(directory, f"{_TMP}{os.getpid()}-{secrets.token_hex(4)}-{name}")
+    tmp = os.path.join(directory, f"{_TMP}{_writer_tag()}-{secrets.token_hex(4)}-{name}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         fd = os.open(tmp, flags, 0o600)
@@ -247,12 +247,44 @@ def _owner_of(rec: dict[str, Any]) -> Owner:
     return _key_of(rec), ifname
 
 
-def _is_orphan(directory: str, name: str) -> bool:
-    """A temp file no writer holds (its flock is free) and older than a minute.
+def _pid_namespace() -> str:
+    """This process's PID namespace (the inode of /proc/self/ns/pid), "" if unknown."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
 
-    The writer's PID is no evidence: a reader in a container (the agent) sees
-    no host PIDs. The flock is held on the file itself, so it holds across PID
-    and mount namespaces sharing the data dir."""
+
+def _writer_tag() -> str:
+    """``<pid namespace>.<pid>``: which process writes a temp file, and in which PID view."""
+    return f"{_pid_namespace()}.{os.getpid()}"
+
+
+def _dead_writer_in_our_view(name: str) -> bool:
+    """True when the temp file's writer shares our PID namespace and no longer runs.
+
+    A PID means something only in the namespace it was taken in: a reader in another
+    one (the agent in its container) learns nothing from it and leaves the call to
+    the lock and the age (:func:`_is_orphan`)."""
+    tag = name[len(_TMP):].split("-", 1)[0]
+    ns, _, pid = tag.partition(".")
+    if not ns or not pid.isdigit() or ns != _pid_namespace():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass  # EPERM: alive, not ours
+    return False
+
+
+def _is_orphan(directory: str, name: str) -> bool:
+    """A temp file no writer holds (its flock is free) whose writer is gone: dead in our
+    own PID namespace, or, seen from another one, older than a minute.
+
+    The flock is held on the file itself, so it holds across PID and mount namespaces
+    sharing the data dir; the writer's PID counts only where we share its PID view."""
     path = os.path.join(directory, name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -265,7 +297,7 @@ def _is_orphan(directory: str, name: str) -> bool:
         return False  # EWOULDBLOCK: a live writer holds it
     finally:
         os.close(fd)
-    return age > _ORPHAN_AGE
+    return _dead_writer_in_our_view(name) or age > _ORPHAN_AGE
 
 
 def _scan(directory: str) -> list[str]:

@@ -97,6 +97,11 @@ def test_orphaned_temp_files_are_ignored_and_cleaned(store: Store) -> None:
         os.utime(p, (old, old))
     fresh = sdir / f".tmp-{dead.pid}-0002-z.json"  # no lock but young: kept for now
     fresh.write_bytes(b"{")
+    pidns = os.stat("/proc/self/ns/pid").st_ino
+    killed = sdir / f".tmp-{pidns}.{dead.pid}-0003-k.json"  # young, but its writer is dead
+    killed.write_bytes(b"{")                               # in our own PID namespace
+    elsewhere = sdir / f".tmp-{pidns + 1}.{dead.pid}-0004-e.json"  # another PID view:
+    elsewhere.write_bytes(b"{")                                    # its PID means nothing
     live = sdir / f".tmp-{os.getpid() + 99999}-0000-x.json"  # a writer at work, its PID
     live.write_bytes(b"{")                                  # not visible from here
     os.utime(live, (old, old))
@@ -109,7 +114,8 @@ def test_orphaned_temp_files_are_ignored_and_cleaned(store: Store) -> None:
         assert [r["key"] for r in store.list_states()] == [OLD.as_dict()]
         assert store.ip_owners(POOL) == {A("192.0.2.2"): (OLD, "eth1")}
         assert not crash_state.exists() and not crash_ip.exists() and not stale.exists()
-        assert live.exists() and fresh.exists()
+        assert not killed.exists()
+        assert live.exists() and fresh.exists() and elsewhere.exists()
     finally:
         os.close(live_fd)
     assert store.reserve_ip(POOL, A("192.0.2.3"), NEW, "eth1")
