@@ -13,6 +13,7 @@ import array
 import io
 import logging
 import os
+import select
 import signal
 import socket
 import stat
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from .. import dispatch, log
+from ..request import Request
 from . import protocol
 
 logger = logging.getLogger("rdma_cni")
@@ -84,7 +86,7 @@ class Server:
         try:
             conn.settimeout(10.0)
             data, fds = _receive(conn)
-            conn.sendall(protocol.encode_reply(self._answer(data, fds)))
+            conn.sendall(protocol.encode_reply(self._answer(conn, data, fds)))
         except (OSError, ValueError) as exc:
             logger.warning("resident request failed: %s", exc)
         finally:
@@ -92,7 +94,7 @@ class Server:
                 os.close(fd)
             conn.close()
 
-    def _answer(self, data: bytes, fds: list[int]) -> dict[str, Any]:
+    def _answer(self, conn: socket.socket, data: bytes, fds: list[int]) -> dict[str, Any]:
         env, stdin = protocol.decode_request(data)
         if not fds or _ino(fds[0]) != self.netns:
             return {"refuse": "client is in another network namespace"}
@@ -101,10 +103,31 @@ class Server:
         out, err = io.StringIO(), io.StringIO()
         pod_fd = fds[1] if len(fds) > 1 else None
         start = time.monotonic()
-        code = dispatch.run(env, stdin, out, err, handlers=self.handlers, netns_fd=pod_fd)
+
+        def watch(req: Request) -> None:
+            req.abandoned = lambda: _abandoned(conn)
+
+        code = dispatch.run(env, stdin, out, err, handlers=self.handlers, netns_fd=pod_fd,
+                            on_request=watch)
         logger.info("resident %s %s exit %d in %.1f ms", env.get("CNI_COMMAND"),
                     env.get("CNI_CONTAINERID", "")[:12], code, (time.monotonic() - start) * 1e3)
         return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def _abandoned(conn: socket.socket) -> bool:
+    """The client closed its end (it gave up waiting and runs the request itself)."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN | select.POLLHUP)
+    for _fd, events in poller.poll(0):
+        if events & (select.POLLHUP | select.POLLERR):
+            return True
+        try:
+            return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+    return False
 
 
 def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
