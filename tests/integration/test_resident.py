@@ -10,7 +10,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,10 +20,13 @@ pytestmark = pytest.mark.root
 
 
 class Serve:
-    def __init__(self, ns: str, sock: Path, log: Path) -> None:
+    """``rdma-cni serve`` in ``ns``; ``argv`` runs it (default: python -m rdma_cni)."""
+
+    def __init__(self, ns: str, sock: Path, log: Path,
+                 argv: Sequence[str] = (str(PYTHON), "-m", "rdma_cni")) -> None:
         self.sock, self.log = sock, log
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, str(PYTHON), "-m", "rdma_cni", "serve",
+            ["ip", "netns", "exec", ns, *argv, "serve",
              "--socket", str(sock), "--log-file", str(log)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
