@@ -74,6 +74,14 @@ def os_strerror(err: int) -> str:
         return f"error {err}"
 
 
+def _socket() -> IPRoute:
+    """A request socket: no multicast groups (pyroute2 subscribes to link, address and
+    route events by default, and would parse every broadcast of a busy node and of our
+    own changes), and strict checking, so the kernel filters dumps (a table's routes,
+    one link's addresses) instead of sending everything for pyroute2 to decode."""
+    return IPRoute(groups=0, strict_check=True)
+
+
 def _link(msg: Any) -> Link:
     info = msg.get_attr("IFLA_LINKINFO")
     kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
@@ -100,12 +108,12 @@ class Netlink:
 
     @classmethod
     def here(cls, label: str = "host") -> Netlink:
-        return cls(IPRoute(), label)
+        return cls(_socket(), label)
 
     @classmethod
     def inside(cls, fd: int, home: int, label: str) -> Netlink:
         with netns.entered(fd, home):
-            return cls(IPRoute(), label)
+            return cls(_socket(), label)
 
     def close(self) -> None:
         self.ipr.close()

@@ -14,7 +14,6 @@ import io
 import logging
 import os
 import select
-import signal
 import socket
 import stat
 import threading
@@ -44,6 +43,7 @@ class Server:
         os.close(fd)
         self.sock: socket.socket | None = None
         self.stopping = threading.Event()
+        self.owner = True  # removes the socket path at stop (a forked worker does not)
 
     def bind(self) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
@@ -75,6 +75,8 @@ class Server:
         self.stopping.set()
         if self.sock is not None:
             self.sock.close()
+        if not self.owner:
+            return
         try:
             if os.path.exists(self.path):
                 os.unlink(self.path)
@@ -156,16 +158,28 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--socket", default=protocol.DEFAULT_SOCKET)
     parser.add_argument("--log-file", default="/var/log/rdma-cni.log")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--workers", type=_count, default=None,
+                        help="processes accepting on the socket (default: CPUs, at most 4)")
     args = parser.parse_args(argv)
     log.setup({"logFile": args.log_file, "logLevel": args.log_level})
     import importlib
 
     for name in PRELOAD:
         importlib.import_module(name)
+    from . import workers
+
     server = Server(args.socket)
     server.bind()
-    signal.signal(signal.SIGTERM, lambda *_: server.stop())
-    signal.signal(signal.SIGINT, lambda *_: server.stop())
     logger.info("rdma-cni serving on %s", args.socket)
-    server.serve_forever()
+    workers.serve(server, args.workers or workers.default_count())
     return 0
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"--workers must be an integer 1-64, got {text!r}")
+    return value
