@@ -179,7 +179,8 @@ def markdown(record: dict[str, Any]) -> str:
         lines.append(_line(r))
     daemon = record.get("resident_daemon")
     if daemon:
-        lines += ["", f"Resident process memory: peak {daemon.get('VmHWM', 0) / MIB:.1f} MiB, "
+        lines += ["", f"Resident process memory (the largest of its {daemon.get('workers', 1)} "
+                      f"worker processes): peak {daemon.get('VmHWM', 0) / MIB:.1f} MiB, "
                       f"at the end {daemon.get('VmRSS', 0) / MIB:.1f} MiB."]
     lines += _floor_line(record.get("floor"))
     return "\n".join(lines) + "\n"

@@ -9,47 +9,35 @@ late copy of the ADD must then leave the running pod as it is.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-
 from cnirunner import data_files, rdma_blocks
 from fakekubelet import FakeKubelet
-from test_resident import Serve
+from integration.conftest import Rig, built_binary, rig, runner  # noqa: F401
+from integration.test_resident import Serve
 
-
-def _integration_rig() -> object:
-    path = Path(__file__).resolve().parents[1] / "integration" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("rdma_cni_integration_rig", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_rig = _integration_rig()
-Rig = _rig.Rig  # type: ignore[attr-defined]
+from rdma_cni import install
 
 pytestmark = pytest.mark.root
 RESOURCE = "vke.volcengine.com/rdma"
 
 
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:  # type: ignore[valid-type]
-    r = Rig(tmp_path)
-    try:
-        yield r
-        r.assert_clean()
-    finally:
-        r.node.close()
-    assert _rig._leftover_netns(r.node.prefix) == []  # type: ignore[attr-defined]
+@pytest.fixture(params=["python-client", "front"])
+def client(request: pytest.FixtureRequest, tmp_path: Path) -> list[str] | None:
+    """The exec'd side: the Python entry (python -m rdma_cni) or the native front as
+    `install` lays it out."""
+    if request.param == "python-client":
+        return None
+    bundle = Path(request.getfixturevalue("built_binary")[0]).parent
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    install.install_bundle(str(bundle), str(bin_dir))
+    install.install_link(str(bin_dir))
+    return [str(bin_dir / "rdma-cni")]
 
 
 @pytest.fixture
@@ -84,13 +72,14 @@ def _wait_served(serve: Serve, command: str, count: int, timeout: float = 30) ->
 
 
 def test_late_resident_add_leaves_the_finished_pod_alone(
-        rig: Rig, kubelet: FakeKubelet, tmp_path: Path) -> None:
+        rig: Rig, kubelet: FakeKubelet, client: list[str] | None,  # noqa: F811
+        tmp_path: Path) -> None:
     rig.nic()
     pod = rig.pod()
     kubelet.set_pod("default", "p1", {RESOURCE: ["rnic0@0"]})
     serve = Serve(rig.node.ns, tmp_path / "r.sock", tmp_path / "serve.log")
     try:
-        chain = rig.chain("shared-multi", residentSocket=str(serve.sock),
+        chain = rig.chain("shared-multi", binary=client, residentSocket=str(serve.sock),
                           kubelet={"podResourcesSocket": kubelet.pr_socket,
                                    "checkpointFile": str(tmp_path / "no-checkpoint"),
                                    "devicePluginDir": str(tmp_path)})
