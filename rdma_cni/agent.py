@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -171,9 +170,12 @@ def _pod_api() -> PodApi | None:
 
 
 def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) -> int:
-    p = argparse.ArgumentParser(prog="rdma-cni agent", description="Node reconciler.")
-    p.add_argument("--config", help="JSON file shaped like the plugin's conflist entry")
-    p.add_argument("--interval", type=float, default=30.0, help="seconds between rounds")
+    from .cliargs import parser
+
+    p = parser("rdma-cni agent", "Node reconciler: frees the state, addresses and NICs of "
+               "sandboxes that no longer exist.")
+    p.add_argument("--interval", type=float, default=30.0,
+                   help="seconds between rounds (default 30)")
     p.add_argument("--once", action="store_true", help="one round, then exit")
     args = p.parse_args(sys.argv[1:] if argv is None else list(argv))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,

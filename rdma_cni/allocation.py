@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rdma_cni.discovery import normalize_ids
-from rdma_cni.errors import AllocationError, ConfigError, NicUnavailable
+from rdma_cni.errors import AllocationError, ConfigError, NicUnavailable, shown
 
 Source = Callable[[], "list[str] | None"]
 
@@ -63,7 +63,7 @@ def lookup(
     if allocation == "config":
         return AllocationAnswer(None, SRC_CONFIG)
     if allocation != "auto":
-        raise ConfigError(f"invalid allocation {allocation!r}: want auto or config")
+        raise ConfigError(f"invalid allocation {shown(allocation)}: want auto or config")
     if device_id:
         return AllocationAnswer([device_id], SRC_DEVICE_ID)
     found: AllocationAnswer | None = None
@@ -120,7 +120,7 @@ def assign(
     (suffix already stripped) to its NIC and raises AllocationError if unknown.
     """
     if mode not in ("shared", "exclusive", "shared-multi", "shared-host"):
-        raise ConfigError(f"invalid mode {mode!r}")
+        raise ConfigError(f"invalid mode {shown(mode)}")
     if ids is None:
         return _assign_unallocated(mode, nics, n_blocks, busy)
     if not ids:

@@ -22,8 +22,29 @@ SUBCOMMANDS = {
     "exporter": "rdma_cni.exporter",
     "serve": "rdma_cni.resident.server",
 }
+SUMMARIES = {  # one line each for the about text; a subcommand without one is still listed
+    "doctor": "check this node (NICs, netmasks, RDMA netns mode, kubelet, mounts, config)",
+    "nccl-env": "print the NCCL variables for this pod's RDMA interfaces",
+    "ls": "list the RDMA attachments recorded on this node",
+    "install": "copy the plugin into the CNI bin dir and chain it into the conflist",
+    "uninstall": "remove the plugin's conflist entries and binaries",
+    "agent": "reconcile state of sandboxes that no longer exist",
+    "device-plugin": "advertise the RDMA NICs to the kubelet",
+    "exporter": "serve Prometheus metrics of the NICs and the plugin",
+    "serve": "resident server that answers CNI requests faster",
+}
 MAX_STDIN = 1 << 20  # dispatch.MAX_STDIN: one more byte is read to detect excess
-USAGE = "usage: rdma-cni [" + "|".join(SUBCOMMANDS) + "] [--config FILE] ...\n"
+
+
+def about() -> str:
+    """The about text: what the binary is and every subcommand of the table."""
+    width = max(len(n) for n in SUBCOMMANDS)
+    lines = [f"  {n.ljust(width)}  {SUMMARIES.get(n, '')}".rstrip() for n in SUBCOMMANDS]
+    return ("rdma-cni: CNI plugin for RDMA (RoCE) pod interfaces, chained after the primary "
+            "CNI.\nRun by the container runtime with CNI_COMMAND set, or as an operator "
+            "command:\n\nusage: rdma-cni SUBCOMMAND [--config FILE] [options]\n"
+            "       rdma-cni SUBCOMMAND --help | rdma-cni --version\n\nsubcommands:\n"
+            + "\n".join(lines) + "\n\nexit codes: 0 ok, 1 failure, 2 usage error\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plugin_main() -> int:
-    # without CNI_COMMAND only the about text is printed: never wait on a terminal's stdin
-    stdin = sys.stdin.buffer.read(MAX_STDIN + 1) if os.environ.get("CNI_COMMAND") else b""
+    if not os.environ.get("CNI_COMMAND"):  # never wait on a terminal's stdin
+        sys.stderr.write(about())
+        return 0
+    stdin = sys.stdin.buffer.read(MAX_STDIN + 1)
     conf = _peek_conf(stdin)
     reply = _resident(conf, stdin)
     if reply is not None:
@@ -86,20 +109,40 @@ def _peek_conf(stdin: bytes) -> dict[str, object]:
 def _subcommand(argv: list[str]) -> int:
     name = argv[0]
     if name in ("-h", "--help", "help"):
-        sys.stdout.write(USAGE)
+        sys.stdout.write(about())
         return 0
     if name in ("-v", "--version", "version"):
-        from . import __version__
+        from .cliargs import version_text
 
-        sys.stdout.write(f"rdma-cni {__version__}\n")
+        sys.stdout.write(version_text() + "\n")
         return 0
     module = SUBCOMMANDS.get(name)
     if module is None:
-        sys.stderr.write(f"rdma-cni: unknown subcommand {name!r}\n{USAGE}")
+        from .errors import shown
+
+        sys.stderr.write(f"rdma-cni: unknown subcommand {shown(name)}: expected one of "
+                         f"{', '.join(SUBCOMMANDS)} (see `rdma-cni --help`)\n")
         return 2
-    mod = importlib.import_module(module)
     args = argv if name == "uninstall" else argv[1:]
-    return int(mod.main(args) or 0)
+    return _run_subcommand(name, module, args)
+
+
+def _run_subcommand(name: str, module: str, args: list[str]) -> int:
+    """Run one subcommand; any failure is one line on stderr and exit code 1."""
+    from .errors import CniError
+
+    try:
+        return int(importlib.import_module(module).main(args) or 0)
+    except CniError as e:
+        reason = e.msg
+    except OSError as e:
+        reason = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # the last resort: one line, never a traceback
+        reason = f"unexpected {type(e).__name__}: {e}"
+    sys.stderr.write(f"rdma-cni {name}: {' '.join(reason.split())}\n")
+    return 1
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.errors import AllocationError
+from rdma_cni.errors import AllocationError, shown
 
 NET = "sys/class/net"
 IB = "sys/class/infiniband"
@@ -176,6 +176,6 @@ def resolve_device_id(sysfs: Sysfs, nics: Sequence[Nic], dev_id: str) -> Nic:
                 return nic
     known = ", ".join(n.device_id for n in nics) or "none"
     raise AllocationError(
-        f"failed to map device ID {dev_id!r} to an RDMA NIC: no NIC has that PCI address, "
+        f"failed to map device ID {shown(dev_id)} to an RDMA NIC: no NIC has that PCI address, "
         f"RDMA device or netdev name (known: {known})"
     )

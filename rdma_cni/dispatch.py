@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any, Protocol
 
 from . import versions
-from .errors import CniError, Code, DecodeError, EnvError, VersionError
+from .errors import CniError, Code, DecodeError, EnvError, VersionError, shown
 from .log import LazyLogger
 from .models.cniargs import parse_cni_args
 from .request import Request, check_container_id, check_ifname, check_netns, check_path
@@ -35,8 +35,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 MIN_VERSION = {"CHECK": "0.4.0", "STATUS": "1.1.0", "GC": "1.1.0"}
 ABOUT = (
     "rdma-cni: CNI plugin for RDMA (RoCE) pod interfaces, chained after the primary CNI.\n"
-    "Run by the container runtime with CNI_COMMAND set; subcommands: doctor, nccl-env, ls,\n"
-    "install, uninstall, agent, device-plugin, exporter (see --help).\n"
+    "Run by the container runtime with CNI_COMMAND set; `rdma-cni --help` lists the "
+    "subcommands.\n"
 )
 
 
@@ -115,7 +115,7 @@ def _record(conf: dict[str, Any] | None, command: str, code: int, seconds: float
 def _decode(stdin: bytes, command: str) -> dict[str, Any]:
     if command not in COMMANDS:
         raise EnvError(
-            f"invalid CNI_COMMAND {command[:40]!r}: expected one of {', '.join(COMMANDS)}"
+            f"invalid CNI_COMMAND {shown(command[:40])}: expected one of {', '.join(COMMANDS)}"
         )
     if len(stdin) > MAX_STDIN:
         raise DecodeError(f"failed to decode network configuration: larger than {MAX_STDIN} bytes")

@@ -6,11 +6,9 @@ temp files. ``config`` is the plugin's conflist entry as a plain dict.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -20,6 +18,7 @@ from typing import Any
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.discovery import Nic, discover, missing
+from rdma_cni.doctor_integrity import netns_propagation, shared_data_dirs
 from rdma_cni.errors import CniError
 from rdma_cni.rdma_mode import SHARED_MODES, check_mode, read_netns_mode
 from rdma_cni.store import DEFAULT_DATA_DIR
@@ -37,24 +36,20 @@ class Check:
 
 
 def ip_addrs(netdev: str) -> list[IPv4Interface]:
-    """IPv4 addresses of a host netdev via ``ip -j addr``."""
+    """IPv4 addresses of a host netdev, read over rtnetlink (the netlink adapter)."""
+    from rdma_cni.adapters.netlink import Netlink
+
     try:
-        res = subprocess.run(
-            ["ip", "-j", "addr", "show", "dev", netdev],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-        doc = json.loads(res.stdout or "[]")
-    except (OSError, subprocess.SubprocessError, ValueError):
+        nl = Netlink.here()
+    except (CniError, OSError):
         return []
-    return [
-        IPv4Interface(f"{a['local']}/{a['prefixlen']}")
-        for link in doc
-        for a in link.get("addr_info", [])
-        if a.get("family") == "inet"
-    ]
+    try:
+        link = nl.link(netdev)
+        return [] if link is None else [a for _, a in nl.addresses(link.index)]
+    except CniError:
+        return []
+    finally:
+        nl.close()
 
 
 @dataclass
@@ -66,6 +61,8 @@ class Facts:
     dev_infiniband: str = "/dev/infiniband"
     plugin_binary: str = "/opt/cni/bin/rdma-cni"
     cni_conf_dir: str = "/etc/cni/net.d"
+    netns_dir: str = "/var/run/netns"
+    mountinfo: str = "/proc/self/mountinfo"
 
 
 def check_nics(config: dict[str, Any], sysfs: Sysfs) -> tuple[Check, list[Nic]]:
@@ -125,8 +122,8 @@ def check_netns(mode: str, netns_mode: str | None) -> Check:
         return Check(
             "rdma-netns",
             "warn",
-            "RDMA netns mode unknown (no rdma tool or subsystem)",
-            "install iproute2 and load ib_core",
+            "RDMA netns mode unknown (no RDMA netlink: the RDMA subsystem is not loaded)",
+            "load ib_core (modprobe ib_core) and the NIC's RDMA driver",
         )
     try:
         check_mode(mode, netns_mode)
@@ -150,7 +147,7 @@ def check_kubelet(mode: str, path: str) -> Check:
         return Check(
             "topology",
             "warn",
-            f"cannot read kubelet config {path}: {e.strerror}",
+            f"cannot read kubelet config {path}: {e.strerror or e}",
             "check topologyManagerPolicy: best-effort by hand",
         )
     m = re.search(r"""^\s*["']?topologyManagerPolicy["']?\s*:\s*["']?([\w-]+)""", text, re.M)
@@ -231,7 +228,7 @@ def check_datadir(path: str) -> Check:
         return Check(
             "data-dir",
             "fail",
-            f"{probe} not writable: {e.strerror}",
+            f"{probe} not writable: {e.strerror or e}",
             f"make {path} writable by root",
         )
     note = "" if probe == path else f" (will be created under {probe})"
@@ -266,8 +263,23 @@ def run_checks(
         check_binary(facts.plugin_binary),
         check_conflist(facts.cni_conf_dir),
         check_datadir(str(config.get("dataDir") or DEFAULT_DATA_DIR)),
+        check_netns_propagation(facts.netns_dir, facts.mountinfo),
+        check_data_dirs(facts.cni_conf_dir),
     ]
     return checks
+
+
+def check_netns_propagation(netns_dir: str, mountinfo: str) -> Check:
+    return Check("netns-propagation", *netns_propagation(netns_dir, mountinfo))
+
+
+def check_data_dirs(conf_dir: str) -> Check:
+    shared = shared_data_dirs(conf_dir, DEFAULT_DATA_DIR)
+    if shared:
+        return Check("data-dirs", "fail", "; ".join(shared),
+                     "give each rdma-cni network its own dataDir: networks sharing one "
+                     "free each other's addresses and NICs")
+    return Check("data-dirs", "ok", "one rdma-cni network per data dir")
 
 
 def load_config(path: str | None, conf_dir: str) -> dict[str, Any]:
@@ -294,16 +306,22 @@ def render(checks: Sequence[Check]) -> str:
 
 
 def main(argv: Sequence[str] | None = None, facts: Facts | None = None) -> int:
-    p = argparse.ArgumentParser(prog="rdma-cni doctor", description="Check this node.")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--config", help="JSON file shaped like the plugin's conflist entry")
+    from rdma_cni.cliargs import fail, parser
+
+    p = parser("rdma-cni doctor", "Check this node: one line per check with the fix; "
+               "exit 1 when a check fails.")
+    p.add_argument("--json", action="store_true",
+                   help="print the checks as a JSON list (an {\"error\": ...} object on failure)")
+    p.add_argument("--cni-conf-dir", metavar="DIR",
+                   help="the CNI config dir to check (default /etc/cni/net.d)")
     args = p.parse_args(sys.argv[1:] if argv is None else list(argv))
     facts = facts or Facts()
+    if args.cni_conf_dir:
+        facts = replace(facts, cni_conf_dir=args.cni_conf_dir)
     try:
         config = load_config(args.config, facts.cni_conf_dir)
-    except (OSError, ValueError) as e:
-        print(f"doctor: failed to read config {args.config}: {e}", file=sys.stderr)
-        return 1
+    except CniError as e:
+        return fail("rdma-cni doctor", e.msg, args.json)
     checks = run_checks(config, facts=facts)
     if args.json:
         sys.stdout.write(json.dumps([asdict(c) for c in checks], indent=2) + "\n")

@@ -110,3 +110,17 @@ class CheckMismatch(CniError):
 
 class TooManyInterfaces(CniError):
     code = Code.TOO_MANY_INTERFACES
+
+
+def shown(value: object, limit: int = 64) -> str:
+    """A value from the input as a message shows it: JSON-quoted (control characters
+    escaped, never a Python repr or ``None``), cut at ``limit`` characters."""
+    import json
+
+    if value is None:
+        return "(missing)"
+    try:
+        text = json.dumps(value, ensure_ascii=True, sort_keys=True)
+    except (TypeError, ValueError):
+        text = json.dumps(str(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -244,7 +244,7 @@ def _sysctls(ctx: Ctx, p: IfacePlan) -> None:
                 with open(path, "w") as fh:
                     fh.write(value)
             except OSError as exc:
-                raise IOFailure(f"failed to set {key}={value} on {p.name}: {exc.strerror}") \
+                raise IOFailure(f"failed to set {key}={value} on {p.name}: {exc.strerror or exc}") \
                     from None
 
 

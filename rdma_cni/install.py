@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .errors import CniError, ConfigError, IOFailure
+from .errors import CniError, ConfigError, IOFailure, shown
 from .subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, first_conf_file, read_json_object
 
 MODES = ("shared", "shared-multi", "shared-host", "exclusive")
@@ -45,8 +45,8 @@ NCCL_ENV = "nccl_env.sh"
 _NCCL_IN_BUNDLE = ("_internal/rdma_cni/data/nccl_env.sh", "rdma_cni/data/nccl_env.sh")
 
 
-def _say(msg: str) -> None:
-    print(f"rdma-cni install: {msg}", file=sys.stderr, flush=True)
+def _say(msg: str, cmd: str = "install") -> None:
+    print(f"rdma-cni {cmd}: {msg}", file=sys.stderr, flush=True)
 
 
 # -- pure conflist editing ---------------------------------------------------
@@ -89,7 +89,7 @@ def make_entry(config: dict[str, Any] | None, mode: str) -> dict[str, Any]:
     """Our conflist entry: the config object with type, mode and the annotation
     capability set (``name``/``cniVersion`` belong to the list and are dropped)."""
     if mode not in MODES:
-        raise ConfigError(f"invalid mode {mode!r}: expected one of {', '.join(MODES)}")
+        raise ConfigError(f"invalid mode {shown(mode)}: expected one of {', '.join(MODES)}")
     entry = {k: v for k, v in (config or {}).items() if k not in ("name", "cniVersion")}
     caps = entry.get("capabilities")
     caps = dict(caps) if isinstance(caps, dict) else {}
@@ -294,20 +294,40 @@ def resolve_mode(flag: str | None, config: dict[str, Any],
                           ("config", config.get("mode"))):
         if value:
             if value not in MODES:
-                raise ConfigError(f"invalid mode {value!r} from {source}: expected one of "
+                raise ConfigError(f"invalid mode {shown(value)} from {source}: expected one of "
                                   f"{', '.join(MODES)}")
             return str(value)
     raise ConfigError(f"failed to decide the RDMA mode: no --mode, no node label {MODE_LABEL} "
                       "(NODE_NAME) and no mode in the config")
 
 
+def _dirs(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--cni-bin-dir", default="/opt/cni/bin",
+                   help="the CNI plugin dir (default /opt/cni/bin)")
+    p.add_argument("--cni-conf-dir", default=DEFAULT_CONF_DIR,
+                   help=f"the CNI config dir (default {DEFAULT_CONF_DIR})")
+    return p
+
+
+def _uninstall_parser() -> argparse.ArgumentParser:
+    from .cliargs import parser
+
+    return _dirs(parser("rdma-cni uninstall", "Remove the rdma-cni entries from every "
+                        "conflist of the conf dir, and the plugin from the bin dir.",
+                        config=False))
+
+
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog)
+    from .cliargs import parser
+
+    p = _dirs(parser(prog, "Copy the bundle into the CNI bin dir and insert the rdma-cni "
+                     "entry after the primary in the first CNI config of the conf dir.",
+                     config_help="JSON object shaped like the plugin's conflist entry: the "
+                     "entry to install (its mode is used when there is no --mode and no "
+                     f"{MODE_LABEL} node label)"))
     p.add_argument("--bundle", help="the built one-dir bundle (default: this executable's)")
-    p.add_argument("--cni-bin-dir", default="/opt/cni/bin")
-    p.add_argument("--cni-conf-dir", default=DEFAULT_CONF_DIR)
-    p.add_argument("--mode", choices=MODES)
-    p.add_argument("--config", help="JSON object shaped like the plugin's conflist entry")
+    p.add_argument("--mode", choices=MODES, help="the node's RDMA mode (default: the node "
+                   f"label {MODE_LABEL}, else the config's mode)")
     p.add_argument("--watch", action="store_true", help="keep re-applying the entry")
     p.add_argument("--interval", type=float, default=5.0, help="watch poll period (s)")
     p.add_argument("--write-config", metavar="FILE",
@@ -349,23 +369,32 @@ def watch(conf_dir: str, entry: dict[str, Any], interval: float,
 
 
 def uninstall(args: argparse.Namespace) -> None:
-    for path in remove_entries(args.cni_conf_dir):
-        _say(f"removed the entry from {path}")
+    changed = remove_entries(args.cni_conf_dir)
+    for path in changed:
+        _say(f"removed the entry from {path}", "uninstall")
     bin_dir = args.cni_bin_dir
+    removed = []
     for name in (PLUGIN_TYPE, NCCL_ENV):
         path = os.path.join(bin_dir, name)
         if os.path.lexists(path):
             os.unlink(path)
-    shutil.rmtree(os.path.join(bin_dir, BUNDLE_DIR), ignore_errors=True)
-    _say(f"removed {PLUGIN_TYPE}, {BUNDLE_DIR}/ and {NCCL_ENV} from {bin_dir}")
+            removed.append(name)
+    if os.path.lexists(os.path.join(bin_dir, BUNDLE_DIR)):
+        shutil.rmtree(os.path.join(bin_dir, BUNDLE_DIR), ignore_errors=True)
+        removed.append(BUNDLE_DIR + "/")
+    if removed:
+        _say(f"removed {', '.join(removed)} from {bin_dir}", "uninstall")
+    if not changed and not removed:
+        _say(f"nothing to remove: no {PLUGIN_TYPE} entry in {args.cni_conf_dir} and no "
+             f"{PLUGIN_TYPE} files in {bin_dir}", "uninstall")
 
 
 def main(argv: Sequence[str] | None = None,
          label: Callable[[], str | None] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     removing = bool(argv) and argv[0] == "uninstall"
-    args = _parser("rdma-cni " + ("uninstall" if removing else "install")).parse_args(
-        argv[1:] if removing else argv)
+    parser = _uninstall_parser() if removing else _parser("rdma-cni install")
+    args = parser.parse_args(argv[1:] if removing else argv)
     if label is None:
         from .subconfig import node_label
 
@@ -379,9 +408,10 @@ def main(argv: Sequence[str] | None = None,
         if args.watch:
             watch(args.cni_conf_dir, entry, args.interval)
     except CniError as e:
-        _say(f"error: {e.msg}")
+        _say(f"error: {e.msg}", parser.prog.split()[-1])
         return 1
     except OSError as e:
-        _say(f"error: {e}")
+        _say(f"error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""),
+             parser.prog.split()[-1])
         return 1
     return 0

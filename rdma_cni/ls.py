@@ -3,7 +3,6 @@ read from the state store (pod, container, interface, NIC, address, mode)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -66,22 +65,22 @@ def render_table(table: Sequence[dict[str, str]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) -> int:
-    p = argparse.ArgumentParser(prog="rdma-cni ls", description="List RDMA attachments.")
-    p.add_argument("--json", action="store_true", help="print a JSON list")
-    p.add_argument("--config", help="JSON file shaped like the plugin's conflist entry")
+    from .cliargs import fail, parser
+
+    p = parser("rdma-cni ls", "List the RDMA attachments recorded in the data dir.")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON list (an {\"error\": ...} object on failure)")
     args = p.parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
         config = load_config(args.config, conf_dir)
     except CniError as e:
         if args.config:
-            print(f"rdma-cni ls: {e.msg}", file=sys.stderr)
-            return 1
+            return fail("rdma-cni ls", e.msg, args.json)
         print(f"rdma-cni ls: {e.msg}; using the default data dir", file=sys.stderr)
         config = {}
     try:
         table = rows(Store(data_dir_of(config)).list_states())
     except CniError as e:
-        print(f"rdma-cni ls: {e.msg}", file=sys.stderr)
-        return 1
+        return fail("rdma-cni ls", e.msg, args.json)
     sys.stdout.write(json.dumps(table, indent=2) + "\n" if args.json else render_table(table))
     return 0

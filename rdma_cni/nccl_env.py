@@ -201,17 +201,26 @@ def _verify(chosen: Sequence[Gid], root: str = "/") -> list[str]:
 
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="rdma-cni nccl-env", description="Print NCCL variables.")
+    from .cliargs import parser
+
+    p = parser("rdma-cni nccl-env", "Print the NCCL variables (NCCL_IB_HCA, NCCL_IB_GID_INDEX "
+               "or NCCL_IB_ADDR_RANGE, NCCL_SOCKET_IFNAME) for this pod's RDMA interfaces, "
+               "as export lines for eval.", config_help="accepted like every subcommand and "
+               "ignored: everything is read from sysfs")
     p.add_argument("--verify", action="store_true", help="cross-check GIDs with pyverbs")
-    p.add_argument("--json", action="store_true", help="print a JSON object")
-    p.add_argument("--socket-ifname", default=os.environ.get("NCCL_ENV_SOCKET_IFNAME", "eth0"))
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON object (an {\"error\": ...} object on failure)")
+    p.add_argument("--socket-ifname", default=os.environ.get("NCCL_ENV_SOCKET_IFNAME", "eth0"),
+                   help="NCCL_SOCKET_IFNAME, the pod's primary interface (default eth0; "
+                        "env NCCL_ENV_SOCKET_IFNAME)")
     p.add_argument(
         "--ifaces",
         default=os.environ.get("NCCL_ENV_IFACES", ""),
-        help="pod RDMA interfaces (comma or space separated); default: discovered",
+        help="pod RDMA interfaces (comma or space separated; env NCCL_ENV_IFACES); "
+             "default: discovered",
     )
-    p.add_argument("--root", default=os.environ.get("NCCL_ENV_SYSFS_ROOT") or "/")
-    p.add_argument("--config", help="ignored (accepted like every subcommand)")
+    p.add_argument("--root", default=os.environ.get("NCCL_ENV_SYSFS_ROOT") or "/",
+                   help="root of /sys (tests; env NCCL_ENV_SYSFS_ROOT)")
     return p.parse_args(list(argv))
 
 
@@ -226,8 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = env_for(chosen, gids, args.socket_ifname)
         notes = _verify(chosen, args.root) if args.verify else []
     except CniError as e:
-        print(f"nccl-env: {e}", file=sys.stderr)
-        return 1
+        from .cliargs import fail
+
+        return fail("rdma-cni nccl-env", e.msg, args.json)
     for note in notes:
         print(f"nccl-env: {note}", file=sys.stderr)
     sys.stdout.write(json.dumps(env, indent=2) + "\n" if args.json else format_exports(env))

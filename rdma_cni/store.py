@@ -47,7 +47,7 @@ from ipaddress import AddressValueError, IPv4Address, IPv4Network, NetmaskValueE
 from typing import Any
 
 from rdma_cni.attachment import AttachmentKey
-from rdma_cni.errors import AddressError, ConfigError, IOFailure
+from rdma_cni.errors import AddressError, ConfigError, IOFailure, shown
 from rdma_cni.lock import FileLock
 from rdma_cni.log import LazyLogger
 
@@ -80,7 +80,7 @@ def pool_dirname(pool: str) -> str:
     try:
         net = IPv4Network(pool, strict=True)
     except (AddressValueError, NetmaskValueError, ValueError) as e:
-        raise ConfigError(f"invalid address pool name {pool!r}: {e}") from e
+        raise ConfigError(f"invalid address pool name {shown(pool)}: {e}") from e
     return str(net).replace("/", "_")
 
 
@@ -204,7 +204,7 @@ def _read_record(path: str) -> dict[str, Any] | None:
         return None
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.EISDIR):
-            raise _Corrupt(f"not a regular file: {e.strerror}") from e
+            raise _Corrupt(f"not a regular file: {e.strerror or e}") from e
         raise _ioerr("read", path, e) from e
     try:
         with os.fdopen(fd, "rb") as f:
@@ -448,7 +448,7 @@ class Store:
     # -- NIC claims --------------------------------------------------------
     def _nic_path(self, netdev: str) -> str:
         if not valid_netdev(netdev):
-            raise ConfigError(f"invalid netdev name {netdev!r}: need 1-15 of [A-Za-z0-9_.-]")
+            raise ConfigError(f"invalid netdev name {shown(netdev)}: need 1-15 of [A-Za-z0-9_.-]")
         return os.path.join(self.nics_dir, netdev)
 
     def claim_nic(self, netdev: str, key: AttachmentKey, ifname: str) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .errors import DecodeError, VersionError
+from .errors import DecodeError, VersionError, shown
 
 SUPPORTED = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 LATEST = "1.1.0"
@@ -24,18 +24,22 @@ _ROUTE_KEYS_1_1 = ("mtu", "advmss", "priority", "table", "scope")
 def parse(version: str) -> tuple[int, int, int]:
     parts = version.split(".")
     if len(parts) != 3 or not all(p.isdigit() and len(p) < 6 for p in parts):
-        raise VersionError(f"invalid cniVersion {version!r}: expected MAJOR.MINOR.PATCH")
+        raise VersionError(f"invalid cniVersion {shown(version)}: expected MAJOR.MINOR.PATCH")
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
 def check_supported(version: object) -> str:
-    if not isinstance(version, str) or not version:
+    if version is None or version == "":
+        raise VersionError(f"missing cniVersion: set it to one of {', '.join(SUPPORTED)}")
+    if not isinstance(version, str):
         raise VersionError(
-            f"unsupported cniVersion {version!r}: supported versions are {', '.join(SUPPORTED)}"
+            f"unsupported cniVersion {shown(version)}: supported versions are "
+            f"{', '.join(SUPPORTED)}"
         )
     if version not in SUPPORTED:
         raise VersionError(
-            f"incompatible CNI version {version!r}: supported versions are {', '.join(SUPPORTED)}"
+            f"incompatible CNI version {shown(version)}: supported versions are "
+            f"{', '.join(SUPPORTED)}"
         )
     return version
 
@@ -76,7 +80,8 @@ def _check_index(ip: dict[str, Any], n_interfaces: int) -> None:
     if idx is None:
         return
     if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < n_interfaces:
-        raise DecodeError(f"failed to decode prevResult: ips interface index {idx!r} is invalid")
+        raise DecodeError(f"failed to decode prevResult: ips interface index {shown(idx)} "
+                          "is invalid")
 
 
 def convert(result: dict[str, Any], to_version: str) -> dict[str, Any]:

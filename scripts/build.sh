@@ -5,6 +5,10 @@
 # Skipped when nothing it is built from changed since the last build.
 set -eu
 cd "$(dirname "$0")/.."
+# The commit `rdma-cni --version` reports (rdma_cni/cliargs.py): rewritten only when it
+# changes, so a new commit alone rebuilds the bundle; "unknown" outside a git checkout.
+commit=$(./scripts/commit-id.sh .)
+[ "$(cat rdma_cni/BUILD_COMMIT 2>/dev/null)" = "$commit" ] || echo "$commit" > rdma_cni/BUILD_COMMIT
 stamp=dist/rdma-cni/.built
 if [ -f "$stamp" ] && [ -x dist/rdma-cni/rdma-cni ] && \
    [ -z "$(find rdma_cni front build.spec scripts/nccl_env.sh pyproject.toml -newer "$stamp" 2>/dev/null | head -1)" ]; then

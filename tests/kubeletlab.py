@@ -32,7 +32,8 @@ class Kubelet:
                                          "cniVersion": "1.0.0", "name": "rdma"}))
         self.proc = subprocess.Popen(
             [*argv, "device-plugin", "--config", str(conf_file), "--nccl-env", "",
-             "--poll", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             "--status-file", str(self.dir / "dp-status.json"), "--poll", "1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.kubelet.wait_registrations(1, timeout=120)
         self.client = PluginClient(str(self.dir / socket_name(RESOURCE)))
 

@@ -110,7 +110,8 @@ def checkpoint_devices(path: str, pod_uid: str, resource: str) -> list[str] | No
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise IOFailure(f"failed to read kubelet checkpoint {path}: {err.strerror}") from None
+        reason = err.strerror or err
+        raise IOFailure(f"failed to read kubelet checkpoint {path}: {reason}") from None
     try:
         return parse_checkpoint(raw, pod_uid, resource)
     except (ValueError, TypeError, KeyError, AttributeError) as err:

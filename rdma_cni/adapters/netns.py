@@ -43,7 +43,7 @@ def open_netns(path: str) -> int:
     except IsADirectoryError:
         raise EnvError(f"CNI_NETNS {path} is a directory, not a network namespace") from None
     except OSError as exc:
-        raise EnvError(f"failed to open CNI_NETNS {path}: {exc.strerror}") from None
+        raise EnvError(f"failed to open CNI_NETNS {path}: {exc.strerror or exc}") from None
     try:
         _verify(fd, path)
     except BaseException:
@@ -93,7 +93,7 @@ def entered(fd: int, home: int) -> Iterator[None]:
     try:
         setns(fd)
     except OSError as exc:
-        raise IOFailure(f"failed to enter network namespace: {exc.strerror}") from None
+        raise IOFailure(f"failed to enter network namespace: {exc.strerror or exc}") from None
     try:
         yield
     finally:
@@ -105,7 +105,8 @@ def private_netns(home: int) -> int:
     try:
         _check(_libc.unshare(CLONE_NEWNET), "unshare")
     except OSError as exc:
-        raise IOFailure(f"failed to create a private network namespace: {exc.strerror}") from None
+        reason = exc.strerror or exc
+        raise IOFailure(f"failed to create a private network namespace: {reason}") from None
     try:
         return os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     finally:

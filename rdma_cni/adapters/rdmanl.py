@@ -107,7 +107,7 @@ def socket_transport(data: bytes) -> list[Message]:
     try:
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_RDMA)
     except OSError as exc:
-        raise IOFailure(f"failed to open an RDMA netlink socket: {exc.strerror}") from None
+        raise IOFailure(f"failed to open an RDMA netlink socket: {exc.strerror or exc}") from None
     try:
         sock.settimeout(5.0)
         sock.send(data)

@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import records, result
 from ..allocation import AllocationAnswer, PodRef, assign, kubelet_sources, lookup
-from ..errors import CniError, ConfigError, NicUnavailable, TryAgain
+from ..errors import CniError, ConfigError, NicUnavailable, TryAgain, shown
 from ..execute import apply, steps_for
 from ..hostinfo import host_ipv4, nic_facts
 from ..ipam.allocator import build_pool
@@ -46,7 +46,7 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
     if nc.mode == "shared-host" and len(blocks) != 1:
         raise ConfigError(
             f"pod annotation k8s.volcengine.com/pod-networks has {len(blocks)} blocks for "
-            f"network {nc.cniConfName!r}: shared-host mode allows exactly one"
+            f"network {shown(nc.cniConfName)}: shared-host mode allows exactly one"
         )
     store = Store(nc.dataDir)
     session = Session(req.netns, pod_required=True, fd=req.netns_fd)

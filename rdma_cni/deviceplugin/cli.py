@@ -15,21 +15,26 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from rdma_cni.deviceplugin import status
 from rdma_cni.errors import CniError
 
 DEFAULT_NCCL_ENV = "/opt/cni/bin/nccl_env.sh"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rdma-cni device-plugin",
-                                description="RDMA NIC device plugin for the kubelet")
-    p.add_argument("--config", help="JSON object like the conflist entry "
-                   "(default: the rdma-cni entry in /etc/cni/net.d)")
+    from rdma_cni.cliargs import parser
+
+    p = parser("rdma-cni device-plugin", "RDMA NIC device plugin for the kubelet: serves "
+               "v1beta1.DevicePlugin in the kubelet's device-plugins dir and registers there.")
     p.add_argument("--sysfs-root", default="/", help="root of /sys and /dev (tests)")
     p.add_argument("--nccl-env", default=DEFAULT_NCCL_ENV,
                    help="host path of nccl_env.sh, mounted read-only into containers "
                         "(skipped when missing; '' disables)")
-    p.add_argument("--poll", type=float, default=5.0, help="health/kubelet poll seconds")
+    p.add_argument("--status-file", default=status.DEFAULT_PATH,
+                   help="where to record the kubelet registration for the exporter "
+                        f"(default {status.DEFAULT_PATH}; '' disables)")
+    p.add_argument("--poll", type=float, default=5.0,
+                   help="seconds between NIC health and kubelet registration checks (default 5)")
     return p
 
 
@@ -52,7 +57,8 @@ def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None 
     inventory = Inventory(settings, sysfs, free_addresses or PoolSizes(settings.ranges))
     return DevicePlugin(inventory, conf.kubelet.devicePluginDir,
                         exists=lambda p: sysfs.exists(p.lstrip("/")),
-                        nccl_env_path=args.nccl_env or None, poll=args.poll)
+                        nccl_env_path=args.nccl_env or None, poll=args.poll,
+                        status_file=args.status_file or None)
 
 
 def main(argv: list[str]) -> int:

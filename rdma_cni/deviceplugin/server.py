@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 
+from rdma_cni.deviceplugin import status
 from rdma_cni.deviceplugin.devices import HEALTHY, UNHEALTHY, Device, container_allocation
 from rdma_cni.deviceplugin.inventory import Inventory
 from rdma_cni.proto import deviceplugin_v1beta1_pb2 as pb
@@ -102,20 +103,13 @@ def register(kubelet_socket: str, endpoint: str, resource: str, timeout: float =
                       timeout=timeout, wait_for_ready=False)
 
 
-def _ident(path: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
-
-
 class DevicePlugin:
     """Serve, register, watch. ``run()`` blocks until ``stop`` is set."""
 
     def __init__(self, inventory: Inventory, plugin_dir: str, *,
                  exists: Callable[[str], bool] = os.path.exists,
-                 nccl_env_path: str | None = None, poll: float = 5.0) -> None:
+                 nccl_env_path: str | None = None, poll: float = 5.0,
+                 status_file: str | None = None) -> None:
         self.inv = inventory
         self.dir = plugin_dir
         self.endpoint = socket_name(inventory.settings.resource)
@@ -128,6 +122,12 @@ class DevicePlugin:
         self._server: grpc.Server | None = None
         self._registered: tuple[int, int, int] | None = None
         self.registrations = 0
+        self.status_file = status_file
+
+    def _status(self) -> None:
+        if self.status_file:
+            status.write(self.status_file, self.inv.settings.resource, self.endpoint,
+                         self._registered)
 
     def _serve(self) -> None:
         self._halt_server()
@@ -139,6 +139,7 @@ class DevicePlugin:
         server.start()
         self._server = server
         self._registered = None
+        self._status()
         self.serving.set()
         log.info("serving %s on %s", self.inv.settings.resource, self.path)
 
@@ -149,7 +150,7 @@ class DevicePlugin:
             self._server = None
 
     def _maybe_register(self) -> None:
-        ident = _ident(self.kubelet)
+        ident = status.ident(self.kubelet)
         if ident is None or ident == self._registered:
             return
         try:
@@ -159,6 +160,7 @@ class DevicePlugin:
                         self.inv.settings.resource, self.kubelet, err.details() or err.code())
             return
         self._registered = ident
+        self._status()
         self.registrations += 1
         log.info("registered %s with kubelet at %s", self.inv.settings.resource, self.kubelet)
 
@@ -177,5 +179,7 @@ class DevicePlugin:
         finally:
             self.inv.close()
             self._halt_server()
+            self._registered = None
+            self._status()
             if os.path.exists(self.path):
                 os.unlink(self.path)

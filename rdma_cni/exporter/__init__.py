@@ -20,10 +20,12 @@ from prometheus_client import CollectorRegistry
 
 from rdma_cni import metrics_file
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.errors import CniError, ConfigError
+from rdma_cni.deviceplugin.status import DEFAULT_PATH as DEVICE_PLUGIN_STATUS
+from rdma_cni.errors import CniError, ConfigError, shown
 from rdma_cni.exporter.attachments import AttachmentCollector, StatsReader
 from rdma_cni.exporter.capacity import CapacityCollector, HostReader, Settings
 from rdma_cni.exporter.common import NodeCollector
+from rdma_cni.exporter.deviceplugin import DevicePluginCollector
 from rdma_cni.exporter.operations import OperationsCollector
 from rdma_cni.exporter.ports import RdmaPortCollector
 from rdma_cni.exporter.storeview import StoreView
@@ -42,7 +44,7 @@ def parse_listen(text: str) -> tuple[str, int]:
         host, port = text, str(DEFAULT_PORT)
     host = host.strip("[]") or DEFAULT_HOST
     if not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"invalid --listen {text!r}: expected HOST:PORT")
+        raise ConfigError(f"invalid --listen {shown(text)}: expected HOST:PORT")
     return host, int(port)
 
 
@@ -59,7 +61,8 @@ def metrics_path(raw: dict[str, Any]) -> str:
 
 
 def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
-                   stats: StatsReader | None, host: HostReader) -> CollectorRegistry:
+                   stats: StatsReader | None, host: HostReader,
+                   device_plugin_status: str = DEVICE_PLUGIN_STATUS) -> CollectorRegistry:
     """A registry with the exporter's one collector; the readers are injectable."""
     view = StoreView(conf.dataDir)
     settings = Settings.from_netconf(conf)
@@ -69,6 +72,8 @@ def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
         AttachmentCollector(view, stats),
         CapacityCollector(settings, sysfs, view, host),
         OperationsCollector(metrics_path(raw)),
+        DevicePluginCollector(conf.resource, conf.kubelet.devicePluginDir,
+                              device_plugin_status),
     ]))
     return registry
 
@@ -82,15 +87,20 @@ def serve(registry: CollectorRegistry, host: str, port: int) -> Any:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rdma-cni exporter",
-                                description="Prometheus exporter for RDMA NICs and rdma-cni")
-    p.add_argument("--config", help="JSON object like the conflist entry "
-                                    f"(default: the rdma-cni entry in {DEFAULT_CONF_DIR})")
-    p.add_argument("--conf-dir", default=DEFAULT_CONF_DIR, help=argparse.SUPPRESS)
-    p.add_argument("--listen", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", help="HOST:PORT")
+    from rdma_cni.cliargs import parser
+
+    p = parser("rdma-cni exporter", "Prometheus exporter for RDMA NICs and rdma-cni "
+               "(docs/metrics.md lists every metric).")
+    p.add_argument("--cni-conf-dir", "--conf-dir", dest="conf_dir", default=DEFAULT_CONF_DIR,
+                   help=f"CNI config dir searched without --config (default {DEFAULT_CONF_DIR})")
+    p.add_argument("--listen", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}",
+                   help=f"HOST:PORT to serve /metrics on (default {DEFAULT_HOST}:{DEFAULT_PORT})")
     p.add_argument("--metrics-file", help="the plugin's metrics file as seen by the exporter "
                                           "(default: config metricsFile, else "
                                           f"{metrics_file.DEFAULT_PATH})")
+    p.add_argument("--device-plugin-status", metavar="FILE", default=DEVICE_PLUGIN_STATUS,
+                   help="the device plugin's status file as seen by the exporter "
+                        f"(default {DEVICE_PLUGIN_STATUS})")
     p.add_argument("--sysfs-root", default="/", help="root of /sys (tests)")
     return p
 
@@ -106,7 +116,8 @@ def main(argv: Sequence[str]) -> int:
         conf, raw = load_config(args.config, args.conf_dir)
         if args.metrics_file:
             raw["metricsFile"] = args.metrics_file
-        registry = build_registry(conf, raw, Sysfs(args.sysfs_root), pod_stats, host_nics)
+        registry = build_registry(conf, raw, Sysfs(args.sysfs_root), pod_stats, host_nics,
+                                  args.device_plugin_status)
         server = serve(registry, host, port)
     except (CniError, OSError) as err:
         print(f"rdma-cni exporter: {err}", file=sys.stderr)

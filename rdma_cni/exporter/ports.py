@@ -5,6 +5,7 @@ Every file of ``counters/`` and ``hw_counters/`` is exported generically, by
 name, as it appears in sysfs. ``port_rcv_data``/``port_xmit_data`` count 4-octet
 words (IBTA); the byte series ``rdma_port_{receive,transmit}_bytes_total``
 multiply by 4. ``hw_counters/lifespan`` is a setting (ms), not a counter: skipped.
+The rate is exported in bytes per second (base units, as node_exporter does).
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ class _Families:
         self.info = GaugeMetricFamily("rdma_port_info", "RDMA port: link layer and the host "
                                       "netdev (empty if none)",
                                       labels=[*lab, "link_layer", "netdev"])
-        self.rate = GaugeMetricFamily("rdma_port_speed_bits_per_second", "Port rate "
-                                      "(ports/<p>/rate) in bits per second", labels=lab)
+        self.rate = GaugeMetricFamily("rdma_port_speed_bytes_per_second", "Port rate "
+                                      "(ports/<p>/rate) in bytes per second", labels=lab)
 
     def all(self) -> list[Metric]:
         return [self.counter, self.hw, *self.known.values(), self.state, self.phys,
@@ -118,4 +119,4 @@ class RdmaPortCollector:
         fam.info.add_metric([*lab, link, netdev], 1.0)
         rate = parse_rate(self.sysfs.read(f"{base}/rate"))
         if rate is not None:
-            fam.rate.add_metric(lab, rate)
+            fam.rate.add_metric(lab, rate / 8)  # base units: bytes, as node_exporter

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
-from rdma_cni.errors import AddressError, ConfigError, NetmaskError, NicUnavailable
+from rdma_cni.errors import AddressError, ConfigError, NetmaskError, NicUnavailable, shown
 
 #: Shared modes refuse NIC prefixes this long or longer.
 SHARED_MAX_PREFIX = 30
@@ -81,7 +81,7 @@ def _range_conf(net: IPv4Network, ranges: Mapping[str, RangeConf]) -> RangeConf 
         try:
             key = IPv4Network(cidr, strict=False)
         except ValueError as e:
-            raise ConfigError(f"invalid ipam.ranges key {cidr!r}: {e}") from e
+            raise ConfigError(f"invalid ipam.ranges key {shown(cidr)}: {e}") from e
         if key == net:
             return conf
     return None

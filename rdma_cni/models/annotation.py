@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ConfigError, TooManyInterfaces
+from ..errors import ConfigError, TooManyInterfaces, shown
 
 ANNOTATION = "k8s.volcengine.com/pod-networks"
 CAPABILITY = "io.kubernetes.cri.pod-annotations"
@@ -30,7 +30,7 @@ def pod_annotations(conf: dict[str, Any]) -> dict[str, Any]:
     if annotations is None:
         return {}
     if not isinstance(annotations, dict):
-        raise ConfigError(f"invalid runtimeConfig[{CAPABILITY!r}]: expected an object")
+        raise ConfigError(f"invalid runtimeConfig[\"{CAPABILITY}\"]: expected an object")
     return annotations
 
 
@@ -71,7 +71,7 @@ def our_blocks(conf: dict[str, Any], conf_name: str, max_interfaces: int) -> lis
     if len(ours) > max_interfaces:
         raise TooManyInterfaces(
             f"pod annotation {ANNOTATION} asks for {len(ours)} interfaces of network "
-            f"{conf_name!r}, at most {max_interfaces} allowed (maxInterfaces)"
+            f"{shown(conf_name)}, at most {max_interfaces} allowed (maxInterfaces)"
         )
     return ours
 

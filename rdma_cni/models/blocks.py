@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 
 _IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 RESERVED_IFNAMES = frozenset((".", "..", "lo", "eth0"))
@@ -18,7 +18,7 @@ _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 def check_ifname(value: str) -> str:
     if not _IFNAME.fullmatch(value) or value in RESERVED_IFNAMES:
         raise ValueError(
-            f"interface name {value!r} is invalid: 1-15 characters of [A-Za-z0-9_.-], "
+            f"interface name {shown(value)} is invalid: 1-15 characters of [A-Za-z0-9_.-], "
             "not '.', '..', 'lo' or 'eth0'"
         )
     return value
@@ -26,7 +26,7 @@ def check_ifname(value: str) -> str:
 
 def _check_mac(value: str) -> str:
     if not _MAC.fullmatch(value):
-        raise ValueError(f"mac {value!r} is not a MAC address like 02:00:00:00:00:01")
+        raise ValueError(f"mac {shown(value)} is not a MAC address like 02:00:00:00:00:01")
     return value.lower()
 
 
@@ -34,9 +34,9 @@ def _check_ip(value: str) -> str:
     try:
         iface = ipaddress.ip_interface(value)
     except ValueError:
-        raise ValueError(f"ip {value!r} is not an IPv4 address") from None
+        raise ValueError(f"ip {shown(value)} is not an IPv4 address") from None
     if iface.version != 4:
-        raise ValueError(f"ip {value!r} is not an IPv4 address")
+        raise ValueError(f"ip {shown(value)} is not an IPv4 address")
     return str(iface.ip)
 
 
@@ -79,10 +79,15 @@ def validate_blocks(raw: list[tuple[int, Any]]) -> list[tuple[int, Block]]:
     return out
 
 
+_PY_TYPE = re.compile(r" or instance of \w+")
+_QUOTED = re.compile(r"'([^'\\]*)'")
+
+
 def explain(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:3]:
         loc = ".".join(str(x) for x in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = _PY_TYPE.sub("", err["msg"].removeprefix("Value error, "))
+        msg = _QUOTED.sub(r'"\1"', msg)  # pydantic quotes choices Python-style
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)

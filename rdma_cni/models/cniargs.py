@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..errors import EnvError
+from ..errors import EnvError, shown
 
 K8S_KEYS = ("K8S_POD_NAMESPACE", "K8S_POD_NAME", "K8S_POD_INFRA_CONTAINER_ID", "K8S_POD_UID")
 _KNOWN = frozenset((*K8S_KEYS, "IgnoreUnknown"))
@@ -33,7 +33,7 @@ def _truthy(value: str) -> bool:
         return True
     if lowered in ("0", "false", "f", ""):
         return False
-    raise EnvError(f"invalid CNI_ARGS: IgnoreUnknown={value!r} is not a boolean")
+    raise EnvError(f"invalid CNI_ARGS: IgnoreUnknown={shown(value)} is not a boolean")
 
 
 def parse_cni_args(raw: str) -> CniArgs:
@@ -47,7 +47,7 @@ def parse_cni_args(raw: str) -> CniArgs:
             continue
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise EnvError(f"invalid CNI_ARGS: {item!r} is not KEY=VALUE")
+            raise EnvError(f"invalid CNI_ARGS: {shown(item)} is not KEY=VALUE")
         pairs[key] = value
     ignore = _truthy(pairs.get("IgnoreUnknown", ""))
     extra = {k: v for k, v in pairs.items() if k not in _KNOWN}

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 from ..metrics_file import DEFAULT_PATH as DEFAULT_METRICS
 from ..resident.protocol import DEFAULT_SOCKET
 from ..store import DEFAULT_DATA_DIR, valid_netdev
@@ -26,7 +26,7 @@ RESOURCE_RDMA_HOST = "vke.volcengine.com/rdma-host"
 def _check_netdev(value: str) -> str:
     """A host netdev name (unlike a pod interface name, eth0 is a legitimate RDMA NIC)."""
     if not valid_netdev(value) or value == "lo":
-        raise ValueError(f"netdev name {value!r} is invalid: 1-15 characters of "
+        raise ValueError(f"netdev name {shown(value)} is invalid: 1-15 characters of "
                          "[A-Za-z0-9_.-], not '.', '..' or 'lo' (never an RDMA NIC)")
     return value
 
@@ -50,7 +50,8 @@ class RangeConf(_Strict):
             try:
                 ipaddress.IPv4Network(item, strict=False)
             except ValueError:
-                raise ValueError(f"exclude entry {item!r} is not an IPv4 address or CIDR") from None
+                raise ValueError(f"exclude entry {shown(item)} is not an IPv4 address or "
+                                 "CIDR") from None
         return value
 
 
@@ -65,7 +66,7 @@ class IpamConf(_Strict):
             try:
                 ipaddress.IPv4Network(subnet, strict=True)
             except ValueError:
-                raise ValueError(f"ranges key {subnet!r} is not an IPv4 subnet CIDR") from None
+                raise ValueError(f"ranges key {shown(subnet)} is not an IPv4 subnet CIDR") from None
         return value
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import array
 import io
+import json
 import logging
 import os
 import select
@@ -153,14 +154,35 @@ def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
             raise ValueError("resident request too large")
 
 
+def _args(argv: list[str]) -> argparse.Namespace:
+    """Options; with --config, the config's residentSocket, logFile and logLevel are the
+    defaults (an explicit option wins)."""
+    from ..cliargs import parser
+
+    p = parser("rdma-cni serve", "Resident server: answers the plugin's CNI requests "
+               "without a new process each time (the plugin falls back to running in-process).",
+               config_help="JSON object shaped like the plugin's conflist entry: its "
+               "residentSocket, logFile and logLevel become the defaults")
+    p.add_argument("--socket", help=f"unix socket to listen on (default {protocol.DEFAULT_SOCKET})")
+    p.add_argument("--log-file", help="log file (default /var/log/rdma-cni.log)")
+    p.add_argument("--log-level", help="debug, info, warning or error (default info)")
+    p.add_argument("--workers", type=_count, default=None,
+                   help="processes accepting on the socket (default: CPUs, at most 4)")
+    args = p.parse_args(argv)
+    conf: dict[str, Any] = {}
+    if args.config:
+        from ..subconfig import read_json_object
+
+        conf = read_json_object(args.config)
+    args.socket = args.socket or conf.get("residentSocket") or protocol.DEFAULT_SOCKET
+    if args.log_file is None:  # "" in the config turns the file off, as in the plugin
+        args.log_file = conf.get("logFile", "/var/log/rdma-cni.log")
+    args.log_level = args.log_level or conf.get("logLevel") or "info"
+    return args
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rdma-cni serve")
-    parser.add_argument("--socket", default=protocol.DEFAULT_SOCKET)
-    parser.add_argument("--log-file", default="/var/log/rdma-cni.log")
-    parser.add_argument("--log-level", default="info")
-    parser.add_argument("--workers", type=_count, default=None,
-                        help="processes accepting on the socket (default: CPUs, at most 4)")
-    args = parser.parse_args(argv)
+    args = _args(argv)
     log.setup({"logFile": args.log_file, "logLevel": args.log_level})
     import importlib
 
@@ -181,5 +203,6 @@ def _count(text: str) -> int:
     except ValueError:
         value = 0
     if not 1 <= value <= 64:
-        raise argparse.ArgumentTypeError(f"--workers must be an integer 1-64, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--workers must be an integer 1-64, got {json.dumps(text)}")
     return value

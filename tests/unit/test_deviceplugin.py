@@ -22,10 +22,12 @@ from fakekubelet import FakeKubelet, PluginClient
 from fakesys import FakeSys
 
 from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.deviceplugin import status
 from rdma_cni.deviceplugin.devices import preferred_allocation
 from rdma_cni.deviceplugin.inventory import Inventory, PluginSettings
 from rdma_cni.deviceplugin.server import DevicePlugin, socket_name
 from rdma_cni.discovery import Nic
+from rdma_cni.exporter.deviceplugin import DevicePluginCollector
 
 REPO = Path(__file__).resolve().parents[2]
 # netdev, pci, numa, ibdev, uverbs
@@ -285,21 +287,59 @@ def test_main_registers_and_stops_on_sigterm(kubelet: FakeKubelet, root: Path) -
     conf = root / "conf.json"
     conf.write_text(json.dumps({"type": "rdma-cni", "mode": "exclusive",
                                 "kubelet": {"devicePluginDir": str(root / "dp")}}))
+    status_file = root / "device-plugin.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "rdma_cni.deviceplugin", "--config", str(conf),
-         "--sysfs-root", str(root), "--poll", "0.1"],
+         "--sysfs-root", str(root), "--poll", "0.1", "--status-file", str(status_file)],
         cwd=REPO, stderr=subprocess.PIPE, text=True)
+    seen = DevicePluginCollector("vke.volcengine.com/rdma", str(root / "dp"), str(status_file))
     try:
         regs = kubelet.wait_registrations(1, timeout=20)
         assert regs and regs[0].resource_name == "vke.volcengine.com/rdma"
         client = PluginClient(str(root / "dp" / "rdma-cni-rdma.sock"))
         assert len(next(client.list_and_watch())) == 4
         client.close()
+        _wait(lambda: _dp_gauges(seen) == (1.0, 1.0), "registered in the status file")
+        kubelet.restart()  # a new kubelet.sock: the old registration no longer counts
+        _wait(lambda: len(kubelet.registrations) == 2, "re-registration", timeout=20)
+        _wait(lambda: _dp_gauges(seen) == (1.0, 1.0), "registered on the new kubelet")
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert not (root / "dp" / "rdma-cni-rdma.sock").exists()
+    assert _dp_gauges(seen) == (0.0, 0.0)
+
+
+def _dp_gauges(collector: DevicePluginCollector) -> tuple[float, float]:
+    """(rdma_cni_device_plugin_up, rdma_cni_device_plugin_registered)."""
+    got = {m.name: m.samples[0].value for m in collector.collect()}
+    return got["rdma_cni_device_plugin_up"], got["rdma_cni_device_plugin_registered"]
+
+
+def test_registration_is_tied_to_the_kubelet_socket(tmp_path: Path) -> None:
+    import socket as so
+
+    plugin_dir = tmp_path / "dp"
+    plugin_dir.mkdir()
+    status_file = str(tmp_path / "status.json")
+    seen = DevicePluginCollector("vke.volcengine.com/rdma", str(plugin_dir), status_file)
+    listener = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+    listener.bind(str(plugin_dir / "rdma-cni-rdma.sock"))
+    listener.listen(4)
+    kubelet_sock = plugin_dir / "kubelet.sock"
+    kubelet_sock.write_text("")
+    try:
+        assert _dp_gauges(seen) == (1.0, 0.0)  # up, no status file yet
+        status.write(status_file, "vke.volcengine.com/rdma", "rdma-cni-rdma.sock",
+                     status.ident(str(kubelet_sock)))
+        assert _dp_gauges(seen) == (1.0, 1.0)
+        kubelet_sock.unlink()
+        kubelet_sock.write_text("")  # the kubelet restarted
+        assert _dp_gauges(seen) == (1.0, 0.0)
+    finally:
+        listener.close()
+    assert _dp_gauges(seen) == (0.0, 0.0)  # socket file left behind, nobody listening
 
 
 def test_main_bad_config_fails(root: Path) -> None:

@@ -13,8 +13,9 @@ import pytest
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.doctor import Facts, load_config, main, run_checks
+from rdma_cni.doctor_integrity import Mount, mount_of, parse_mountinfo, shared_data_dirs
 from rdma_cni.errors import NicUnavailable
-from rdma_cni.rdma_mode import check_mode, parse_system_show, read_netns_mode
+from rdma_cni.rdma_mode import check_mode, read_netns_mode
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakesys import FakeSys
@@ -40,6 +41,9 @@ def facts(tmp_path: Path) -> Facts:
         json.dumps({"cniVersion": "0.4.0", "name": "vpc-cni", "plugins": [PRIMARY, OURS]})
     )
     addrs = {"eth1": [IPv4Interface("192.0.2.1/24")]}
+    (tmp_path / "netns").mkdir()
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(f"21 1 0:20 / {tmp_path}/netns rw shared:5 - tmpfs tmpfs rw\n")
     return Facts(
         sysfs=Sysfs(str(fs.root)),
         addrs=lambda n: addrs.get(n, []),
@@ -48,6 +52,8 @@ def facts(tmp_path: Path) -> Facts:
         dev_infiniband=str(tmp_path / "dev-ib"),
         plugin_binary=str(binary),
         cni_conf_dir=str(conf),
+        netns_dir=str(tmp_path / "netns"),
+        mountinfo=str(mountinfo),
     )
 
 
@@ -66,6 +72,8 @@ def test_healthy_node(facts: Facts, tmp_path: Path) -> None:
         ("binary", "ok"),
         ("conflist", "ok"),
         ("data-dir", "ok"),
+        ("netns-propagation", "ok"),
+        ("data-dirs", "ok"),
     ]
 
 
@@ -128,15 +136,80 @@ def test_main_json_and_exit(
 
 
 def test_rdma_mode() -> None:
-    assert parse_system_show('[{"netns":"exclusive","privileged-qkey":"off"}]') == "exclusive"
-    assert parse_system_show('{"netns":"shared"}') == "shared"
-    assert parse_system_show("netns shared copy-on-fork on") == "shared"
-    assert parse_system_show("nonsense") is None
-    assert read_netns_mode(lambda cmd: None) is None
-    assert read_netns_mode(lambda cmd: '[{"netns":"shared"}]') == "shared"
+    class Fixed:  # stands in for adapters.rdmanl.RdmaNetlink, which ADD uses too
+        def __init__(self, mode: str | None) -> None:
+            self.mode = mode
+
+        def netns_mode(self) -> str | None:
+            return self.mode
+
+    assert read_netns_mode(Fixed("exclusive")) == "exclusive"  # type: ignore[arg-type]
+    assert read_netns_mode(Fixed(None)) is None  # type: ignore[arg-type]
+    assert Facts().netns_mode is read_netns_mode
     check_mode("exclusive", "exclusive")
     check_mode("shared", "shared")
     check_mode("shared", None)
     with pytest.raises(NicUnavailable, match=r"shared-multi.*exclusive") as exc:
         check_mode("shared-multi", "exclusive")
     assert exc.value.code == 104
+
+
+MOUNTINFO = """\
+22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+25 22 0:23 / /run rw,nosuid shared:7 - tmpfs tmpfs rw
+30 25 0:4 / /run/netns rw master:9 - tmpfs tmpfs rw
+31 30 0:4 net:[4026532] /run/netns/pod\\040a rw shared:12 master:9 - nsfs nsfs rw
+40 22 0:30 / /var/lib/kubelet rw - ext4 /dev/vdb rw
+garbage line
+"""
+
+
+def test_parse_mountinfo() -> None:
+    mounts = parse_mountinfo(MOUNTINFO)
+    assert mounts == [Mount("/", "shared"), Mount("/run", "shared"), Mount("/run/netns", "slave"),
+                      Mount("/run/netns/pod a", "shared+slave"),
+                      Mount("/var/lib/kubelet", "private")]
+    assert mount_of("/run/netns", mounts) == Mount("/run/netns", "slave")
+    assert mount_of("/var/lib/kubelet/pods/x", mounts) == Mount("/var/lib/kubelet", "private")
+    assert mount_of("/etc", mounts) == Mount("/", "shared")
+
+
+@pytest.mark.parametrize(("line", "status"), [
+    ("shared:3", "ok"), ("master:3", "ok"), ("shared:3 master:1", "ok"), ("", "fail")])
+def test_netns_propagation(facts: Facts, line: str, status: str) -> None:
+    Path(facts.mountinfo).write_text(f"21 1 0:20 / {facts.netns_dir} rw {line} - tmpfs t rw\n")
+    checks = {c.name: c for c in run_checks(OURS, facts=facts)}
+    check = checks["netns-propagation"]
+    assert check.status == status, check
+    if status == "fail":
+        assert "private" in check.detail and "mountPropagation: HostToContainer" in check.fix
+    os.rmdir(facts.netns_dir)
+    assert _status(run_checks(OURS, facts=facts), "netns-propagation") == "warn"
+
+
+def test_one_network_per_data_dir(facts: Facts, tmp_path: Path) -> None:
+    conf = Path(facts.cni_conf_dir)
+    (conf / "20-second.conflist").write_text(json.dumps(
+        {"name": "second", "plugins": [PRIMARY, {**OURS, "dataDir": "/var/lib/cni/rdma-cni"}]}))
+    (conf / "30-third.conflist").write_text(json.dumps(
+        {"name": "third", "plugins": [PRIMARY, {**OURS, "dataDir": str(tmp_path / "own")}]}))
+    (conf / "10-vpc.conflist.rdma-cni.bak").write_text(json.dumps({"plugins": [OURS]}))
+    checks = {c.name: c for c in run_checks(OURS, facts=facts)}
+    bad = checks["data-dirs"]
+    assert bad.status == "fail", bad
+    assert bad.detail == ("/var/lib/cni/rdma-cni is used by vpc-cni in 10-vpc.conflist, "
+                          "second in 20-second.conflist")
+    assert "its own dataDir" in bad.fix
+    (conf / "20-second.conflist").unlink()
+    assert shared_data_dirs(str(conf), "/var/lib/cni/rdma-cni") == []
+
+
+def test_config_errors_are_one_line(facts: Facts, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    missing = str(tmp_path / "nonexistent.json")
+    assert main(["--config", missing], facts) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and missing in err and "Traceback" not in err
+    assert main(["--json", "--config", missing], facts) == 1
+    out, err = capsys.readouterr()
+    assert missing in json.loads(out)["error"] and err.count("\n") == 1

@@ -168,8 +168,8 @@ def test_port_state_link_layer_and_speed(scrape: Any) -> None:
     assert _get(s, "rdma_port_state", **down, state="DOWN") == 1
     assert _get(s, "rdma_port_phys_state", **up, state="LinkUp") == 1
     assert _get(s, "rdma_port_info", **up, link_layer="Ethernet", netdev="eth1") == 1
-    assert _get(s, "rdma_port_speed_bits_per_second", **up) == 100e9
-    assert _get(s, "rdma_port_speed_bits_per_second", **down) == 25e9
+    assert _get(s, "rdma_port_speed_bytes_per_second", **up) == 100e9 / 8
+    assert _get(s, "rdma_port_speed_bytes_per_second", **down) == 25e9 / 8
 
 
 def test_attachment_info_and_pod_traffic(scrape: Any) -> None:

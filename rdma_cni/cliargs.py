@@ -1,0 +1,74 @@
+"""The command line every subcommand shares (README "Command line").
+
+One parser class: ``--help`` describes every option and the exit codes,
+``--version`` prints the version and the git commit of the build, ``--config FILE``
+means the plugin's conflist entry everywhere, and a usage error is one line on
+stderr with exit code 2 (argparse prints the whole usage block by default).
+
+Kept light: it runs on the subcommands' start-up path, never on the CNI one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import NoReturn
+
+from . import __version__
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EPILOG = "exit codes: 0 ok, 1 failure (one line on stderr says what to fix), 2 usage error"
+CONFIG_HELP = ("JSON object shaped like the plugin's conflist entry (default: the rdma-cni "
+               "entry of the first CNI config in /etc/cni/net.d)")
+COMMIT_FILE = "BUILD_COMMIT"  # written by scripts/build.sh next to this module
+
+
+def commit() -> str:
+    """The git commit the build was made from; ``unknown`` outside a git checkout."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), COMMIT_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.read(100).strip()
+    except OSError:
+        return "unknown"
+    return value if value and value.replace("-", "").isalnum() else "unknown"
+
+
+def version_text() -> str:
+    return f"rdma-cni {__version__} (commit {commit()})"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error naming the fix, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        import re
+
+        message = re.sub(r"'([^'\\]*)'", r'"\1"', message)  # argparse quotes with repr
+        sys.stderr.write(f"{self.prog}: {' '.join(message.split())} "
+                         f"(see `{self.prog} --help`)\n")
+        sys.exit(EXIT_USAGE)
+
+
+def parser(prog: str, description: str, *, config: bool = True,
+           config_help: str = CONFIG_HELP) -> Parser:
+    """A subcommand's parser with ``--version`` and (unless ``config`` is False) ``--config``."""
+    p = Parser(prog=prog, description=description, epilog=EPILOG)
+    p.add_argument("--version", action="version", version=version_text(),
+                   help="print the version and the git commit of the build, then exit")
+    if config:
+        p.add_argument("--config", metavar="FILE", help=config_help)
+    return p
+
+
+def fail(prog: str, message: str, as_json: bool = False) -> int:
+    """Report a failure: one line on stderr; with ``--json`` also ``{"error": ...}`` on
+    stdout, so a JSON consumer still gets JSON. Returns the exit code 1."""
+    line = " ".join(message.split())
+    if as_json:
+        import json
+
+        sys.stdout.write(json.dumps({"error": line}) + "\n")
+    sys.stderr.write(f"{prog}: {line}\n")
+    return EXIT_FAILURE
