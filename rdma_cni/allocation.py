@@ -90,9 +90,12 @@ def kubelet_sources(
     from rdma_cni.adapters import kubelet
 
     def from_api() -> list[str] | None:
-        return kubelet.pod_resources_devices(
+        found = kubelet.pod_resources_candidates(
             pod_resources_socket, pod.namespace, pod.name, resource, timeout
         )
+        if found is None:
+            return None
+        return _generation(pod, found, resource, checkpoint_file)
 
     def from_checkpoint() -> list[str] | None:
         if not pod.uid:
@@ -100,6 +103,24 @@ def kubelet_sources(
         return kubelet.checkpoint_devices(checkpoint_file, pod.uid, resource)
 
     return from_api, from_checkpoint
+
+
+def _generation(pod: PodRef, found: list[list[str]], resource: str,
+                checkpoint_file: str) -> list[str]:
+    """PodResources has no UID: tell this pod's devices from an earlier pod of the same
+    name through the checkpoint (keyed by UID); see :mod:`rdma_cni.podgen`."""
+    from rdma_cni.adapters import kubelet
+    from rdma_cni.errors import IOFailure
+    from rdma_cni.podgen import pick_generation
+
+    owners: dict[str, list[str]] | None = None
+    if pod.uid:
+        try:
+            owners = kubelet.checkpoint_owners(checkpoint_file, resource)
+        except IOFailure:
+            owners = None  # an unreadable checkpoint cannot tell; PodResources alone
+    own = None if owners is None else owners.get(pod.uid, [])
+    return pick_generation(str(pod), found, own, owners or {})
 
 
 def assign(

@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "device-plugin": "rdma_cni.deviceplugin.cli",
     "exporter": "rdma_cni.exporter",
     "serve": "rdma_cni.resident.server",
+    "probe": "rdma_cni.probe",
 }
 SUMMARIES = {  # one line each for the about text; a subcommand without one is still listed
     "doctor": "check this node (NICs, netmasks, RDMA netns mode, kubelet, mounts, config)",
@@ -32,6 +33,7 @@ SUMMARIES = {  # one line each for the about text; a subcommand without one is s
     "device-plugin": "advertise the RDMA NICs to the kubelet",
     "exporter": "serve Prometheus metrics of the NICs and the plugin",
     "serve": "resident server that answers CNI requests faster",
+    "probe": "liveness/readiness check of serve, device-plugin, agent or cni-watch",
 }
 MAX_STDIN = 1 << 20  # dispatch.MAX_STDIN: one more byte is read to detect excess
 
@@ -106,6 +108,10 @@ def _peek_conf(stdin: bytes) -> dict[str, object]:
     return conf if isinstance(conf, dict) else {}
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _subcommand(argv: list[str]) -> int:
     name = argv[0]
     if name in ("-h", "--help", "help"):
@@ -123,6 +129,12 @@ def _subcommand(argv: list[str]) -> int:
         sys.stderr.write(f"rdma-cni: unknown subcommand {shown(name)}: expected one of "
                          f"{', '.join(SUBCOMMANDS)} (see `rdma-cni --help`)\n")
         return 2
+    # In a container a subcommand is PID 1, which the kernel spares the default action
+    # of SIGTERM: without a handler, `kubectl delete pod` waits out the grace period.
+    # Subcommands with their own shutdown (serve, device-plugin, exporter) replace it.
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminated)
     args = argv if name == "uninstall" else argv[1:]
     return _run_subcommand(name, module, args)
 

@@ -181,13 +181,27 @@ def _build_request(
         req.container_id = check_container_id(env["CNI_CONTAINERID"])
         req.ifname = check_ifname(env["CNI_IFNAME"])
         req.cni_path = check_path(env.get("CNI_PATH", ""))
-        netns = env.get("CNI_NETNS", "")
-        req.netns = check_netns(netns) if netns else ""
+        req.netns = _netns(command, env.get("CNI_NETNS", ""))
     req.args = parse_cni_args(env.get("CNI_ARGS", ""))
     prev = conf.get("prevResult")
     if prev is not None:
         req.prev_result = _prev_result(prev, command)
     return req
+
+
+def _netns(command: str, value: str) -> str:
+    if not value:
+        return ""
+    try:
+        return check_netns(value)
+    except EnvError as exc:
+        if command != "DEL":
+            raise
+        # DEL must not stop the chain over a path it cannot use: it works from the saved
+        # state alone (the netns recorded at ADD, if that still is one)
+        log.warning("DEL ignores CNI_NETNS %r (%s): cleanup from the saved state only",
+                    value[:256], exc.msg)
+        return ""
 
 
 def _prev_result(prev: object, command: str) -> dict[str, Any] | None:

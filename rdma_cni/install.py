@@ -7,7 +7,11 @@ relative symlink, temp + rename), put ``nccl_env.sh`` next to it, then insert
 or update our entry right after the primary in the first CNI config file of the
 conf dir (lexical order, as libcni and containerd pick it). The file is backed up
 once as ``<file>.rdma-cni.bak`` and rewritten atomically. ``--watch`` keeps
-re-applying the entry (the primary's agent may rewrite its file at restart).
+re-applying the entry (the primary's agent may rewrite its file at restart): it
+wakes on inotify events of the conf dir (within about 50 ms; a replaced dir is
+followed) and every ``--interval`` seconds as a backstop, re-reads the first file
+and inserts our entry into what the primary wrote, keeping every change of the
+primary's (``confwatch.py``).
 
 A single-plugin ``.conf`` file is refused, not converted: converting would leave
 two files fighting over the first place once the primary rewrites its ``.conf``.
@@ -27,10 +31,12 @@ import json
 import os
 import shutil
 import sys
-import time
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import glibc
+from .attachment import DEFAULT_INSTANCE
 from .errors import CniError, ConfigError, IOFailure, shown
 from .subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, first_conf_file, read_json_object
 
@@ -63,18 +69,33 @@ def _plugins(conflist: dict[str, Any], what: str) -> list[Any]:
     return plugins
 
 
+def _conf_name(p: dict[str, Any]) -> str:
+    name = p.get("cniConfName", DEFAULT_INSTANCE)
+    return name if isinstance(name, str) else DEFAULT_INSTANCE
+
+
 def insert_entry(conflist: dict[str, Any], entry: dict[str, Any],
                  what: str = "the conflist") -> dict[str, Any]:
-    """``conflist`` with ``entry`` as its only rdma-cni plugin, right after the primary
-    (or where our entry already was, if that is after it). Idempotent; pure."""
+    """``conflist`` with ``entry`` as its only rdma-cni plugin of ``entry``'s cniConfName,
+    where that one already was if after the primary, else after the primary and the
+    other RDMA networks' entries (each network is one entry with its own cniConfName,
+    and all of them stay). Idempotent; pure."""
     plugins = _plugins(conflist, what)
-    others = [p for p in plugins if not _is_ours(p)]
-    if not others:
+    name = _conf_name(entry)
+
+    def same(p: object) -> bool:
+        return _is_ours(p) and isinstance(p, dict) and _conf_name(p) == name
+
+    others = [p for p in plugins if not same(p)]
+    if not any(not _is_ours(p) for p in others):
         raise ConfigError(f"failed to edit {what}: no primary plugin to chain after")
-    first_ours = next((i for i, p in enumerate(plugins) if _is_ours(p)), None)
-    index = 1
-    if first_ours is not None and first_ours > 0:
-        index = sum(1 for p in plugins[:first_ours] if not _is_ours(p))
+    first = next((i for i, p in enumerate(plugins) if same(p)), None)
+    if first is not None and first > 0:
+        index = sum(1 for p in plugins[:first] if not same(p))
+    else:
+        index = 1
+        while index < len(others) and _is_ours(others[index]):
+            index += 1
     new = [*others[:index], copy.deepcopy(entry), *others[index:]]
     return {**conflist, "plugins": new}
 
@@ -328,18 +349,32 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--bundle", help="the built one-dir bundle (default: this executable's)")
     p.add_argument("--mode", choices=MODES, help="the node's RDMA mode (default: the node "
                    f"label {MODE_LABEL}, else the config's mode)")
-    p.add_argument("--watch", action="store_true", help="keep re-applying the entry")
-    p.add_argument("--interval", type=float, default=5.0, help="watch poll period (s)")
+    p.add_argument("--watch", action="store_true",
+                   help="keep re-applying the entry: on every change of the conf dir "
+                        "(inotify) and every --interval seconds")
+    p.add_argument("--interval", type=float, default=30.0,
+                   help="watch backstop poll period in seconds (default 30)")
+    p.add_argument("--host-root", help="the host's / as mounted here, to check its glibc "
+                   "(default: --cni-bin-dir without its /opt/cni/bin suffix, else /)")
     p.add_argument("--write-config", metavar="FILE",
                    help="also write the effective entry (mode resolved) here, for the "
                         "agent, device plugin and exporter")
     return p
 
 
+def host_root_of(args: argparse.Namespace) -> str:
+    if args.host_root:
+        return str(args.host_root)
+    bin_dir = os.path.abspath(args.cni_bin_dir)
+    suffix = "/opt/cni/bin"
+    return bin_dir[: -len(suffix)] or "/" if bin_dir.endswith(suffix) else "/"
+
+
 def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[str, Any]:
     config = read_json_object(args.config) if args.config else {}
     entry = make_entry(config, resolve_mode(args.mode, config, label))
     bundle = args.bundle or default_bundle()
+    _say(glibc.check(bundle, host_root_of(args)))
     os.makedirs(args.cni_bin_dir, exist_ok=True)
     if install_bundle(bundle, args.cni_bin_dir):
         _say(f"copied {bundle} to {os.path.join(args.cni_bin_dir, BUNDLE_DIR)}")
@@ -353,19 +388,11 @@ def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[s
 
 
 def watch(conf_dir: str, entry: dict[str, Any], interval: float,
-          rounds: int | None = None) -> None:
-    """Re-apply ``entry`` every ``interval`` seconds (``rounds`` bounds it, for tests)."""
-    n = 0
-    while rounds is None or n < rounds:
-        n += 1
-        time.sleep(interval)
-        try:
-            outcome = ensure_entry(conf_dir, entry)
-        except (CniError, OSError) as e:
-            _say(f"watch: {getattr(e, 'msg', e)}")
-            continue
-        if outcome != "unchanged":
-            _say(f"watch: entry re-applied: {outcome}")
+          rounds: int | None = None, stop: threading.Event | None = None) -> None:
+    """``--watch``: re-apply ``entry`` on every change of ``conf_dir`` (see confwatch)."""
+    from .confwatch import watch_entry
+
+    watch_entry(conf_dir, entry, interval, rounds, stop)
 
 
 def uninstall(args: argparse.Namespace) -> None:

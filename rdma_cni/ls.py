@@ -1,5 +1,7 @@
-"""``rdma-cni ls [--json] [--config FILE]``: the RDMA attachments on this node,
-read from the state store (pod, container, interface, NIC, address, mode)."""
+"""``rdma-cni ls [--json] [--config FILE] [--agent-status FILE]``: the RDMA attachments
+on this node, read from the state store (pod, container, interface, NIC, address,
+mode), and one ``no-rdma`` line per pod the agent found asking for RDMA interfaces
+and having none (from the agent's status file)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from . import agentstatus
 from .errors import CniError
 from .store import Store
 from .subconfig import DEFAULT_CONF_DIR, data_dir_of, load_config
@@ -51,6 +54,18 @@ def rows(states: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     return out
 
 
+def missing_rows(doc: dict[str, Any] | None, network: str) -> list[dict[str, str]]:
+    """One ``no-rdma`` row per pod the agent reported without its RDMA interfaces."""
+    out = []
+    for item in agentstatus.pods_without_rdma(doc):
+        out.append({"pod": str(item["pod"]), "container": "", "network": network,
+                    "interface": "", "nic": "", "address": "", "mac": "", "mode": "",
+                    "status": "no-rdma",
+                    "netns": "", "note": f"asked for {item.get('blocks')} RDMA interface(s), "
+                                         "has none"})
+    return sorted(out, key=lambda r: r["pod"])
+
+
 def render_table(table: Sequence[dict[str, str]]) -> str:
     def cell(row: dict[str, str], col: str) -> str:
         v = row.get(col, "")
@@ -67,9 +82,13 @@ def render_table(table: Sequence[dict[str, str]]) -> str:
 def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) -> int:
     from .cliargs import fail, parser
 
-    p = parser("rdma-cni ls", "List the RDMA attachments recorded in the data dir.")
+    p = parser("rdma-cni ls", "List the RDMA attachments recorded in the data dir, and the "
+               "pods the agent found asking for RDMA interfaces and having none.")
     p.add_argument("--json", action="store_true",
                    help="print a JSON list (an {\"error\": ...} object on failure)")
+    p.add_argument("--agent-status", default=agentstatus.DEFAULT_PATH,
+                   help="the agent's status file, for pods without their RDMA interfaces "
+                        f"(default {agentstatus.DEFAULT_PATH})")
     args = p.parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
         config = load_config(args.config, conf_dir)
@@ -80,6 +99,7 @@ def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) ->
         config = {}
     try:
         table = rows(Store(data_dir_of(config)).list_states())
+        table += missing_rows(agentstatus.read(args.agent_status), str(config.get("name") or ""))
     except CniError as e:
         return fail("rdma-cni ls", e.msg, args.json)
     sys.stdout.write(json.dumps(table, indent=2) + "\n" if args.json else render_table(table))

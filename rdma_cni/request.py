@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .attachment import AttachmentKey
+from .attachment import AttachmentKey, instance_of
 from .errors import EnvError
 from .models.cniargs import CniArgs
 
@@ -54,7 +54,12 @@ class Request:
 
     @property
     def key(self) -> AttachmentKey:
-        return AttachmentKey(self.network, self.container_id, self.ifname)
+        return AttachmentKey(self.network, self.container_id, self.ifname, self.instance)
+
+    @property
+    def instance(self) -> str:
+        """This entry's share of the key (see :mod:`rdma_cni.attachment`)."""
+        return instance_of(self.conf)
 
     @property
     def netconf(self) -> NetConf:

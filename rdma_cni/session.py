@@ -3,12 +3,15 @@ reused by every step, closed at the end."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 from .adapters import netns
 from .adapters.netlink import Netlink
 from .errors import EnvError
 from .execute import Ctx
+
+log = logging.getLogger("rdma_cni")
 
 
 class Session:
@@ -46,7 +49,14 @@ class Session:
                 raise
             return
         if netns.same_netns(self.pod_fd, self.host_fd):
-            raise EnvError(f"CNI_NETNS {self.pod_path} is the plugin's own (host) netns")
+            if required:
+                raise EnvError(f"CNI_NETNS {self.pod_path} is the plugin's own (host) netns")
+            # DEL: never act on the node's own links as if they were the pod's
+            log.warning("CNI_NETNS %s is the plugin's own (host) netns: state-only cleanup",
+                        self.pod_path)
+            os.close(self.pod_fd)
+            self.pod_fd = None
+            return
         self.pod = Netlink.inside(self.pod_fd, self.host_fd, self.pod_path)
 
     @property

@@ -4,7 +4,8 @@ Layout under ``data_dir`` (directories created 0700 on first write)::
 
     lock                      the flock file (see :meth:`Store.lock`)
     state/<key.digest()>.json {"schema": 1, "key": {...}, ...payload}
-    ips/<subnet with _>/<ip>  {"key": {...}, "ifname": "eth1"}   (O_EXCL)
+    addrs/<ip>                {"key": {...}, "ifname": "eth1", "pool": "<subnet>"} (O_EXCL)
+    ips/<subnet with _>/<ip>  the same, as releases up to 0.1.0 wrote it (read, never written)
     nics/<netdev>             {"key": {...}, "ifname": "eth1"}   (O_EXCL)
     corrupt/                  unreadable state records moved aside
 
@@ -16,12 +17,26 @@ Crash safety: every file is written to a temp file (``.tmp-<pid>-...``) in the
 same directory, fsynced, then renamed over (state) or hard-linked to its final
 name (reservations and claims: ``link`` fails if the name exists, which gives
 O_EXCL semantics with the full content in place). The directory is fsynced.
-Readers skip temp files and delete orphans (writer dead, or older than a
-minute).
+Readers skip temp files and delete orphans: no writer holds the temp file's
+flock (the writer holds it while writing) and it is older than a minute.
+
+Reservations are keyed by the address alone, whatever subnet they were made
+under: widening a NIC's netmask, or two NICs with overlapping subnets, can never
+hand out an address a pod still holds. Reservations of the old per-subnet layout
+are honoured (checked by address under the lock before any new one is created)
+and released in place; nothing is migrated, so no crash can lose one.
+
+Size: a state record is bounded (:data:`MAX_RECORD`, checked before it is
+written); records up to :data:`MAX_READ` still load (releases up to 0.1.0 wrote
+them without a bound).
 
 Corrupt records (not a JSON object with a valid key): a state record is moved to
-``corrupt/`` and reads as absent, so ADD can rewrite it and DEL still releases
-by owner. A corrupt reservation or claim is kept and treated as held by
+``corrupt/<digest>.json.<time>`` and reads as absent, so ADD can rewrite it. Its
+key's reservations and claims are kept and :meth:`Store.owners` leaves the key
+out (nothing frees them on its own while its interfaces may exist); DEL of that
+key tears down by the alias mark (:mod:`rdma_cni.salvage`) and then purges it.
+
+A corrupt reservation or claim is kept and treated as held by
 :data:`UNKNOWN_OWNER`: its address or NIC is never handed out again
 automatically (a double assignment is worse than a leak); :meth:`Store.owners`
 never lists it, so GC leaves it alone; ``doctor`` lists it through
@@ -35,6 +50,7 @@ sequences (it is re-entrant per thread, so they may call the store inside it).
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
@@ -62,7 +78,10 @@ Owner = tuple[AttachmentKey, str]
 
 _TMP = ".tmp-"
 _ORPHAN_AGE = 60.0
-_MAX_RECORD = 1 << 20
+#: the largest state record written (bytes)
+MAX_RECORD = 1 << 20
+#: the largest record read: releases up to 0.1.0 wrote state without a bound
+MAX_READ = 16 << 20
 _NETDEV_RE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _held = threading.local()
 
@@ -142,6 +161,7 @@ def _write_temp(directory: str, name: str, data: bytes) -> str:
     try:
         fd = os.open(tmp, flags, 0o600)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held while writing: see _is_orphan
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
@@ -208,13 +228,13 @@ def _read_record(path: str) -> dict[str, Any] | None:
         raise _ioerr("read", path, e) from e
     try:
         with os.fdopen(fd, "rb") as f:
-            raw = f.read(_MAX_RECORD + 1)
+            raw = f.read(MAX_READ + 1)
     except OSError as e:
         if e.errno == errno.EISDIR:
             raise _Corrupt("is a directory") from e
         raise _ioerr("read", path, e) from e
-    if len(raw) > _MAX_RECORD:
-        raise _Corrupt("record larger than 1 MiB")
+    if len(raw) > MAX_READ:
+        raise _Corrupt(f"record larger than {MAX_READ >> 20} MiB")
     try:
         rec = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as e:
@@ -227,7 +247,8 @@ def _read_record(path: str) -> dict[str, Any] | None:
 def _key_of(rec: dict[str, Any]) -> AttachmentKey:
     k = rec.get("key")
     fields = ("network", "containerID", "ifname")
-    if not isinstance(k, dict) or not all(isinstance(k.get(f), str) for f in fields):
+    if not isinstance(k, dict) or not all(isinstance(k.get(f), str) for f in fields) or \
+            not isinstance(k.get("instance", ""), str):
         raise _Corrupt("missing or invalid 'key'")
     return AttachmentKey.from_dict(k)
 
@@ -240,17 +261,23 @@ def _owner_of(rec: dict[str, Any]) -> Owner:
 
 
 def _is_orphan(directory: str, name: str) -> bool:
+    """A temp file no writer holds (its flock is free) and older than a minute.
+
+    The writer's PID is no evidence: a reader in a container (the agent) sees
+    no host PIDs. The flock is held on the file itself, so it holds across PID
+    and mount namespaces sharing the data dir."""
+    path = os.path.join(directory, name)
     try:
-        pid = int(name[len(_TMP) :].split("-", 1)[0])
-        os.kill(pid, 0)
-    except (ValueError, ProcessLookupError):
-        return True
-    except OSError:
-        pass  # EPERM: alive, not ours
-    try:
-        age = time.time() - os.lstat(os.path.join(directory, name)).st_mtime
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        age = time.time() - os.fstat(fd).st_mtime
+    except OSError:
+        return False  # EWOULDBLOCK: a live writer holds it
+    finally:
+        os.close(fd)
     return age > _ORPHAN_AGE
 
 
@@ -280,7 +307,8 @@ class Store:
         self.lock_timeout = lock_timeout
         self.lock_path = os.path.join(self.root, "lock")
         self.state_dir = os.path.join(self.root, "state")
-        self.ips_dir = os.path.join(self.root, "ips")
+        self.ips_dir = os.path.join(self.root, "ips")  # the layout up to 0.1.0
+        self.addrs_dir = os.path.join(self.root, "addrs")
         self.nics_dir = os.path.join(self.root, "nics")
         self.corrupt_dir = os.path.join(self.root, "corrupt")
 
@@ -333,8 +361,13 @@ class Store:
 
     def put_state(self, key: AttachmentKey, payload: dict[str, Any]) -> None:
         rec = {**payload, "schema": SCHEMA, "key": key.as_dict()}
+        data = _encode(rec)
+        if len(data) > MAX_RECORD:
+            raise IOFailure(
+                f"failed to save the state of {key.container_id[:12]}: the record would be "
+                f"{len(data)} bytes, over the {MAX_RECORD >> 10} KiB bound")
         self._ensure(self.state_dir)
-        _write_atomic(self.state_dir, key.digest() + ".json", _encode(rec))
+        _write_atomic(self.state_dir, key.digest() + ".json", data)
 
     def delete_state(self, key: AttachmentKey) -> None:
         if _remove(self._state_path(key)):
@@ -363,6 +396,21 @@ class Store:
             self._quarantine(path, str(e))
             return None
 
+    def quarantine_state(self, key: AttachmentKey, why: str) -> None:
+        """Move ``key``'s state record aside as unreadable (see :meth:`owners`)."""
+        self._quarantine(self._state_path(key), why)
+
+    def quarantined(self) -> set[str]:
+        """Digests of keys whose state record was moved aside as unreadable."""
+        return {n.split(".", 1)[0] for n in _scan(self.corrupt_dir) if ".json." in n}
+
+    def forget_quarantined(self, key: AttachmentKey) -> None:
+        """Drop the moved-aside records of ``key`` (its DEL has torn it down)."""
+        prefix = key.digest() + ".json."
+        for name in _scan(self.corrupt_dir):
+            if name.startswith(prefix):
+                _remove(os.path.join(self.corrupt_dir, name))
+
     def _quarantine(self, path: str, why: str) -> None:
         self._ensure(self.corrupt_dir)
         dest = os.path.join(self.corrupt_dir, f"{os.path.basename(path)}.{time.time_ns()}")
@@ -376,17 +424,27 @@ class Store:
 
     # -- owned records (IP reservations and NIC claims) ------------------
     def _owner_at(self, path: str) -> Owner | None:
+        entry = self._entry_at(path)
+        return None if entry is None else entry[0]
+
+    @staticmethod
+    def _entry_at(path: str) -> tuple[Owner, str] | None:
+        """(owner, recorded pool or "") of the record at ``path``; None if missing."""
         try:
             rec = _read_record(path)
-            return None if rec is None else _owner_of(rec)
+            if rec is None:
+                return None
+            pool = rec.get("pool")
+            return _owner_of(rec), pool if isinstance(pool, str) else ""
         except _Corrupt as e:
             log.warning("unreadable record %s treated as held by an unknown owner: %s", path, e)
-            return (UNKNOWN_OWNER, "")
+            return (UNKNOWN_OWNER, ""), ""
 
-    def _claim(self, directory: str, name: str, key: AttachmentKey, ifname: str) -> bool:
-        self._ensure(os.path.dirname(directory))
+    def _claim(self, directory: str, name: str, key: AttachmentKey, ifname: str,
+               extra: dict[str, Any] | None = None) -> bool:
+        self._ensure(None)
         _ensure_dir(directory)
-        data = _encode({"key": key.as_dict(), "ifname": ifname})
+        data = _encode({**(extra or {}), "key": key.as_dict(), "ifname": ifname})
         for _ in range(8):
             if _create_exclusive(directory, name, data):
                 return True
@@ -395,41 +453,59 @@ class Store:
                 return owner == (key, ifname)
         raise IOFailure(f"failed to create {os.path.join(directory, name)}: keeps changing")
 
-    # -- IP reservations -------------------------------------------------
+    # -- IP reservations (by address; see the module docstring) ----------
     def reserve_ip(self, pool: str, ip: IPv4Address, key: AttachmentKey, ifname: str) -> bool:
-        """Reserve ``ip`` in ``pool``; True if now (or already) held by (key, ifname)."""
-        sub = pool_dirname(pool)
+        """Reserve ``ip`` (of ``pool``); True if now (or already) held by (key, ifname).
+
+        Exclusive by address, whatever subnet an earlier reservation was made under.
+        """
+        pool_dirname(pool)
         if ip not in IPv4Network(pool):
             raise AddressError(f"failed to reserve {ip}: outside the pool {pool}")
-        return self._claim(os.path.join(self.ips_dir, sub), str(ip), key, ifname)
+        with self.lock():
+            legacy = self._legacy_owner(ip)
+            if legacy is not None:
+                return legacy == (key, ifname)
+            return self._claim(self.addrs_dir, str(ip), key, ifname, {"pool": pool})
+
+    def _legacy_owner(self, ip: IPv4Address) -> Owner | None:
+        for sub in _scan(self.ips_dir):
+            owner = self._owner_at(os.path.join(self.ips_dir, sub, str(ip)))
+            if owner is not None:
+                return owner
+        return None
 
     def ip_owners(self, pool: str) -> dict[IPv4Address, Owner]:
-        return self._pool_owners(os.path.join(self.ips_dir, pool_dirname(pool)))
+        """Every reserved address inside ``pool``'s network, whatever pool it was made in."""
+        pool_dirname(pool)
+        net = IPv4Network(pool)
+        return {ip: owner for _, ip, owner, _ in self._ip_entries() if ip in net}
 
-    def _pool_owners(self, directory: str) -> dict[IPv4Address, Owner]:
-        out: dict[IPv4Address, Owner] = {}
+    def _dir_owners(self, directory: str) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
         for name in _scan(directory):
             try:
                 ip = IPv4Address(name)
             except ValueError:
                 log.warning("ignoring stray file %s", os.path.join(directory, name))
                 continue
-            owner = self._owner_at(os.path.join(directory, name))
-            if owner is not None:
-                out[ip] = owner
-        return out
+            path = os.path.join(directory, name)
+            entry = self._entry_at(path)
+            if entry is not None:
+                yield entry[1], ip, entry[0], path
 
-    def _all_ips(self) -> Iterator[tuple[str, IPv4Address, Owner]]:
+    def _ip_entries(self) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
+        """(pool, address, owner, file) of every reservation, both layouts."""
+        yield from self._dir_owners(self.addrs_dir)
         for sub in _scan(self.ips_dir):
             net = _pool_from_dirname(sub)
             if net is None:
                 log.warning("ignoring stray entry %s", os.path.join(self.ips_dir, sub))
                 continue
-            for ip, owner in self._pool_owners(os.path.join(self.ips_dir, sub)).items():
-                yield str(net), ip, owner
+            for _, ip, owner, path in self._dir_owners(os.path.join(self.ips_dir, sub)):
+                yield str(net), ip, owner, path
 
     def ips_of(self, key: AttachmentKey) -> list[tuple[str, IPv4Address, str]]:
-        return [(pool, ip, o[1]) for pool, ip, o in self._all_ips() if o[0] == key]
+        return [(pool, ip, o[1]) for pool, ip, o, _ in self._ip_entries() if o[0] == key]
 
     def release_ips(self, key: AttachmentKey, ifname: str | None = None) -> int:
         """Free the addresses held by exactly ``key`` (and ``ifname``); the count freed."""
@@ -437,12 +513,11 @@ class Store:
         if key == UNKNOWN_OWNER:
             return 0
         with self.lock():
-            for pool, ip, owner_if in self.ips_of(key):
-                if ifname is None or owner_if == ifname:
-                    directory = os.path.join(self.ips_dir, pool_dirname(pool))
-                    if _remove(os.path.join(directory, str(ip))):
-                        _fsync_dir(directory)
-                        freed += 1
+            for _, _, owner, path in list(self._ip_entries()):
+                mine = owner[0] == key and (ifname is None or owner[1] == ifname)
+                if mine and _remove(path):
+                    _fsync_dir(os.path.dirname(path))
+                    freed += 1
         return freed
 
     # -- NIC claims --------------------------------------------------------
@@ -481,11 +556,15 @@ class Store:
 
     # -- whole keys --------------------------------------------------------
     def owners(self) -> set[AttachmentKey]:
-        keys = {_key_of(rec) for rec in self.list_states()}
-        keys.update(owner[0] for _, _, owner in self._all_ips())
-        keys.update(owner[0] for owner in self.nic_claims().values())
-        keys.discard(UNKNOWN_OWNER)
-        return keys
+        """Keys with state, reservations or claims; a key whose state record was found
+        unreadable is left out unless it has a readable one again (only its own DEL
+        may free what it holds: its interfaces may still exist)."""
+        with_state = {_key_of(rec) for rec in self.list_states()}
+        held = {owner[0] for _, _, owner, _ in self._ip_entries()}
+        held.update(owner[0] for owner in self.nic_claims().values())
+        held.discard(UNKNOWN_OWNER)
+        unreadable = self.quarantined()
+        return with_state | {k for k in held if k.digest() not in unreadable}
 
     def purge(self, key: AttachmentKey) -> None:
         with self.lock():
@@ -496,9 +575,9 @@ class Store:
     def corrupt_records(self) -> list[str]:
         """Paths of unreadable reservations/claims, and of state records moved aside."""
         paths = [os.path.join(self.corrupt_dir, n) for n in _scan(self.corrupt_dir)]
-        for pool, ip, owner in self._all_ips():
+        for _, _, owner, path in self._ip_entries():
             if owner[0] == UNKNOWN_OWNER:
-                paths.append(os.path.join(self.ips_dir, pool_dirname(pool), str(ip)))
+                paths.append(path)
         for netdev, owner in self.nic_claims().items():
             if owner[0] == UNKNOWN_OWNER:
                 paths.append(os.path.join(self.nics_dir, netdev))

@@ -112,7 +112,7 @@ def core_v1_api() -> Any:
     try:
         from kubernetes import client, config  # type: ignore[import-untyped]
     except ImportError as e:
-        raise ConfigError("failed to load the kubernetes client: not installed "
+        raise ConfigError(f"failed to load the kubernetes client: {e} "
                           "(pip install 'rdma-cni[k8s]')") from e
     config.load_incluster_config()
     return client.CoreV1Api()

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
 from .adapters.netlink import Netlink
-from .errors import CniError, IOFailure
+from .adapters.sysfs import Sysfs
+from .errors import CniError, IOFailure, TryAgain
 from .execute import _delete, fallback_name, find_moved, move_out, rdma_out, restore_host
 from .plan import IfacePlan
 from .records import plans_of
@@ -25,6 +27,15 @@ log = logging.getLogger("rdma_cni")
 #: interface, last first: rules, link; exclusive: host recovery; then the end of the
 #: teardown, before the caller purges the store); inert unless set
 _CRASH_IN_DEL = "RDMA_CNI_TEST_CRASH_IN_DEL"
+#: how long DEL waits for the kernel to return an exclusive NIC whose pod netns is
+#: going away (the kernel moves physical devices back asynchronously, in its netns
+#: cleanup work); past it DEL fails with code 11 and keeps the state for a retry
+RETURN_WAIT = 10.0
+_POLL = 0.1
+
+
+class NicNotBack(TryAgain):
+    """An exclusive NIC is in no netns we can see but its device still exists."""
 
 
 def _seam() -> Callable[[], None]:
@@ -48,7 +59,7 @@ def marker_of(digest: str) -> str:
 def teardown(session: Session, state: dict[str, Any], digest: str) -> None:
     marker = marker_of(digest)
     priority = int(state.get("rulePriority") or 20000)
-    failures: list[str] = []
+    failures: list[tuple[str, CniError]] = []
     tick = _seam()
     for p in reversed(plans_of(state)):
         try:
@@ -60,12 +71,15 @@ def teardown(session: Session, state: dict[str, Any], digest: str) -> None:
                 _recover_on_host(session.host, p, marker)
         except CniError as exc:
             if p.kind == "physical":
-                failures.append(f"{p.nic}: {exc.msg}")
+                failures.append((p.nic, exc))
             else:
                 log.warning("DEL of %s: %s (ignored)", p.name, exc.msg)
     tick()
+    if failures and all(isinstance(f, NicNotBack) for _, f in failures):
+        raise NicNotBack("; ".join(f.msg for _, f in failures))
     if failures:
-        raise IOFailure("failed to return exclusive NIC(s) to the host: " + "; ".join(failures))
+        raise IOFailure("failed to return exclusive NIC(s) to the host: " +
+                        "; ".join(f"{nic}: {f.msg}" for nic, f in failures))
 
 
 def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,
@@ -83,15 +97,47 @@ def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,
         _delete(ctx, p)
 
 
-def _recover_on_host(host: Netlink, p: IfacePlan, marker: str) -> None:
+def _recover_on_host(host: Netlink, p: IfacePlan, marker: str, sysfs: Sysfs | None = None,
+                     wait: float | None = None) -> None:
     """The NIC came back by itself (pod netns died) or a move half-finished: fix name and config."""
     if host.link(p.nic) is not None and find_moved(host, p, marker) == p.nic:
         restore_host(host, p.nic, p)
         return
     current = find_moved(host, p, marker)
     if current is None:
-        return  # still in the pod (or gone with its hardware): nothing to do on the host
+        device = hardware_of(p, sysfs or Sysfs())
+        if device is None:
+            return  # gone with its hardware (or a virtual stand-in gone with its netns)
+        wait = RETURN_WAIT if wait is None else wait
+        log.info("DEL: exclusive NIC %s (%s) is in no netns in sight: waiting up to %.0f s "
+                 "for the kernel to return it", p.nic, device, wait)
+        current = _wait_back(host, p, marker, wait)
+        if current is None:
+            raise NicNotBack(
+                f"exclusive NIC {p.nic} ({device}) is neither in the pod nor back on the "
+                "host: the kernel has not returned it yet; the state is kept for a retry")
+        log.info("DEL: exclusive NIC %s is back on the host as %s", p.nic, current)
     name = p.nic if host.link(p.nic) is None else fallback_name(p)
     if current != name:
         host.set_link(current, f"rename {current} to {name}", ifname=name, ifalias="")
     restore_host(host, name, p)
+
+
+def hardware_of(p: IfacePlan, sysfs: Sysfs) -> str | None:
+    """The bus device (``/sys/bus/<bus>/devices/<name>``) of an exclusive NIC, if it still
+    exists: its PCI address or its parent device (``IFLA_PARENT_DEV_NAME``)."""
+    names = [p.identity.get("pci"), p.identity.get("parentDev")]
+    for name in (n for n in names if n and "/" not in n and not n.startswith(".")):
+        for bus in sysfs.listdir("sys/bus"):
+            if sysfs.exists(f"sys/bus/{bus}/devices/{name}"):
+                return f"{bus} device {name}"
+    return None
+
+
+def _wait_back(host: Netlink, p: IfacePlan, marker: str, wait: float) -> str | None:
+    deadline = time.monotonic() + wait
+    while True:
+        current = find_moved(host, p, marker)
+        if current is not None or time.monotonic() >= deadline:
+            return current
+        time.sleep(_POLL)

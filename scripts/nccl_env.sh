@@ -1,3 +1,4 @@
+#!/bin/sh
 # shellcheck shell=sh
 # nccl_env.sh - NCCL variables for the RDMA interfaces of this pod (rdma-cni).
 #

@@ -1,21 +1,29 @@
 #!/bin/sh
 # Set up a fresh Debian 12 machine (as root) for building and testing rdma-cni:
-# system packages, then a virtualenv in .venv (with system site packages, so
-# Debian's python3-pyverbs is visible) holding the project and its dev tools.
+# system packages (podman, buildah, catatonit, debootstrap and openssl: the node image
+# and the node test), then a virtualenv in .venv (with system site packages, so
+# Debian's python3-pyverbs is visible) holding the project and its dev tools, and
+# checkov (the manifest security lint) in its own venv .venv/checkov, because its
+# pins (packaging, python-dateutil) clash with the project's.
+# The VM tier's packages and kernel come from ./scripts/vm-prepare.sh (test.sh runs it).
 set -eu
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 PKGS="python3 python3-venv python3-pip python3-dev gcc libc6-dev iproute2 procps kmod
-      containernetworking-plugins rdma-core ibverbs-utils python3-pyverbs containerd runc"
+      containernetworking-plugins rdma-core ibverbs-utils python3-pyverbs containerd runc
+      podman buildah catatonit debootstrap openssl
+      golang-go golang-github-appc-cni-dev"
+# golang-go + golang-github-appc-cni-dev (libcni's sources): the cnitool the docs'
+# cnitool section is tested with (Debian does not package cnitool itself)
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 if [ -n "$missing" ]; then
     echo "setup: installing$missing"
-    apt-get update -qq
+    apt-get -o DPkg::Lock::Timeout=900 update -qq
     # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends $missing >/dev/null
 fi
 if [ ! -x .venv/bin/python ]; then
     /usr/bin/python3 -m venv --system-site-packages .venv
@@ -26,5 +34,24 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/pip install -q --upgrade pip >/dev/null
     .venv/bin/pip install -q -e '.[dev]'
     touch "$stamp"
+fi
+# promtool (tests/unit/test_alert_rules.py checks the alert rules with it), taken out
+# of Debian's prometheus package into .venv/tools/bin; installing the package would
+# start a Prometheus server on the machine. test.sh puts .venv/tools/bin on PATH.
+if [ ! -x .venv/tools/bin/promtool ]; then
+    echo "setup: unpacking promtool from Debian's prometheus package into .venv/tools/bin"
+    d=$(mktemp -d)
+    (cd "$d" && apt-get download -q prometheus >/dev/null 2>&1) \
+        || { apt-get -o DPkg::Lock::Timeout=900 update -qq; (cd "$d" && apt-get download -q prometheus >/dev/null 2>&1); }
+    dpkg-deb -x "$d"/prometheus_*.deb "$d/x"
+    mkdir -p .venv/tools/bin
+    cp "$d/x/usr/bin/promtool" .venv/tools/bin/promtool
+    rm -rf "$d"
+fi
+CHECKOV_SPEC='checkov>=3.2,<4'
+if [ ! -x .venv/checkov/bin/checkov ]; then
+    echo "setup: installing $CHECKOV_SPEC into .venv/checkov"
+    /usr/bin/python3 -m venv .venv/checkov
+    .venv/checkov/bin/pip install -q "$CHECKOV_SPEC"
 fi
 echo "setup: ready (.venv)"

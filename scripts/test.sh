@@ -1,12 +1,18 @@
 #!/bin/sh
-# The whole test suite, from a fresh Debian 12 machine (as root): setup, lint,
-# type check, unit and native integration tests, then the VM tier (ipvlan,
-# dummy, Soft-RoCE in a Debian kernel under qemu).
+# The whole test suite, from a fresh Debian 12 machine (as root): setup (and the VM
+# tier's packages and kernel), a check of every prerequisite (one line each; stops
+# here when one is missing), lint, type check, manifest checks, unit and native
+# integration tests, then the VM tier (ipvlan, dummy, Soft-RoCE in a Debian kernel
+# under qemu). RDMA_CNI_SKIP_VM=1 leaves the VM tier out.
 set -eu
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+export PATH="$PWD/.venv/tools/bin:$PATH"   # promtool (setup.sh)
+if [ "${RDMA_CNI_SKIP_VM:-0}" != 1 ]; then ./scripts/vm-prepare.sh; fi
+echo "== prerequisites"; ./scripts/check-prereqs.sh
 echo "== ruff"; .venv/bin/ruff check rdma_cni tests bench
 echo "== mypy"; .venv/bin/mypy rdma_cni
+echo "== manifests (kubernetes-validate, checkov)"; ./scripts/check-manifests.sh
 echo "== build"; ./scripts/build.sh
 echo "== pytest (unit, native integration, containerd end to end, hardening)"
 # the full-size load test (64 pods x 10 rounds, about 5 minutes) is part of CI

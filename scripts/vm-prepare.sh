@@ -11,7 +11,9 @@ set -eu
 
 REPO=$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)
 WORK=${RDMA_CNI_VM_DIR:-$REPO/.work/vm}
-APT_PKGS="qemu-system-x86 kmod udev busybox-static iproute2 rdma-core ibverbs-providers ibverbs-utils"
+# file: virtme-ng runs `file` on the kernel image and on busybox
+APT_PKGS="qemu-system-x86 kmod udev busybox-static file iproute2 rdma-core ibverbs-providers ibverbs-utils"
+APT="apt-get -o DPkg::Lock::Timeout=900"
 export DEBIAN_FRONTEND=noninteractive
 
 say() { printf 'vm-prepare: %s\n' "$*"; }
@@ -32,10 +34,10 @@ install_pkgs() {
     fi
     say "installing: $miss"
     # shellcheck disable=SC2086
-    if ! apt-get install -y -q --no-install-recommends $miss >/dev/null 2>&1; then
-        apt-get update -q >/dev/null 2>&1 || die "apt-get update failed"
+    if ! $APT install -y -q --no-install-recommends $miss >/dev/null 2>&1; then
+        $APT update -q >/dev/null 2>&1 || die "apt-get update failed"
         # shellcheck disable=SC2086
-        apt-get install -y -q --no-install-recommends $miss >/dev/null \
+        $APT install -y -q --no-install-recommends $miss >/dev/null \
             || die "apt-get install $miss failed"
     fi
 }
@@ -47,7 +49,7 @@ kernel_pkg() {
     pkg=$(apt-cache depends linux-image-amd64 2>/dev/null \
           | sed -n 's/^ *Depends: \(linux-image-6\.1\.[^ ]*-amd64\)$/\1/p' | head -n1)
     if [ -z "$pkg" ]; then
-        apt-get update -q >/dev/null 2>&1 || die "apt-get update failed"
+        $APT update -q >/dev/null 2>&1 || die "apt-get update failed"
         pkg=$(apt-cache depends linux-image-amd64 2>/dev/null \
               | sed -n 's/^ *Depends: \(linux-image-6\.1\.[^ ]*-amd64\)$/\1/p' | head -n1)
     fi

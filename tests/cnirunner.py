@@ -420,9 +420,10 @@ def without(snap: Mapping[str, Any], gone: Iterable[str]) -> dict[str, Any]:
 
 
 def data_files(data_dir: str | Path) -> list[str]:
-    """Files under the store's state/, ips/ and nics/ (what must be empty after DEL)."""
+    """Files under the store's state/, addrs/, ips/ (the layout up to 0.1.0) and nics/
+    (what must be empty after DEL)."""
     out = []
-    for sub in ("state", "ips", "nics"):
+    for sub in ("state", "addrs", "ips", "nics"):
         base = Path(data_dir) / sub
         if base.exists():
             out += [str(p.relative_to(data_dir)) for p in base.rglob("*") if p.is_file()]

@@ -24,8 +24,8 @@ from rdma_cni.proto import podresources_v1_pb2 as pr
 from rdma_cni.proto import podresources_v1_pb2_grpc as pr_grpc
 
 # Get behaviour: "ok"; "unimplemented" (old kubelet); "disabled" (feature gate off:
-# the kubelet answers a plain error, i.e. UNKNOWN).
-GET_MODES = ("ok", "unimplemented", "disabled")
+# the kubelet answers a plain error, i.e. UNKNOWN); "notfound" (NOT_FOUND for every pod).
+GET_MODES = ("ok", "unimplemented", "disabled", "notfound")
 
 
 @dataclass
@@ -63,7 +63,7 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
         self.owner.calls.append("List")
         time.sleep(self.owner.delay)
         with self.owner.lock:
-            pods = [p.to_proto() for p in self.owner.pods.values()]
+            pods = [p.to_proto() for p in [*self.owner.older, *self.owner.pods.values()]]
         return pr.ListPodResourcesResponse(pod_resources=pods)
 
     def Get(self, request: pr.GetPodResourcesRequest, context: Any) -> Any:
@@ -73,6 +73,8 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         if self.owner.get_mode == "disabled":
             context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")
+        if self.owner.get_mode == "notfound":
+            context.abort(grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} not found")
         with self.owner.lock:
             pod = self.owner.pods.get((request.pod_namespace, request.pod_name))
         if pod is None:
@@ -92,6 +94,8 @@ class FakeKubelet:
         self.registered = threading.Condition(self.lock)
         self.registrations: list[dp.RegisterRequest] = []
         self.pods: dict[tuple[str, str], PodEntry] = {}
+        # earlier pods still listed under a name in ``pods`` (deleted, still terminating)
+        self.older: list[PodEntry] = []
         self.calls: list[str] = []
         self.get_mode = "ok"
         self.delay = 0.0

@@ -30,9 +30,14 @@ class Kubelet:
         self.kubelet.start()
         conf_file.write_text(json.dumps({**plugin_conf, "kubelet": self.kubelet_conf(),
                                          "cniVersion": "1.0.0", "name": "rdma"}))
+        # the node's CNI config chains us (else Allocate is refused)
+        (self.dir / "10-chain.conflist").write_text(json.dumps(
+            {"cniVersion": "1.0.0", "name": "vpc-cni",
+             "plugins": [{"type": "vpc-cni"}, {"type": "rdma-cni"}]}))
         self.proc = subprocess.Popen(
             [*argv, "device-plugin", "--config", str(conf_file), "--nccl-env", "",
-             "--status-file", str(self.dir / "dp-status.json"), "--poll", "1"],
+             "--cni-conf-dir", str(self.dir), "--status-file", str(self.dir / "dp-status.json"),
+             "--poll", "1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.kubelet.wait_registrations(1, timeout=120)
         self.client = PluginClient(str(self.dir / socket_name(RESOURCE)))

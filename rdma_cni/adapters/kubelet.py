@@ -22,7 +22,8 @@ from typing import Any
 
 from rdma_cni.errors import IOFailure, TryAgain
 
-__all__ = ["checkpoint_devices", "pod_resources_devices"]
+__all__ = ["checkpoint_devices", "checkpoint_owners", "pod_resources_candidates",
+           "pod_resources_devices"]
 
 
 def pod_resources_devices(
@@ -31,8 +32,24 @@ def pod_resources_devices(
     """Device IDs of ``resource`` held by pod ``namespace/name`` per the PodResources API.
 
     Returns None when ``socket`` does not exist, [] when the pod is not listed or
-    holds none. Raises TryAgain past ``timeout`` seconds, IOFailure on other errors.
+    holds none. Raises TryAgain past ``timeout`` seconds or when two pods of that
+    name are listed with different devices, IOFailure on other errors.
     """
+    found = pod_resources_candidates(socket, namespace, name, resource, timeout)
+    if found is None:
+        return None
+    if len({tuple(sorted(c)) for c in found}) > 1:
+        raise TryAgain(f"failed to tell which devices belong to pod {namespace}/{name}: the "
+                       "kubelet lists two pods of that name (an earlier one still terminating)")
+    return found[0] if found else []
+
+
+def pod_resources_candidates(
+    socket: str, namespace: str, name: str, resource: str, timeout: float
+) -> list[list[str]] | None:
+    """The device IDs of ``resource`` of every pod listed as ``namespace/name`` (a pod
+    recreated under the same name may briefly be listed twice: PodResources v1 has
+    no UID). None when ``socket`` does not exist, [] when no pod of that name is listed."""
     if not os.path.exists(socket):
         return None
     import grpc
@@ -45,33 +62,33 @@ def pod_resources_devices(
     try:
         with grpc.insecure_channel(f"unix://{socket}") as channel:
             stub = pb_grpc.PodResourcesListerStub(channel)
-            pod = _get_pod(stub, pb, grpc, namespace, name, deadline)
+            pods = _get_pods(stub, pb, grpc, namespace, name, deadline)
     except grpc.RpcError as err:
         raise _rpc_error(err, grpc, socket, pod_ref) from None
-    if pod is None:
-        return []
-    return _devices_of(pod, resource)
+    return [_devices_of(pod, resource) for pod in pods]
 
 
 def _remaining(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.001)
 
 
-def _get_pod(stub: Any, pb: Any, grpc: Any, namespace: str, name: str, deadline: float) -> Any:
-    """The pod's PodResources via Get, or List when Get is unavailable; None if unlisted."""
+def _get_pods(stub: Any, pb: Any, grpc: Any, namespace: str, name: str,
+              deadline: float) -> list[Any]:
+    """The pod's PodResources via Get, or every List entry of that name when Get is
+    unavailable or does not know the pod."""
     req = pb.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
     try:
-        return stub.Get(req, timeout=_remaining(deadline)).pod_resources
+        return [stub.Get(req, timeout=_remaining(deadline)).pod_resources]
     except grpc.RpcError as err:
         # Old kubelets lack Get (UNIMPLEMENTED); with the feature gate off, or when
-        # the pod is unknown, the kubelet answers a plain error (UNKNOWN).
-        if err.code() not in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNKNOWN):
+        # the pod is unknown, the kubelet answers a plain error (UNKNOWN), and some
+        # answer NOT_FOUND for an unknown pod.
+        if err.code() not in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNKNOWN,
+                              grpc.StatusCode.NOT_FOUND):
             raise
     listing = stub.List(pb.ListPodResourcesRequest(), timeout=_remaining(deadline))
-    for pod in listing.pod_resources:
-        if pod.namespace == namespace and pod.name == name:
-            return pod
-    return None
+    return [pod for pod in listing.pod_resources
+            if pod.namespace == namespace and pod.name == name]
 
 
 def _devices_of(pod: Any, resource: str) -> list[str]:
@@ -104,6 +121,12 @@ def checkpoint_devices(path: str, pod_uid: str, resource: str) -> list[str] | No
     Returns None when ``path`` does not exist, [] when the pod has none there.
     Raises IOFailure (naming the file) when it cannot be read or parsed.
     """
+    owners = checkpoint_owners(path, resource)
+    return None if owners is None else owners.get(pod_uid, [])
+
+
+def checkpoint_owners(path: str, resource: str) -> dict[str, list[str]] | None:
+    """Pod UID -> device IDs of ``resource`` per the kubelet checkpoint (None: no file)."""
     try:
         with open(path, encoding="utf-8") as fh:
             raw = fh.read()
@@ -113,13 +136,18 @@ def checkpoint_devices(path: str, pod_uid: str, resource: str) -> list[str] | No
         reason = err.strerror or err
         raise IOFailure(f"failed to read kubelet checkpoint {path}: {reason}") from None
     try:
-        return parse_checkpoint(raw, pod_uid, resource)
+        return parse_owners(raw, resource)
     except (ValueError, TypeError, KeyError, AttributeError) as err:
         raise IOFailure(f"failed to parse kubelet checkpoint {path}: {err}") from None
 
 
 def parse_checkpoint(raw: str, pod_uid: str, resource: str) -> list[str]:
     """Pure parser of the checkpoint text; raises ValueError/TypeError on bad shapes."""
+    return parse_owners(raw, resource).get(pod_uid, [])
+
+
+def parse_owners(raw: str, resource: str) -> dict[str, list[str]]:
+    """Pod UID -> IDs of ``resource`` in the checkpoint text; ValueError/TypeError on bad shapes."""
     doc = json.loads(raw)
     if not isinstance(doc, dict) or not isinstance(doc.get("Data"), dict):
         raise ValueError("no Data object")
@@ -128,13 +156,13 @@ def parse_checkpoint(raw: str, pod_uid: str, resource: str) -> list[str]:
         entries = []
     if not isinstance(entries, list):
         raise TypeError("PodDeviceEntries is not a list")
-    ids: list[str] = []
+    owners: dict[str, list[str]] = {}
     for entry in entries:
         if not isinstance(entry, dict):
             raise TypeError("a PodDeviceEntries item is not an object")
-        if entry.get("PodUID") == pod_uid and entry.get("ResourceName") == resource:
-            ids.extend(_entry_ids(entry.get("DeviceIDs")))
-    return ids
+        if entry.get("ResourceName") == resource and isinstance(entry.get("PodUID"), str):
+            owners.setdefault(entry["PodUID"], []).extend(_entry_ids(entry.get("DeviceIDs")))
+    return owners
 
 
 def _entry_ids(value: object) -> list[str]:

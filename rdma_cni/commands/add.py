@@ -28,11 +28,13 @@ from ..ipam.allocator import build_pool
 from ..ipam.reserve import allocate
 from ..models.blocks import validate_blocks
 from ..models.netconf import NetConf
+from ..origin import origin_of
 from ..plan import IfacePlan, NicFacts, plan_interfaces, with_address
 from ..pools import ranges_of
 from ..request import Request
 from ..session import Session
 from ..store import Store
+from ..tables import choose_tables
 from ..teardown import marker_of, teardown
 from . import nics as nic_select
 
@@ -65,11 +67,20 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
         facts = nic_facts(session.host, names, rdma.by_netdev)
         plans = plan_interfaces(nc, blocks, [facts[n] for n in names], req.key.digest())
         plans = nic_select.rdma_netns(nc, plans)
+        plans = _free_tables(session, nc, plans)
         token = os.urandom(8).hex()
         plans = _reserve(req, nc, store, session, plans, facts, token)
         return _apply(req, nc, store, session, plans, token)
     finally:
         session.close()
+
+
+def _free_tables(session: Session, nc: NetConf, plans: list[IfacePlan]) -> list[IfacePlan]:
+    """Tables nothing in the pod uses yet (another RDMA network may be attached)."""
+    pod = session.pod
+    assert pod is not None
+    ruled = {table for _, table, _ in pod.rules()}
+    return choose_tables(plans, nc.routing.tableBase, ruled, lambda t: bool(pod.routes(t)))
 
 
 def _allocation(req: Request, nc: NetConf) -> AllocationAnswer:
@@ -95,6 +106,7 @@ def _repeat(req: Request, store: Store, session: Session) -> dict[str, Any] | No
         return None
     if state.get("status") == records.READY and state.get("netns") == req.netns and \
             _intact(session, state, req.key.digest()):
+        _not_twice(req, state)
         return result.append(req.prev_result, state["result"])
     _still_wanted(req)
     log.info("ADD of %s: replacing the earlier incomplete attachment", req.container_id)
@@ -102,6 +114,20 @@ def _repeat(req: Request, store: Store, session: Session) -> dict[str, Any] | No
     with store.lock():
         store.purge(req.key)
     return None
+
+
+def _not_twice(req: Request, state: dict[str, Any]) -> None:
+    """A repeated ADD gets the primary's result as prevResult, without our interfaces; when
+    they are in it, an earlier rdma-cni entry of this conflist made them (same key)."""
+    ours = {i.get("name") for i in (state.get("result") or {}).get("interfaces") or []}
+    prev = {i.get("name") for i in (req.prev_result or {}).get("interfaces") or []
+            if isinstance(i, dict) and i.get("sandbox") == req.netns}
+    if ours & prev:
+        name = state.get(records.CONF_NAME) or req.netconf.cniConfName
+        raise ConfigError(
+            f"invalid network configuration: another rdma-cni entry of this conflist already "
+            f"made {', '.join(sorted(str(n) for n in ours & prev))} with cniConfName "
+            f"{name!r}: give each RDMA network its own cniConfName")
 
 
 def _intact(session: Session, state: dict[str, Any], digest: str) -> bool:
@@ -160,7 +186,8 @@ def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
                 out.append(p)
             store.put_state(key, {**records.make_state(
                 records.PENDING, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
-                nc.routing.rulePriority, out), "request": token})
+                nc.routing.rulePriority, out, origin=origin_of(req.netns),
+                conf_name=nc.cniConfName), "request": token})
         except BaseException:
             store.purge(key)
             raise
@@ -184,7 +211,8 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
             raise TryAgain(f"ADD of {req.container_id} was replaced by a later ADD meanwhile")
         store.put_state(req.key, {**records.make_state(
             records.READY, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
-            nc.routing.rulePriority, plans, ours), "request": token})
+            nc.routing.rulePriority, plans, ours, origin=origin_of(req.netns),
+            conf_name=nc.cniConfName), "request": token})
     return result.append(req.prev_result, ours)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..attachment import AttachmentKey
 from ..errors import CniError, ConfigError
+from ..origin import node_identity, recorded_node, same_node
 from ..request import Request
 from ..store import Store
 from .delete import data_dir, release
@@ -32,13 +33,20 @@ def cmd_gc(req: Request) -> None:
     valid = valid_attachments(req.conf)
     store = Store(data_dir(req))
     for key in sorted(store.owners()):
-        if key.network != req.network or (key.container_id, key.ifname) in valid:
+        if key.network != req.network or key.instance != req.instance or \
+                (key.container_id, key.ifname) in valid:
             continue
         collect(store, key)
 
 
 def collect(store: Store, key: AttachmentKey) -> None:
     state = store.get_state(key)
+    writer = recorded_node(state) if state is not None else None
+    if not same_node(writer, {node_identity()}):
+        log.warning("GC left %s/%s alone: its state was written by node %s, not this one "
+                    "(is the data dir shared between nodes?)", key.network, key.container_id,
+                    writer)
+        return
     try:
         if state is None:
             with store.lock():

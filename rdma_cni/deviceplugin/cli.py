@@ -1,8 +1,12 @@
-"""``rdma-cni device-plugin --config FILE [--sysfs-root DIR]``: the RDMA device plugin.
+"""``rdma-cni device-plugin --config FILE [--sysfs-root DIR] [--host-root DIR]``.
+
+The RDMA device plugin.
 
 The config is a JSON object shaped like the plugin's conflist entry (DESIGN §8):
 ``mode``, ``devices``, ``resourceName``, ``slotsPerNic``, ``hostSlots`` and
-``kubelet.devicePluginDir`` are used. Runs until SIGTERM or SIGINT.
+``kubelet.devicePluginDir`` are used. ``Allocate`` is refused while the first config
+of ``--cni-conf-dir`` does not chain rdma-cni (see ``chain.py``). Runs until SIGTERM
+or SIGINT.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from rdma_cni.deviceplugin import status
 from rdma_cni.errors import CniError
 
 DEFAULT_NCCL_ENV = "/opt/cni/bin/nccl_env.sh"
+DEFAULT_CONF_DIR = "/etc/cni/net.d"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,6 +35,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nccl-env", default=DEFAULT_NCCL_ENV,
                    help="host path of nccl_env.sh, mounted read-only into containers "
                         "(skipped when missing; '' disables)")
+    p.add_argument("--host-root", default="/",
+                   help="where the host's / is mounted in this container, to find the "
+                        "host's nccl_env.sh (the DaemonSet mounts /opt/cni/bin under /host)")
+    p.add_argument("--cni-conf-dir", default=DEFAULT_CONF_DIR,
+                   help="the host's CNI conf dir (read-only): Allocate is refused while its "
+                        f"first config does not chain rdma-cni (default {DEFAULT_CONF_DIR}; "
+                        "'' disables the check)")
     p.add_argument("--status-file", default=status.DEFAULT_PATH,
                    help="where to record the kubelet registration for the exporter "
                         f"(default {status.DEFAULT_PATH}; '' disables)")
@@ -52,13 +64,29 @@ def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None 
     from rdma_cni.pools import PoolSizes
 
     conf = load_config(args.config)
+    conf_dir = args.cni_conf_dir
+
+    def chain_problem() -> str | None:
+        from rdma_cni.deviceplugin.chain import chain_problem as check
+
+        return check(conf_dir) if conf_dir else None
+
     settings = PluginSettings.from_netconf(conf)
     sysfs = Sysfs(args.sysfs_root)
     inventory = Inventory(settings, sysfs, free_addresses or PoolSizes(settings.ranges))
     return DevicePlugin(inventory, conf.kubelet.devicePluginDir,
                         exists=lambda p: sysfs.exists(p.lstrip("/")),
-                        nccl_env_path=args.nccl_env or None, poll=args.poll,
+                        nccl_env_path=args.nccl_env or None,
+                        nccl_env_seen_at=_seen_at(args.host_root, args.nccl_env),
+                        poll=args.poll, chain_problem=chain_problem,
                         status_file=args.status_file or None)
+
+
+def _seen_at(host_root: str, host_path: str) -> str | None:
+    """Where this process sees the host's ``host_path`` (None: check through sysfs root)."""
+    if not host_path or os.path.realpath(host_root) == "/":
+        return None
+    return os.path.join(host_root, host_path.lstrip("/"))
 
 
 def main(argv: list[str]) -> int:

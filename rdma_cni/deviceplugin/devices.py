@@ -122,7 +122,8 @@ def container_allocation(
     nccl_env_host_path: str | None,
 ) -> ContainerAllocation:
     """What the kubelet must give a container holding ``ids``: the NICs' uverbs
-    character devices and rdma_cm (those that exist), env vars, nccl_env.sh."""
+    character devices and rdma_cm (those that exist), env vars, and nccl_env.sh from
+    ``nccl_env_host_path`` (the caller passes it only when the host has the file)."""
     unknown = [i for i in ids if i not in devices]
     if unknown:
         raise KeyError(f"unknown device IDs {', '.join(unknown)}")
@@ -138,6 +139,6 @@ def container_allocation(
     ibdevs = sorted({n.ibdev for n in nics.values() if n.ibdev})
     alloc.envs["RDMA_CNI_DEVICE_IDS"] = ",".join(sorted(ids, key=_slot_key))
     alloc.envs["RDMA_CNI_DEVICES"] = ",".join(ibdevs)
-    if nccl_env_host_path and exists(nccl_env_host_path):
+    if nccl_env_host_path:
         alloc.mounts.append((NCCL_ENV_CONTAINER_PATH, nccl_env_host_path, True))
     return alloc

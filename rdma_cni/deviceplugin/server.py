@@ -22,6 +22,7 @@ import grpc
 from rdma_cni.deviceplugin import status
 from rdma_cni.deviceplugin.devices import HEALTHY, UNHEALTHY, Device, container_allocation
 from rdma_cni.deviceplugin.inventory import Inventory
+from rdma_cni.probe import beat
 from rdma_cni.proto import deviceplugin_v1beta1_pb2 as pb
 from rdma_cni.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 
@@ -41,13 +42,35 @@ def to_proto(dev: Device) -> pb.Device:
     return pb.Device(ID=dev.id, health=HEALTHY if dev.healthy else UNHEALTHY, topology=topo)
 
 
+def _chained() -> str | None:
+    return None
+
+
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     def __init__(self, inventory: Inventory, exists: Callable[[str], bool],
-                 nccl_env_path: str | None, stop: threading.Event) -> None:
+                 nccl_env_path: str | None, stop: threading.Event,
+                 nccl_env_seen_at: str | None = None,
+                 chain_problem: Callable[[], str | None] = _chained) -> None:
         self.inv = inventory
         self.exists = exists
         self.nccl_env_path = nccl_env_path
+        self.nccl_env_seen_at = nccl_env_seen_at
         self.stop = stop
+        self.chain_problem = chain_problem
+
+    def nccl_env_mount(self) -> str | None:
+        """The host path of nccl_env.sh to mount, when the host has it (checked where
+        this process sees the host's file: ``nccl_env_seen_at``, else the path itself)."""
+        if not self.nccl_env_path:
+            return None
+        if self.nccl_env_seen_at:
+            found = os.path.isfile(self.nccl_env_seen_at)
+        else:
+            found = self.exists(self.nccl_env_path)
+        if not found:
+            log.warning("%s is not on the host (seen at %s): containers get no nccl_env.sh",
+                        self.nccl_env_path, self.nccl_env_seen_at or self.nccl_env_path)
+        return self.nccl_env_path if found else None
 
     def GetDevicePluginOptions(self, request: pb.Empty, context: Any) -> pb.DevicePluginOptions:
         return pb.DevicePluginOptions(get_preferred_allocation_available=True)
@@ -71,12 +94,27 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             out.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return pb.PreferredAllocationResponse(container_responses=out)
 
+    def _refuse_unchained(self, context: Any) -> None:
+        """Fail the allocation (so the kubelet does not start the pod) while the node's
+        CNI config does not chain rdma-cni: the pod would get no RDMA interface."""
+        problem = self.chain_problem()
+        if problem is None:
+            return
+        msg = (f"refusing to allocate {self.inv.settings.resource}: {problem}, so the pod "
+               "would start without its RDMA interfaces (is the rdma-cni DaemonSet's "
+               "cni-watch container running?)")
+        log.warning("%s", msg)
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, msg)
+        raise RuntimeError(msg)  # abort raises; a stand-in context may not
+
     def Allocate(self, request: pb.AllocateRequest, context: Any) -> pb.AllocateResponse:
+        self._refuse_unchained(context)
         out = []
+        nccl = self.nccl_env_mount()
         for req in request.container_requests:
             try:
                 a = container_allocation(list(req.devices_ids), self.inv.by_id, self.exists,
-                                         self.nccl_env_path)
+                                         nccl)
             except KeyError as err:
                 context.abort(grpc.StatusCode.NOT_FOUND, f"failed to allocate: {err.args[0]}")
                 raise
@@ -108,7 +146,8 @@ class DevicePlugin:
 
     def __init__(self, inventory: Inventory, plugin_dir: str, *,
                  exists: Callable[[str], bool] = os.path.exists,
-                 nccl_env_path: str | None = None, poll: float = 5.0,
+                 nccl_env_path: str | None = None, nccl_env_seen_at: str | None = None,
+                 poll: float = 5.0, chain_problem: Callable[[], str | None] = _chained,
                  status_file: str | None = None) -> None:
         self.inv = inventory
         self.dir = plugin_dir
@@ -118,7 +157,8 @@ class DevicePlugin:
         self.poll = poll
         self.stop = threading.Event()
         self.serving = threading.Event()  # set once the gRPC server accepts connections
-        self.servicer = DevicePluginServicer(inventory, exists, nccl_env_path, self.stop)
+        self.servicer = DevicePluginServicer(inventory, exists, nccl_env_path, self.stop,
+                                             nccl_env_seen_at, chain_problem)
         self._server: grpc.Server | None = None
         self._registered: tuple[int, int, int] | None = None
         self.registrations = 0
@@ -170,6 +210,8 @@ class DevicePlugin:
         if self._server is None or not os.path.exists(self.path):
             self._serve()
         self._maybe_register()
+        beat("device-plugin", self.poll, socket=self.path, kubelet=self.kubelet,
+             registered=list(self._registered) if self._registered else None)
 
     def run(self) -> None:
         try:

@@ -18,10 +18,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from rdma_cni import metrics_file
+from rdma_cni import agentstatus, metrics_file
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.deviceplugin.status import DEFAULT_PATH as DEVICE_PLUGIN_STATUS
 from rdma_cni.errors import CniError, ConfigError, shown
+from rdma_cni.exporter.agent import AgentCollector
 from rdma_cni.exporter.attachments import AttachmentCollector, StatsReader
 from rdma_cni.exporter.capacity import CapacityCollector, HostReader, Settings
 from rdma_cni.exporter.common import NodeCollector
@@ -62,7 +63,8 @@ def metrics_path(raw: dict[str, Any]) -> str:
 
 def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
                    stats: StatsReader | None, host: HostReader,
-                   device_plugin_status: str = DEVICE_PLUGIN_STATUS) -> CollectorRegistry:
+                   device_plugin_status: str = DEVICE_PLUGIN_STATUS,
+                   agent_status: str = agentstatus.DEFAULT_PATH) -> CollectorRegistry:
     """A registry with the exporter's one collector; the readers are injectable."""
     view = StoreView(conf.dataDir)
     settings = Settings.from_netconf(conf)
@@ -74,6 +76,7 @@ def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
         OperationsCollector(metrics_path(raw)),
         DevicePluginCollector(conf.resource, conf.kubelet.devicePluginDir,
                               device_plugin_status),
+        AgentCollector(agent_status),
     ]))
     return registry
 
@@ -101,6 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device-plugin-status", metavar="FILE", default=DEVICE_PLUGIN_STATUS,
                    help="the device plugin's status file as seen by the exporter "
                         f"(default {DEVICE_PLUGIN_STATUS})")
+    p.add_argument("--agent-status", metavar="FILE",
+                   help="the agent's status file as seen by the exporter "
+                                          f"(default {agentstatus.DEFAULT_PATH})")
     p.add_argument("--sysfs-root", default="/", help="root of /sys (tests)")
     return p
 
@@ -117,7 +123,8 @@ def main(argv: Sequence[str]) -> int:
         if args.metrics_file:
             raw["metricsFile"] = args.metrics_file
         registry = build_registry(conf, raw, Sysfs(args.sysfs_root), pod_stats, host_nics,
-                                  args.device_plugin_status)
+                                  args.device_plugin_status,
+                                  args.agent_status or agentstatus.DEFAULT_PATH)
         server = serve(registry, host, port)
     except (CniError, OSError) as err:
         print(f"rdma-cni exporter: {err}", file=sys.stderr)

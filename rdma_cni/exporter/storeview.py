@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
-from rdma_cni.store import Store, pool_dirname
+from rdma_cni.store import MAX_READ, Store, pool_dirname
 
 _TMP = ".tmp-"
-_MAX_RECORD = 1 << 20
+_MAX_RECORD = MAX_READ
 
 
 def _names(directory: str) -> list[str]:
@@ -52,14 +52,18 @@ class StoreView:
         return out
 
     def reserved(self, pool: str) -> set[IPv4Address]:
-        """Addresses reserved in ``pool`` (a subnet CIDR), readable or not."""
-        directory = os.path.join(self.layout.ips_dir, pool_dirname(pool))
+        """Addresses reserved in ``pool`` (a subnet CIDR), readable or not: the
+        by-address layout and the per-subnet one of releases up to 0.1.0."""
+        net = IPv4Network(pool)
+        legacy = os.path.join(self.layout.ips_dir, pool_dirname(pool))
         out = set()
-        for name in _names(directory):
+        for name in [*_names(self.layout.addrs_dir), *_names(legacy)]:
             try:
-                out.add(IPv4Address(name))
+                ip = IPv4Address(name)
             except ValueError:
                 continue
+            if ip in net:
+                out.add(ip)
         return out
 
     def nic_claims(self) -> list[str]:

@@ -4,7 +4,7 @@ set -eu
 cd "$(dirname "$0")"
 PY=${PYTHON:-../../.venv/bin/python}
 "$PY" -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. \
-    podresources_v1.proto deviceplugin_v1beta1.proto
+    podresources_v1.proto deviceplugin_v1beta1.proto cri_v1.proto
 # protoc emits top-level imports; make them package-relative.
 sed -i 's/^import \([a-z0-9_]*_pb2\) as /from . import \1 as /' ./*_pb2_grpc.py
 # The stubs are generated too (pyproject's ruff exclude matches *.py only).

@@ -63,21 +63,24 @@ def _skip_reason() -> str | None:
     return None
 
 
-def _cleanup_host() -> None:
-    for name in [*NICS, BRIDGE]:
+def _cleanup_host(nics: dict[str, tuple[str, str]] = NICS, bridge: str = BRIDGE,
+                  peer_ns: str = PEER_NS) -> None:
+    for name in [*nics, bridge]:
         sh("ip", "link", "del", name, check=False)
-    sh("ip", "netns", "del", PEER_NS, check=False)
+    sh("ip", "netns", "del", peer_ns, check=False)
 
 
-def _make_nics() -> None:
-    _cleanup_host()
-    sh("ip", "netns", "add", PEER_NS)
-    for nic, (addr, peer) in NICS.items():
-        sh("ip", "link", "add", nic, "type", "veth", "peer", "name", peer, "netns", PEER_NS)
+def _make_nics(nics: dict[str, tuple[str, str]] = NICS, bridge: str = BRIDGE,
+               peer_ns: str = PEER_NS, hpc_route: tuple[str, str, str] = HPC_ROUTE) -> None:
+    """Stand-in NICs on the host: veths with ``nics``' addresses, peers in ``peer_ns``."""
+    _cleanup_host(nics, bridge, peer_ns)
+    sh("ip", "netns", "add", peer_ns)
+    for nic, (addr, peer) in nics.items():
+        sh("ip", "link", "add", nic, "type", "veth", "peer", "name", peer, "netns", peer_ns)
         sh("ip", "addr", "add", addr, "dev", nic)
         sh("ip", "link", "set", nic, "up")
-        sh("ip", "-n", PEER_NS, "link", "set", peer, "up")
-    dst, via, dev = HPC_ROUTE
+        sh("ip", "-n", peer_ns, "link", "set", peer, "up")
+    dst, via, dev = hpc_route
     sh("ip", "route", "add", dst, "via", via, "dev", dev)
 
 
@@ -95,6 +98,19 @@ def install_plugin(cd: Containerd, data: Path, mode: str) -> None:
     cd.wait_for_config(f'\\"mode\\":\\"{mode}\\"')
 
 
+def write_primary(cd: Containerd, host_local: Path, bridge: str, subnet: str) -> None:
+    """The stand-in for vpc-cni: a bridge + host-local conflist (0.4.0, disableCheck, as
+    in the field) and its plugins in containerd's CNI bin dir."""
+    for plugin in ("bridge", "host-local", "loopback"):
+        os.symlink(f"/usr/lib/cni/{plugin}", cd.cni_bin / plugin)
+    primary = {"type": "bridge", "bridge": bridge, "isGateway": False, "ipMasq": False,
+               "ipam": {"type": "host-local", "dataDir": str(host_local),
+                        "ranges": [[{"subnet": subnet}]]}}
+    (cd.cni_conf / "10-vpc-cni.conflist").write_text(json.dumps(
+        {"cniVersion": "0.4.0", "name": "vpc-cni", "disableCheck": True,
+         "plugins": [primary]}, indent=2))
+
+
 def make_node() -> Iterator[dict[str, Any]]:
     reason = _skip_reason()
     if reason:
@@ -104,14 +120,7 @@ def make_node() -> Iterator[dict[str, Any]]:
     try:
         _make_nics()
         cd.write_config()
-        for plugin in ("bridge", "host-local", "loopback"):
-            os.symlink(f"/usr/lib/cni/{plugin}", cd.cni_bin / plugin)
-        primary = {"type": "bridge", "bridge": BRIDGE, "isGateway": False, "ipMasq": False,
-                   "ipam": {"type": "host-local", "dataDir": str(tmp / "host-local"),
-                            "ranges": [[{"subnet": "198.18.0.0/24"}]]}}
-        (cd.cni_conf / "10-vpc-cni.conflist").write_text(json.dumps(
-            {"cniVersion": "0.4.0", "name": "vpc-cni", "disableCheck": True,
-             "plugins": [primary]}, indent=2))
+        write_primary(cd, tmp / "host-local", BRIDGE, "198.18.0.0/24")
         cd.start()
         cd.import_image(oci_archive(PAUSE_IMAGE))
         data = tmp / "data"

@@ -52,23 +52,24 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 """
 
 
-def load_cri(out_dir: Path) -> ModuleType:
-    """cri_pb2 generated from cri.proto into ``out_dir`` (grpc_tools.protoc)."""
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{HERE}",
-                    f"--python_out={out_dir}", str(HERE / "cri.proto")], check=True)
+def load_cri(out_dir: Path, proto: Path = HERE / "cri.proto") -> ModuleType:
+    """``<proto>_pb2`` generated from ``proto`` into ``out_dir`` (grpc_tools.protoc)."""
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{proto.parent}",
+                    f"--python_out={out_dir}", str(proto)], check=True)
     sys.path.insert(0, str(out_dir))
     try:
-        return importlib.import_module("cri_pb2")
+        return importlib.import_module(proto.stem + "_pb2")
     finally:
         sys.path.remove(str(out_dir))
 
 
 class Containerd:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, cni_bin: Path | None = None,
+                 cni_conf: Path | None = None) -> None:
         self.tmp = tmp
         self.sock = tmp / "containerd.sock"
-        self.cni_bin = tmp / "cni-bin"
-        self.cni_conf = tmp / "net.d"
+        self.cni_bin = cni_bin or tmp / "cni-bin"
+        self.cni_conf = cni_conf or tmp / "net.d"
         self.log = tmp / "containerd.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.pb: ModuleType = load_cri(tmp)
@@ -76,7 +77,7 @@ class Containerd:
 
     def write_config(self) -> Path:
         for d in (self.cni_bin, self.cni_conf):
-            d.mkdir(exist_ok=True)
+            d.mkdir(parents=True, exist_ok=True)
         cfg = self.tmp / "config.toml"
         cfg.write_text(CONFIG.format(root=self.tmp / "root", state=self.tmp / "state",
                                      sock=self.sock, tmp=self.tmp, image=PAUSE_IMAGE,
@@ -112,9 +113,10 @@ class Containerd:
                               *args], input=stdin, capture_output=True, check=True, timeout=60)
         return out.stdout.decode()
 
-    def import_image(self, archive: bytes) -> None:
-        path = self.tmp / "pause.tar"
-        path.write_bytes(archive)
+    def import_image(self, archive: bytes | Path) -> None:
+        path = archive if isinstance(archive, Path) else self.tmp / "pause.tar"
+        if not isinstance(archive, Path):
+            path.write_bytes(archive)
         self.ctr("images", "import", "--no-unpack=false", str(path))
 
     # -- CRI -------------------------------------------------------------------
@@ -131,14 +133,21 @@ class Containerd:
                                          response_deserializer=response.FromString)
         return rpc(request, timeout=timeout)
 
-    def run_pod(self, name: str, uid: str, annotations: dict[str, str] | None = None) -> str:
+    def pod_config(self, name: str, uid: str, annotations: dict[str, str] | None = None,
+                   namespace: str = "e2e") -> Any:
         pb = self.pb
-        config = pb.PodSandboxConfig(
-            metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="e2e", attempt=0),
+        return pb.PodSandboxConfig(
+            metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=0),
             hostname=name, log_directory=str(self.tmp / "logs" / name),
             annotations=annotations or {}, labels={"rdma-cni-e2e": "1"},
             linux=pb.LinuxPodSandboxConfig(),
         )
+
+    def run_pod(self, name: str, uid: str, annotations: dict[str, str] | None = None,
+                config: Any = None) -> str:
+        """A pod sandbox (``config``, else ``pod_config`` of the arguments); its ID."""
+        pb = self.pb
+        config = config or self.pod_config(name, uid, annotations)
         resp = self.call("RunPodSandbox", pb.RunPodSandboxRequest(config=config),
                          pb.RunPodSandboxResponse)
         return str(resp.pod_sandbox_id)

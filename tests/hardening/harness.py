@@ -107,7 +107,8 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
 def store_records(data_dir: Path) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
     """(state records, [(ip, reservation record)]) read straight from the files."""
     states = [json.loads(p.read_text()) for p in sorted((data_dir / "state").glob("*.json"))]
-    ips = [(p.name, json.loads(p.read_text())) for p in sorted((data_dir / "ips").rglob("*"))
+    files = [*(data_dir / "addrs").glob("*"), *(data_dir / "ips").rglob("*")]
+    ips = [(p.name, json.loads(p.read_text())) for p in sorted(files)
            if p.is_file() and not p.name.startswith(".tmp-")]
     return states, ips
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from ipaddress import IPv4Address, IPv4Interface
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rdma_cni import agent, records
+from rdma_cni.agentview import Evidence
 from rdma_cni.attachment import AttachmentKey
 from rdma_cni.plan import IfacePlan
 from rdma_cni.store import Store
@@ -42,39 +44,47 @@ def store(tmp_path: Path) -> Store:
     return Store(str(tmp_path / "data"))
 
 
-def test_stale_keys_only_for_vanished_netns() -> None:
-    states = [
-        {"key": {"network": "n", "containerID": "a", "ifname": "eth0"}, "netns": "/ns/a"},
-        {"key": {"network": "n", "containerID": "b", "ifname": "eth0"}, "netns": "/ns/b"},
-        {"key": {"network": "n", "containerID": "c", "ifname": "eth0"}, "netns": ""},
-    ]
-    assert agent.stale_keys(states, lambda p: p == "/ns/a") == [AttachmentKey("n", "b", "eth0")]
-
-
-def test_reconcile_releases_gone_sandboxes_and_keeps_live_ones(store: Store,
-                                                              tmp_path: Path) -> None:
-    live_ns = tmp_path / "netns-live"
-    live_ns.write_text("")
-    live = attach(store, "live", str(live_ns), ["198.51.100.2"])
-    gone = attach(store, "gone", str(tmp_path / "netns-gone"), ["198.51.100.3", "198.51.100.4"])
+def test_reconcile_releases_what_the_runtime_lacks_on_the_second_pass(store: Store) -> None:
+    live = attach(store, "live", "/var/run/netns/live", ["198.51.100.2"])
+    gone = attach(store, "gone", "/var/run/netns/gone", ["198.51.100.3", "198.51.100.4"])
     orphan = AttachmentKey("vpc-cni", "orphan", "eth0")
     assert store.reserve_ip(POOL, IPv4Address("198.51.100.5"), orphan, "eth1")
+    ev = Evidence(sandboxes={"live": "ready"}, runtime_present=True)
 
-    released = agent.reconcile(store, alive=lambda p: Path(p).exists())
+    plan, released = agent.reconcile(store, ev, "node-a", {}, now=100.0, interval=10.0)
+    assert released == [orphan] and store.get_state(gone) is not None  # first pass: marked
+    plan, released = agent.reconcile(store, ev, "node-a", plan.marks, now=111.0, interval=10.0)
 
-    assert sorted(released) == sorted([gone, orphan])
+    assert released == [gone]
     assert store.get_state(gone) is None and store.get_state(live) is not None
     assert store.ip_owners(POOL) == {IPv4Address("198.51.100.2"): (live, "eth1")}
-    assert store.owners() == {live}
-    assert agent.reconcile(store, alive=lambda p: Path(p).exists()) == []
+    assert store.owners() == {live} and plan.marks == {}
 
 
-def test_netns_alive_on_real_paths(tmp_path: Path) -> None:
-    plain = tmp_path / "cni-1234"
-    plain.write_text("")  # an unmounted leftover: same device as its directory
-    assert not agent.netns_alive(str(plain))
-    assert not agent.netns_alive(str(tmp_path / "missing"))
-    assert agent.netns_alive("/proc/self/ns/net")
+def test_reconcile_releases_nothing_without_evidence(store: Store) -> None:
+    attach(store, "a", "/var/run/netns/a", ["198.51.100.2"])
+    ev = Evidence(runtime_present=True, runtime_error="failed to ask the runtime: UNAVAILABLE")
+    marks: dict[str, dict[str, float]] = {}
+    for now in (0.0, 100.0, 200.0, 900.0):
+        plan, released = agent.reconcile(store, ev, "node-a", marks, now=now, interval=10.0)
+        marks = plan.marks
+        assert released == [] and plan.reasons
+    assert len(store.list_states()) == 1
+
+
+def test_main_once_outside_a_cluster(store: Store, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    attach(store, "gone", "/var/run/netns/rdma-cni-unit-none", ["198.51.100.9"])
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"type": "rdma-cni", "dataDir": store.root}))
+    status = tmp_path / "run" / "agent-status.json"
+    argv = ["--config", str(cfg), "--once", "--status-file", str(status),
+            "--cri-socket", str(tmp_path / "no-runtime.sock")]
+    assert agent.main(argv) == 0
+    doc = json.loads(status.read_text())
+    assert doc["lastPass"] > 0 and doc["podsWithoutRdma"] == []
+    assert agent.main(["--once"], conf_dir=str(tmp_path / "empty")) == 1
 
 
 def test_status_payloads(store: Store, tmp_path: Path) -> None:
@@ -119,12 +129,37 @@ def test_publish_patches_changed_pods_with_matching_uid(store: Store) -> None:
     assert agent.publish(store.list_states(), pods) == 0  # unchanged: no second patch
 
 
-def test_main_once_outside_a_cluster(store: Store, tmp_path: Path,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    gone = attach(store, "gone", str(tmp_path / "nope"), ["198.51.100.9"])
-    cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps({"type": "rdma-cni", "dataDir": store.root}))
-    assert agent.main(["--config", str(cfg), "--once"]) == 0
-    assert store.get_state(gone) is None and store.owners() == set()
-    assert agent.main(["--once"], conf_dir=str(tmp_path / "empty")) == 1
+
+
+class Cluster:
+    """A recording :class:`rdma_cni.agentkube.ClusterApi`."""
+
+    def __init__(self, pods: list[Any]) -> None:
+        self.pods = pods
+        self.events: list[tuple[str, str, str]] = []
+
+    def node_pods(self, node: str) -> list[Any]:
+        return self.pods
+
+    def event(self, obj: dict[str, str], reason: str, message: str, kind: str) -> None:
+        self.events.append((obj["kind"], obj["name"], reason))
+
+
+def test_run_once_reports_a_suspect_view_on_the_node(store: Store, tmp_path: Path) -> None:
+    from rdma_cni.agentkube import Reporter
+    from rdma_cni.podreport import PodInfo
+
+    attach(store, "a", "/var/run/netns/a", ["198.51.100.2"])
+    ask = {"k8s.volcengine.com/pod-networks": json.dumps([{"cniConf": {"name": "rdma"}}])}
+    cluster = Cluster([PodInfo("ns", "lost", "uid-lost", ask, "Running")])
+    ag = agent.Agent(store=store, status_path=str(tmp_path / "s.json"), node="n",
+                     node_name="node-a", cluster=cluster, reporter=Reporter(cluster),
+                     mountinfo="27 1 254:0 / / rw - ext4 /dev/vda rw\n")
+    doc = agent.run_once(ag, now=100.0)
+    assert doc["viewSuspect"] is True and doc["released"] == 0
+    assert [p["pod"] for p in doc["podsWithoutRdma"]] == ["ns/lost"]
+    assert sorted(cluster.events) == [("Node", "node-a", "RdmaCniViewSuspect"),
+                                      ("Pod", "lost", "RdmaInterfacesMissing")]
+    assert json.loads((tmp_path / "s.json").read_text())["lastPass"] == 100.0
+    agent.run_once(ag, now=200.0)
+    assert len(cluster.events) == 2  # not repeated within the hour

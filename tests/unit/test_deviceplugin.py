@@ -349,3 +349,81 @@ def test_main_bad_config_fails(root: Path) -> None:
     conf.write_text('{"mode": "bogus"}')
     assert main(["--config", str(conf)]) == 1
     assert main(["--config", str(root / "absent.json")]) == 1
+
+
+def test_nccl_env_is_looked_for_under_the_host_root(kubelet: FakeKubelet, root: Path) -> None:
+    """In the DaemonSet the host's /opt/cni/bin is at /host/opt/cni/bin: the mount names
+    the host path, the check looks where this process sees it (--host-root)."""
+    from rdma_cni.deviceplugin.cli import _seen_at
+
+    os.unlink(root / "opt/cni/bin/nccl_env.sh")  # not where the sysfs root would look
+    seen = _seen_at(str(root / "host"), "/opt/cni/bin/nccl_env.sh")
+    assert seen == str(root / "host/opt/cni/bin/nccl_env.sh")
+    assert _seen_at("/", "/opt/cni/bin/nccl_env.sh") is None
+    sysfs = Sysfs(str(root))
+    plugin = DevicePlugin(_inventory(root, "exclusive"), str(root / "dp"),
+                          exists=lambda p: sysfs.exists(p.lstrip("/")),
+                          nccl_env_path="/opt/cni/bin/nccl_env.sh", nccl_env_seen_at=seen,
+                          poll=0.05)
+    with Running(plugin):
+        client = PluginClient(plugin.path)
+        assert list(client.allocate([PCI["eth1"]]).container_responses[0].mounts) == []
+        Path(seen).parent.mkdir(parents=True)
+        Path(seen).write_text("#!/bin/sh\n")
+        mounts = client.allocate([PCI["eth1"]]).container_responses[0].mounts
+        assert [(m.container_path, m.host_path, m.read_only) for m in mounts] == [
+            ("/usr/local/bin/nccl_env.sh", "/opt/cni/bin/nccl_env.sh", True)]
+        client.close()
+
+
+def _conflist(conf_dir: Path, *types: str) -> None:
+    tmp = conf_dir / ".10-vpc-cni.tmp"
+    tmp.write_text(json.dumps({"cniVersion": "0.4.0", "name": "vpc-cni",
+                               "plugins": [{"type": t} for t in types]}))
+    os.replace(tmp, conf_dir / "10-vpc-cni.conflist")
+
+
+def test_allocate_is_refused_while_the_node_does_not_chain_rdma_cni(
+        kubelet: FakeKubelet, root: Path) -> None:
+    """The real process, as the DaemonSet runs it: --cni-conf-dir is the host's conf dir."""
+    import grpc
+
+    conf = root / "conf.json"
+    conf.write_text(json.dumps({"type": "rdma-cni", "mode": "exclusive",
+                                "kubelet": {"devicePluginDir": str(root / "dp")}}))
+    net_d = root / "net.d"
+    net_d.mkdir()
+    _conflist(net_d, "vpc-cni", "rdma-cni", "portmap")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rdma_cni.deviceplugin", "--config", str(conf),
+         "--sysfs-root", str(root), "--poll", "0.1", "--cni-conf-dir", str(net_d)],
+        cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        kubelet.wait_registrations(1, timeout=20)
+        client = PluginClient(str(root / "dp" / "rdma-cni-rdma.sock"))
+        assert client.allocate([PCI["eth1"]]).container_responses[0].devices
+        _conflist(net_d, "vpc-cni", "portmap")  # the primary rewrote its list
+        with pytest.raises(grpc.RpcError) as exc:
+            client.allocate([PCI["eth1"]])
+        assert exc.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert exc.value.details() == (
+            f"refusing to allocate vke.volcengine.com/rdma: the node's first CNI config "
+            f"{net_d}/10-vpc-cni.conflist does not chain rdma-cni, so the pod would start "
+            "without its RDMA interfaces (is the rdma-cni DaemonSet's cni-watch container "
+            "running?)")
+        (net_d / "10-vpc-cni.conflist").unlink()
+        with pytest.raises(grpc.RpcError, match=f"no CNI config in {net_d}"):
+            client.allocate([PCI["eth1"]])
+        (net_d / "00-broken.conflist").write_text("{")
+        with pytest.raises(grpc.RpcError, match="failed to parse config"):
+            client.allocate([PCI["eth1"]])
+        (net_d / "00-broken.conflist").unlink()
+        _conflist(net_d, "vpc-cni", "rdma-cni")  # the watch put the entry back
+        resp = client.allocate([PCI["eth1"]]).container_responses[0]
+        assert next(d.host_path for d in resp.devices) == "/dev/infiniband/uverbs0"
+        client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert err.count("refusing to allocate") == 3, err

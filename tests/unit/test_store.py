@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import multiprocessing as mp
 import os
@@ -83,23 +84,34 @@ def test_misplaced_state_record_is_not_listed(store: Store) -> None:
 def test_orphaned_temp_files_are_ignored_and_cleaned(store: Store) -> None:
     store.put_state(OLD, {"n": 1})
     store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
-    sdir, idir = Path(store.state_dir), Path(store.ips_dir) / "192.0.2.0_28"
+    sdir, idir = Path(store.state_dir), Path(store.addrs_dir)
     dead = SPAWN.Process(target=os.getpid)
     dead.start()
     dead.join()
+    old = time.time() - 3600
     crash_state = sdir / f".tmp-{dead.pid}-0000-{NEW.digest()}.json"
     crash_state.write_bytes(b'{"schema": 1, "ke')  # half written, writer died
     crash_ip = idir / f".tmp-{dead.pid}-0000-192.0.2.3"
     crash_ip.write_bytes(b"")
-    live = sdir / f".tmp-{os.getpid()}-0000-x.json"  # a writer still at work
-    live.write_bytes(b"{")
+    for p in (crash_state, crash_ip):
+        os.utime(p, (old, old))
+    fresh = sdir / f".tmp-{dead.pid}-0002-z.json"  # no lock but young: kept for now
+    fresh.write_bytes(b"{")
+    live = sdir / f".tmp-{os.getpid() + 99999}-0000-x.json"  # a writer at work, its PID
+    live.write_bytes(b"{")                                  # not visible from here
+    os.utime(live, (old, old))
+    live_fd = os.open(live, os.O_RDONLY)
+    fcntl.flock(live_fd, fcntl.LOCK_EX)
     stale = sdir / f".tmp-{os.getpid()}-0001-y.json"
     stale.write_bytes(b"{")
-    os.utime(stale, (time.time() - 3600, time.time() - 3600))
-    assert [r["key"] for r in store.list_states()] == [OLD.as_dict()]
-    assert store.ip_owners(POOL) == {A("192.0.2.2"): (OLD, "eth1")}
-    assert not crash_state.exists() and not crash_ip.exists() and not stale.exists()
-    assert live.exists()
+    os.utime(stale, (old, old))
+    try:
+        assert [r["key"] for r in store.list_states()] == [OLD.as_dict()]
+        assert store.ip_owners(POOL) == {A("192.0.2.2"): (OLD, "eth1")}
+        assert not crash_state.exists() and not crash_ip.exists() and not stale.exists()
+        assert live.exists() and fresh.exists()
+    finally:
+        os.close(live_fd)
     assert store.reserve_ip(POOL, A("192.0.2.3"), NEW, "eth1")
 
 
@@ -108,16 +120,16 @@ def test_orphaned_temp_files_are_ignored_and_cleaned(store: Store) -> None:
 def test_reserve_ip_o_excl_semantics(store: Store) -> None:
     ip = A("192.0.2.2")
     assert store.reserve_ip(POOL, ip, OLD, "eth1")
-    path = Path(store.ips_dir) / "192.0.2.0_28" / "192.0.2.2"
+    path = Path(store.addrs_dir) / "192.0.2.2"
     before = path.read_bytes()
-    assert json.loads(before) == {"key": OLD.as_dict(), "ifname": "eth1"}
+    assert json.loads(before) == {"key": OLD.as_dict(), "ifname": "eth1", "pool": POOL}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert store.reserve_ip(POOL, ip, OLD, "eth1")  # same owner: idempotent
     assert not store.reserve_ip(POOL, ip, NEW, "eth1")
     assert not store.reserve_ip(POOL, ip, OLD, "eth2")  # same key, other interface
     assert path.read_bytes() == before
     assert store.ip_owners(POOL) == {ip: (OLD, "eth1")}
-    assert files_under(Path(store.ips_dir)) == {"192.0.2.0_28/192.0.2.2"}
+    assert files_under(Path(store.addrs_dir)) == {"192.0.2.2"}
 
 
 def test_release_only_by_exact_owner(store: Store) -> None:
@@ -139,7 +151,7 @@ def test_release_only_by_exact_owner(store: Store) -> None:
 
 def test_corrupt_reservation_is_held_by_unknown_owner(store: Store) -> None:
     store.reserve_ip(POOL, A("192.0.2.3"), OLD, "eth1")
-    d = Path(store.ips_dir) / "192.0.2.0_28"
+    d = Path(store.addrs_dir)
     (d / "192.0.2.2").write_bytes(b'{"key": ')
     assert not store.reserve_ip(POOL, A("192.0.2.2"), NEW, "eth1")
     assert store.ip_owners(POOL)[A("192.0.2.2")] == (UNKNOWN_OWNER, "")
@@ -156,7 +168,7 @@ def test_corrupt_reservation_is_held_by_unknown_owner(store: Store) -> None:
 def test_stray_entries_are_ignored(store: Store) -> None:
     store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
     os.makedirs(os.path.join(store.ips_dir, "junk"))
-    Path(store.ips_dir, "192.0.2.0_28", "README").write_text("x")
+    Path(store.addrs_dir, "README").write_text("x")
     assert store.ips_of(OLD) == [(POOL, A("192.0.2.2"), "eth1")]
     assert store.ip_owners(POOL) == {A("192.0.2.2"): (OLD, "eth1")}
 
@@ -168,7 +180,8 @@ def test_hostile_pool_names_are_refused(store: Store, pool: str) -> None:
         store.reserve_ip(pool, A("192.0.2.2"), OLD, "eth1")
     with pytest.raises(ConfigError):
         store.ip_owners(pool)
-    assert not os.path.exists(store.ips_dir) or os.listdir(store.ips_dir) == []
+    for d in (store.ips_dir, store.addrs_dir):
+        assert not os.path.exists(d) or os.listdir(d) == []
 
 
 def test_reserve_outside_pool_is_address_error(store: Store) -> None:
@@ -355,7 +368,7 @@ def test_exhaustion_under_concurrency(store: Store) -> None:
     assert sorted(A(v) for v in ok) == list(pool.candidates())
     assert [v for v in results.values() if v.startswith("AddressError")] == ["AddressError 102"] * 8
     assert files_under(Path(store.root)) == {"lock"} | {
-        f"ips/192.0.2.0_28/{v}" for v in ok}
+        f"addrs/{v}" for v in ok}
 
 
 def test_store_lock_reentrant_per_thread_only(store: Store) -> None:

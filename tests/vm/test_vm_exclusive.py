@@ -87,3 +87,35 @@ def test_virtio_nic_returns_after_its_pod_dies(rig: VmRig, virtio_nics: list[str
     assert vmkit.pci_address(nic) == pci  # the same PCI function, back under its name
     assert rig.files() == []
     # name, address, every route, MTU and up-state: the rig compares the whole root netns
+
+
+def test_del_before_the_kernel_returns_the_nic_keeps_the_state(
+        rig: VmRig, virtio_nics: list[str]) -> None:
+    """Issue 14 item 6 on a real PCI NIC: the pod netns has lost its path but is still
+    alive (held by a process), the NIC in it. DEL must not purge (that strands the NIC
+    under its in-pod name): it waits, then fails with code 11 keeping the state; once
+    the netns dies the kernel returns the NIC and the retried DEL restores it."""
+    import subprocess
+
+    nic = rig.borrow(virtio_nics[-1], rename="rnic0")
+    rig.configure(nic, CIDR, mtu=1400, routes=[(HPC_NET, GW)])
+    parent = link_detail("", nic)["parentdev"]
+    chain = rig.chain("exclusive", [nic])
+    pod = rig.pod()
+    assert chain.add("c3", pod.path, rdma_blocks(1)).rc == 0
+    holder = subprocess.Popen(["ip", "netns", "exec", pod.name, "sleep", "600"])
+    try:
+        wait_for(lambda: holder.poll() is None)
+        rig.delete_pod(pod)  # the path goes; the netns (and the NIC in it) stays
+        run = chain.delete("c3")
+        assert run.code == 11, run
+        assert rig.files(), "the state must be kept for the retry"
+        assert link_by(NODE, parentdev=parent) is None
+    finally:
+        holder.kill()
+        holder.wait()
+    assert wait_for(lambda: link_by(NODE, parentdev=parent)) is not None
+    run = chain.delete("c3")
+    assert run.rc == 0 and run.out is None, run
+    assert _ipv4(nic) == [CIDR]
+    assert rig.files() == []

@@ -1,0 +1,97 @@
+"""Where an attachment was made: the node and the network namespace (identity, not path).
+
+Recorded at ADD in the state as ``origin`` (``{"node": ..., "machineId": ...,
+"netnsDev": .., "netnsIno": ..}``) so the agent can
+
+- refuse to act on state another node wrote (two nodes sharing a ``dataDir`` by
+  mistake, e.g. an NFS-mounted /var/lib/cni): the node is its hostname (see
+  :func:`node_identity`; the boot id would change at every reboot, and the state
+  outlives reboots);
+- look the pod's network namespace up by its nsfs identity (st_dev, st_ino)
+  through ``/proc/<pid>/ns/net`` instead of trusting its own view of
+  ``/var/run/netns``.
+
+Pure stdlib and cheap: this runs on the ADD path.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+
+
+def node_identity() -> str:
+    """This node's name for the ``origin`` record: the hostname.
+
+    Node names are unique in a cluster, and kubelet's default node name is the
+    hostname, while ``/etc/machine-id`` is shared by nodes cloned from one image and
+    differs inside the agent's container: it is recorded (``machineId``) for
+    diagnosis, not compared. ``RDMA_CNI_NODE_ID`` overrides the hostname (tests,
+    nodes whose hostname is not unique)."""
+    return os.environ.get("RDMA_CNI_NODE_ID") or socket.gethostname()
+
+
+def machine_id(root: str = "/") -> str:
+    """systemd's machine ID ("" when there is none)."""
+    for path in MACHINE_ID_FILES:
+        try:
+            with open(os.path.join(root, path.lstrip("/")), encoding="ascii") as f:
+                value = f.read(64).strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if value:
+            return value
+    return ""
+
+
+def same_node(writer: str | None, names: set[str]) -> bool:
+    """Whether a record written by ``writer`` is this node's (``names``: what this node
+    may be called: its identity, its Kubernetes node name). Records from before
+    ``origin`` existed (None) count as this node's."""
+    return writer is None or writer in names
+
+
+def netns_identity(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of ``path`` when it is a mounted nsfs file (a live netns) or a
+    /proc/<pid>/ns/net link; None for a plain file (an unmounted leftover, or a view
+    without mount propagation) or when it cannot be read."""
+    try:
+        st = os.stat(path)
+        parent = os.stat(os.path.dirname(path) or "/")
+    except OSError:
+        return None
+    if st.st_dev == parent.st_dev and not path.startswith("/proc/"):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def origin_of(netns: str) -> dict[str, Any]:
+    """The ``origin`` field ADD writes into the state."""
+    out: dict[str, Any] = {"node": node_identity()}
+    mid = machine_id()
+    if mid:
+        out["machineId"] = mid
+    ident = netns_identity(netns) if netns else None
+    if ident is not None:
+        out["netnsDev"], out["netnsIno"] = ident
+    return out
+
+
+def recorded_node(state: dict[str, Any]) -> str | None:
+    """The node that wrote ``state``; None for records from before ``origin`` existed."""
+    origin = state.get("origin")
+    node = origin.get("node") if isinstance(origin, dict) else None
+    return node if isinstance(node, str) and node else None
+
+
+def recorded_netns(state: dict[str, Any]) -> tuple[int, int] | None:
+    origin = state.get("origin")
+    if not isinstance(origin, dict):
+        return None
+    dev, ino = origin.get("netnsDev"), origin.get("netnsIno")
+    if isinstance(dev, int) and isinstance(ino, int) and ino > 0:
+        return dev, ino
+    return None

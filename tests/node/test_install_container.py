@@ -1,0 +1,104 @@
+"""The DaemonSet's install container, run alone from the image with podman (its
+command, env and mounts as manifests.py shifts them under a temp host root):
+the mode comes from the node label through the bundled ``kubernetes`` client (a fake
+API server over HTTPS), and a host whose glibc is too old is refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import manifests
+import pytest
+from fakeapi import FakeApi
+from fakelibc import make_libc
+from nodelab import NICS, build_image, make_root, skip_reason
+from podman import Podman
+
+pytestmark = [pytest.mark.root, pytest.mark.node]
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where the kubelet puts it
+PRIMARY = {"cniVersion": "0.4.0", "name": "vpc-cni", "plugins": [{"type": "bridge"}]}
+
+
+@pytest.fixture(scope="module")
+def rig() -> Iterator[dict[str, Any]]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    image, _ = build_image()
+    tmp = Path(tempfile.mkdtemp(prefix="rn-install-", dir="/tmp"))
+    try:
+        yield {"image": image, "tmp": tmp, "podman": Podman(tmp)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _host(rig: dict[str, Any], name: str) -> Path:
+    root = rig["tmp"] / name
+    make_root(root)
+    (root / "etc/cni/net.d/10-vpc-cni.conflist").write_text(json.dumps(PRIMARY))
+    return root
+
+
+def run_install(rig: dict[str, Any], root: Path, env: dict[str, str] | None = None,
+                mounts: dict[str, str] | None = None,
+                hostpaths: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``podman run`` of the manifest's install container; ``hostpaths`` replaces the
+    host side of named volumes, ``mounts`` adds host:container mounts."""
+    pod, _ = manifests.node_pod(root, rig["image"], "install", "127.0.0.1:1")
+    spec = pod["spec"]
+    (c,) = spec["initContainers"]
+    cm_dir = root / "configmap"
+    cm_dir.mkdir(exist_ok=True)
+    cm = manifests.configmap(root, "shared-multi", list(NICS))
+    (cm_dir / "config.json").write_text(cm["data"]["config.json"])
+    volumes = {v["name"]: (v["hostPath"]["path"] if "hostPath" in v else str(cm_dir))
+               for v in spec["volumes"]}
+    volumes.update(hostpaths or {})
+    args = ["run", "--rm", "--network", "host", "--privileged"]
+    for e in c.get("env", []):
+        args += ["-e", f"{e['name']}={e['value']}"]
+    for k, v in (env or {}).items():
+        args += ["-e", f"{k}={v}"]
+    for m in c["volumeMounts"]:
+        Path(volumes[m["name"]]).mkdir(parents=True, exist_ok=True)
+        args += ["-v", f"{volumes[m['name']]}:{m['mountPath']}" + (":ro" if m.get("readOnly")
+                                                                   else "")]
+    for host, ctr in (mounts or {}).items():
+        args += ["-v", f"{host}:{ctr}:ro"]
+    return rig["podman"].run(*args, rig["image"], *c["command"], check=False)
+
+
+def test_mode_comes_from_the_node_label_through_the_kubernetes_client(rig: dict[str, Any]
+                                                                      ) -> None:
+    root = _host(rig, "label")
+    api = FakeApi(rig["tmp"] / "api", {manifests.NODE_NAME: {"vke.node.rdma.mode": "exclusive"}})
+    try:
+        out = run_install(rig, root, env=api.env(), mounts={str(api.sa): SA_DIR})
+    finally:
+        api.stop()
+    assert out.returncode == 0, out.stderr
+    assert [r.lower() for r in api.requests] == [
+        f"/api/v1/nodes/{manifests.NODE_NAME} bearer node-test-token"]
+    entry = json.loads((root / "etc/cni/net.d/10-vpc-cni.conflist").read_text())["plugins"][1]
+    assert entry["mode"] == "exclusive"  # the label's, not the ConfigMap's shared-multi
+    assert "conflist entry (mode exclusive): added to" in out.stderr
+
+
+def test_install_refuses_a_host_with_an_older_glibc(rig: dict[str, Any]) -> None:
+    root = _host(rig, "old-glibc")
+    usr = root / "old-usr"
+    make_libc(usr / "lib/x86_64-linux-gnu/libc.so.6", "2.17")
+    out = run_install(rig, root, hostpaths={"host-usr": str(usr)})
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "refusing to install: the host's glibc 2.17" in lines[0]
+    assert "glibc 2.36, which the bundle needs" in lines[0], lines[0]
+    assert sorted(p.name for p in (root / "opt/cni/bin").iterdir()) == []
+    assert json.loads((root / "etc/cni/net.d/10-vpc-cni.conflist").read_text()) == PRIMARY

@@ -1,0 +1,94 @@
+"""A workload pod as the kubelet makes one: ask the device plugin (GetPreferredAllocation,
+Allocate) like the kubelet's device manager, publish the allocation over PodResources
+(the fake kubelet), start the sandbox through containerd's CRI, then a container whose
+config carries exactly the Allocate response's mounts, devices and envs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fakekubelet import PluginClient
+from runtime import Containerd, load_cri
+
+HERE = Path(__file__).resolve().parent
+ANNOTATION = "k8s.volcengine.com/pod-networks"
+NAMESPACE = "node-test"
+
+
+def rdma_annotation(blocks: int = 1) -> dict[str, str]:
+    return {ANNOTATION: json.dumps([{"cniConf": {"name": "rdma"}}] * blocks)}
+
+
+@dataclass
+class Workload:
+    sandbox: str
+    container: str
+    allocation: Any          # the device plugin's ContainerAllocateResponse
+    ids: list[str]
+
+
+class Workloads:
+    def __init__(self, cd: Containerd, kubelet: Any, plugin_socket: Path, image: str,
+                 resource: str) -> None:
+        self.cd, self.kubelet, self.image, self.resource = cd, kubelet, image, resource
+        self.pb = load_cri(cd.tmp, HERE / "cri_ctr.proto")
+        self.plugin_socket = plugin_socket
+
+    def call(self, method: str, request: Any, response: Any, timeout: float = 120) -> Any:
+        return self.cd.call(method, request, response, timeout)
+
+    def allocate(self, count: int) -> tuple[list[str], Any]:
+        """What the kubelet's device manager does for ``resource: count``."""
+        client = PluginClient(str(self.plugin_socket))
+        try:
+            healthy = []
+            for devs in client.list_and_watch():
+                healthy = sorted(d.ID for d in devs if d.health == "Healthy")
+                break
+            ids = client.preferred(healthy, [], count)
+            return ids, client.allocate(ids).container_responses[0]
+        finally:
+            client.close()
+
+    def start(self, name: str, count: int = 1) -> Workload:
+        ids, alloc = self.allocate(count)
+        self.kubelet.set_pod(NAMESPACE, name, {self.resource: ids}, container="main")
+        config = self.cd.pod_config(name, f"uid-{name}", rdma_annotation(count), NAMESPACE)
+        sandbox = self.cd.run_pod(name, f"uid-{name}", config=config)
+        cid = self.create(sandbox, config, alloc)
+        return Workload(sandbox, cid, alloc, ids)
+
+    def create(self, sandbox: str, sandbox_config: Any, alloc: Any) -> str:
+        pb = self.pb
+        cfg = pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name="main"), image=pb.ImageSpec(image=self.image),
+            command=["sleep", "3600"], log_path="main.log",
+            envs=[pb.KeyValue(key=k, value=v) for k, v in alloc.envs.items()],
+            mounts=[pb.Mount(container_path=m.container_path, host_path=m.host_path,
+                             readonly=m.read_only) for m in alloc.mounts],
+            devices=[pb.Device(container_path=d.container_path, host_path=d.host_path,
+                               permissions=d.permissions) for d in alloc.devices])
+        req = pb.CreateContainerRequest(pod_sandbox_id=sandbox, config=cfg,
+                                        sandbox_config=sandbox_config.SerializeToString())
+        cid = self.call("CreateContainer", req, pb.CreateContainerResponse).container_id
+        self.call("StartContainer", pb.StartContainerRequest(container_id=cid),
+                  pb.StartContainerResponse)
+        return str(cid)
+
+    def exec(self, cid: str, *cmd: str) -> tuple[int, str, str]:
+        resp = self.call("ExecSync", self.pb.ExecSyncRequest(container_id=cid, cmd=list(cmd),
+                                                             timeout=60),
+                         self.pb.ExecSyncResponse)
+        return int(resp.exit_code), resp.stdout.decode(), resp.stderr.decode()
+
+    def stop(self, w: Workload) -> None:
+        pb = self.pb
+        self.call("StopContainer", pb.StopContainerRequest(container_id=w.container, timeout=5),
+                  pb.StopContainerResponse)
+        self.call("RemoveContainer", pb.RemoveContainerRequest(container_id=w.container),
+                  pb.RemoveContainerResponse)
+        self.cd.stop_pod(w.sandbox)
+        self.cd.remove_pod(w.sandbox)

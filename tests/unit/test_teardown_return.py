@@ -1,0 +1,115 @@
+"""Issue 14 item 6 (no root): DEL waits, bounded, for the kernel to return an exclusive
+NIC that is in no visible netns while its bus device still exists; a NIC whose device
+is gone (or a virtual stand-in) is done at once; past the wait DEL fails with code 11,
+and a give-up horizon ends the retries."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from ipaddress import IPv4Interface
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdma_cni.adapters.netlink import Link
+from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.attachment import AttachmentKey
+from rdma_cni.commands import delete
+from rdma_cni.plan import IfacePlan
+from rdma_cni.store import Store
+from rdma_cni.teardown import NicNotBack, _recover_on_host, hardware_of
+
+MARK = "rdma-cni:abc"
+PLAN = IfacePlan(k=0, name="eth1", tmp="t", nic="rnic0", kind="physical", mtu=1500,
+                 table=100, addresses=(IPv4Interface("192.0.2.1/26"),),
+                 identity={"pci": "0000:03:00.0", "parentDev": None, "permMac": None,
+                           "mac": "02:00:00:00:00:01"}, host_mtu=1500)
+
+
+class FakeHost:
+    """The node's links as netlink shows them; the NIC appears after ``after`` seconds."""
+
+    def __init__(self, after: float | None) -> None:
+        self.appear = None if after is None else time.monotonic() + after
+        self.name = "eth1"
+        self.calls: list[str] = []
+
+    def links(self) -> list[Link]:
+        if self.appear is None or time.monotonic() < self.appear:
+            return []
+        return [Link(7, self.name, 1500, "02:00:00:00:00:01", None, False, alias=MARK)]
+
+    def link(self, name: str) -> Link | None:
+        return next((lk for lk in self.links() if lk.name == name), None)
+
+    def require(self, name: str) -> Link:
+        link = self.link(name)
+        assert link is not None
+        return link
+
+    def set_link(self, name: str, action: str, **kw: Any) -> None:
+        self.calls.append(action)
+        if "ifname" in kw:
+            self.name = kw["ifname"]
+
+    def add_address(self, name: str, iface: IPv4Interface) -> None:
+        self.calls.append(f"add {iface} to {name}")
+
+    def add_route(self, route: Any) -> None:
+        self.calls.append(f"route {route.dst}")
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> Sysfs:
+    (tmp_path / "sys/bus/pci/devices/0000:03:00.0").mkdir(parents=True)
+    (tmp_path / "sys/bus/virtio/devices").mkdir(parents=True)
+    return Sysfs(str(tmp_path))
+
+
+def test_the_bus_device_is_found_by_pci_address_or_parent(sysfs: Sysfs) -> None:
+    assert hardware_of(PLAN, sysfs) == "pci device 0000:03:00.0"
+    gone = replace(PLAN, identity={"pci": "0000:04:00.0", "parentDev": "../../x"})
+    assert hardware_of(gone, sysfs) is None
+    assert hardware_of(replace(PLAN, identity={"mac": "02:00:00:00:00:01"}), sysfs) is None
+
+
+def test_a_nic_returned_during_the_wait_is_renamed_and_restored(sysfs: Sysfs) -> None:
+    host = FakeHost(after=0.3)
+    _recover_on_host(host, PLAN, MARK, sysfs, wait=5)  # type: ignore[arg-type]
+    assert host.name == "rnic0"
+    assert "add 192.0.2.1/26 to rnic0" in host.calls and "bring rnic0 up" in host.calls
+
+
+def test_a_nic_not_back_within_the_wait_is_code_11(sysfs: Sysfs) -> None:
+    host = FakeHost(after=None)
+    t0 = time.monotonic()
+    with pytest.raises(NicNotBack) as err:
+        _recover_on_host(host, PLAN, MARK, sysfs, wait=0.3)  # type: ignore[arg-type]
+    assert 0.3 <= time.monotonic() - t0 < 2
+    assert err.value.code == 11 and "rnic0" in err.value.msg
+
+
+def test_a_nic_whose_device_is_gone_is_done_without_waiting(sysfs: Sysfs) -> None:
+    host = FakeHost(after=None)
+    gone = replace(PLAN, identity={"pci": "0000:09:00.0", "mac": "02:00:00:00:00:01"})
+    t0 = time.monotonic()
+    _recover_on_host(host, gone, MARK, sysfs, wait=5)  # type: ignore[arg-type]
+    assert time.monotonic() - t0 < 1 and host.calls == []
+
+
+def test_del_keeps_failing_until_the_give_up_horizon(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "data"))
+    key = AttachmentKey("net", "c1", "eth0")
+    store.claim_nic("rnic0", key, "eth1")
+    store.put_state(key, {"interfaces": []})
+    state = store.get_state(key)
+    assert state is not None
+    assert not delete._give_up(store, key, state, "not back")  # first: marks the time
+    marked = store.get_state(key)
+    assert marked is not None and isinstance(marked[delete.PENDING_SINCE], float)
+    assert not delete._give_up(store, key, marked, "not back")  # within the horizon
+    old = {**marked, delete.PENDING_SINCE: time.time() - delete.GIVE_UP - 1}
+    assert delete._give_up(store, key, old, "not back")
+    assert store.get_state(key) is None and store.nic_claims() == {}
