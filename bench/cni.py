@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: bench/measure-exec.c built by :func:`use_measurer` (None: spawn directly)
+MEASURER: str | None = None
 #: every process started here, so an interrupted run can end them (by PID)
 RUNNING: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -63,9 +65,29 @@ class Invocation:
         return json.dumps(conf).encode()
 
 
+def use_measurer(tmp: str) -> str | None:
+    """Build bench/measure-exec.c (static) so each exec's wall time and peak RSS are its
+    own; without gcc the plugins are spawned directly (peak RSS then counts the driver)."""
+    global MEASURER
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "measure-exec.c")
+    out = os.path.join(tmp, "measure-exec")
+    try:
+        subprocess.run(["gcc", "-O2", "-static", "-s", "-o", out, src], check=True,
+                       capture_output=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    MEASURER = out
+    return out
+
+
 class _Running:
     def __init__(self, argv: Sequence[str], env: dict[str, str], stdin: bytes) -> None:
         self.errfile: BinaryIO = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finish)
+        self.report: str | None = None
+        if MEASURER is not None:
+            fd, self.report = tempfile.mkstemp(prefix="measure.")
+            os.close(fd)
+            argv = [MEASURER, self.report, *argv]
         self.start = time.perf_counter_ns()
         self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.errfile, env=env, cwd="/")
@@ -85,8 +107,14 @@ class _Running:
         self.errfile.seek(0)
         err = self.errfile.read().decode(errors="replace")
         self.errfile.close()
-        return Exec(self.proc.returncode, out, err, end - self.start,
-                    usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
+        wall, rss = end - self.start, usage.ru_maxrss
+        if self.report is not None:
+            with open(self.report) as f:
+                fields = f.read().split()
+            os.unlink(self.report)
+            if len(fields) == 3:
+                wall, rss = int(fields[1]), int(fields[2])
+        return Exec(self.proc.returncode, out, err, wall, usage.ru_utime + usage.ru_stime, rss)
 
 
 def run(inv: Invocation, command: str) -> Exec:

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import cni
 import lab
@@ -66,7 +67,9 @@ def _serial_sample(c: Contender, pod: Pod) -> dict[str, float]:
     adds = [cni.run(inv, "ADD") for inv in invs]
     helper_add = c.helper_s() - helper0
     _expect_links(pod, n_rdma, f"{c.label} ADD")
+    helper1 = c.helper_s()
     dels = [cni.run(inv, "DEL") for inv in reversed(invs)]
+    helper_del = c.helper_s() - helper1
     _expect_links(pod, 0, f"{c.label} DEL")
     add_ms = sum(ms(e.wall_ns) for e in adds)
     del_ms = sum(ms(e.wall_ns) for e in dels)
@@ -75,6 +78,8 @@ def _serial_sample(c: Contender, pod: Pod) -> dict[str, float]:
             "add_helper_cpu_ms": helper_add * 1e3,
             "add_total_cpu_ms": (sum(e.cpu_s for e in adds) + helper_add) * 1e3,
             "del_cpu_ms": sum(e.cpu_s for e in dels) * 1e3,
+            "del_total_cpu_ms": (sum(e.cpu_s for e in dels) + helper_del) * 1e3,
+            "total_cpu_ms": (sum(e.cpu_s for e in adds + dels) + helper_add + helper_del) * 1e3,
             "add_rss_kib": max(e.maxrss_kib for e in adds),
             "add_execs": len(adds)}
 
@@ -148,3 +153,31 @@ def run(sc: Scenario, pods_api: Pods, settle: float, n_nics: int) -> Scenario:
             raise RuntimeError(f"{sc.key}: {c.label} left state after DEL: {state}")
     sys.stderr.write(f" {time.monotonic() - start:.1f}s\n")
     return sc
+
+
+def cycles(build: Builder, pods_api: Pods, daemon: Any, n: int) -> dict[str, Any]:
+    """``n`` ADD/DEL cycles of one pod through the resident process; its VmRSS after a
+    warm-up, every tenth of the run and at the end (growth = a leak)."""
+    sys.stderr.write(f"s5: resident memory over {n} ADD/DEL cycles ")
+    start, series = time.monotonic(), []
+    pod = pods_api.create(1)
+    warmup = min(20, n)
+    try:
+        for i in range(warmup + n):
+            invs, n_rdma = build(pod[0])
+            for inv in invs:
+                cni.run(inv, "ADD")
+            _expect_links(pod[0], n_rdma, "cycle ADD")
+            for inv in reversed(invs):
+                cni.run(inv, "DEL")
+            if i + 1 == warmup or (i + 1 - warmup) % max(n // 10, 1) == 0:
+                series.append(daemon.memory_kib().get("VmRSS", 0))
+                sys.stderr.write(".")
+                sys.stderr.flush()
+    finally:
+        pods_api.delete(pod)
+    mem = daemon.memory_kib()
+    sys.stderr.write(f" {time.monotonic() - start:.1f}s\n")
+    return {"cycles": n, "warmup": warmup, "rss_kib_series": series,
+            "rss_kib_after_warmup": series[0], "rss_kib_end": mem.get("VmRSS", 0),
+            "hwm_kib": mem.get("VmHWM", 0)}

@@ -45,27 +45,46 @@ class Daemon:
             time.sleep(0.02)
         return daemon
 
-    def memory_kib(self) -> dict[str, int]:
-        """VmHWM (peak) and VmRSS of the daemon, from /proc."""
-        out: dict[str, int] = {}
+    def pids(self) -> list[int]:
+        """The daemon and its worker processes (``serve --workers``)."""
+        out = [self.proc.pid]
         try:
-            with open(f"/proc/{self.proc.pid}/status") as f:
-                for line in f:
-                    key, _, value = line.partition(":")
-                    if key in ("VmHWM", "VmRSS"):
-                        out[key] = int(value.split()[0])
+            for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+                with open(f"/proc/{self.proc.pid}/task/{task}/children") as f:
+                    out += [int(x) for x in f.read().split()]
         except OSError:
             pass
         return out
 
+    def memory_kib(self) -> dict[str, int]:
+        """VmHWM (peak) and VmRSS of the daemon, from /proc; ``workers``: how many
+        processes serve, ``VmRSS_max``: the largest of them (each holds the plugin)."""
+        out: dict[str, int] = {}
+        pids = self.pids()
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        key, _, value = line.partition(":")
+                        if key in ("VmHWM", "VmRSS"):
+                            kib = int(value.split()[0])
+                            out[key] = max(out.get(key, 0), kib)
+            except OSError:
+                continue
+        out["workers"] = len(pids)
+        return out
+
     def cpu_s(self) -> float:
-        """The daemon's user+system CPU seconds so far (all its threads)."""
-        try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """The daemon's user+system CPU seconds so far (all its threads and workers)."""
+        total = 0.0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
 
     def stop(self) -> None:
         if self.proc.poll() is not None:

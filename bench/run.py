@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 import cni
 import figures
+import floor
 import lab
 import report
 import resident
@@ -52,6 +53,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--path", choices=("inproc", "resident", "both"), default=None,
                    help="rdma-cni in-process, forwarded to `rdma-cni serve`, or both "
                         "(default: both when the binary has `serve`)")
+    p.add_argument("--cycles", type=int, default=1000,
+                   help="ADD/DEL cycles through the resident process for its memory figure "
+                        "(default 1000, 100 with --quick; 0 skips it)")
     p.add_argument("--only", default="", help="comma-separated scenarios: s1,s2,s3,s4")
     p.add_argument("--binary", default=str(BINARY),
                    help="the bundle's executable (the bundle is copied before the run)")
@@ -65,6 +69,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if args.quick:
         args.rounds, args.parallel_rounds = min(args.rounds, 4), 1
         args.pods = 8 if "--pods" not in argv else args.pods
+        args.cycles = 100 if "--cycles" not in argv else args.cycles
     args.budget = args.budget or (30.0 if args.quick else 170.0)
     args.parallel_rounds = args.parallel_rounds or max(2, args.rounds // 3)
     return args
@@ -88,14 +93,23 @@ def preflight(args: argparse.Namespace) -> None:
                          f"(e.g. {stale[0].relative_to(REPO)}): run ./scripts/build.sh\n")
 
 
-def snapshot_bundle(binary: str, tmp: str) -> str:
-    """A private copy of the one-dir bundle (as installed in /opt/cni/bin/rdma-cni.d/), so a
-    rebuild of dist/ during the run cannot change or remove the binary under test."""
-    bundle = os.path.dirname(os.path.abspath(binary))
-    copy = os.path.join(tmp, "rdma-cni.d")
-    shutil.copytree(bundle, copy, symlinks=True)
-    shutil.copystat(binary, os.path.join(copy, os.path.basename(binary)))
-    return os.path.join(copy, os.path.basename(binary))
+def install_bundle(binary: str, tmp: str) -> str:
+    """Lay the bundle out in a temp CNI bin dir with ``install``'s own functions
+    (``<bin>/rdma-cni`` -> ``rdma-cni.d/rdma-cni-front``, the bundle beside it), so the
+    run measures the binary as a node runs it and a rebuild of dist/ cannot touch it."""
+    sys.path.insert(0, str(REPO))
+    from rdma_cni import install
+
+    bin_dir = os.path.join(tmp, "bin")
+    os.makedirs(bin_dir)
+    install.install_bundle(os.path.dirname(os.path.abspath(binary)), bin_dir)
+    install.install_link(bin_dir)
+    return os.path.join(bin_dir, "rdma-cni")
+
+
+def bundle_of(plugin: str) -> str:
+    """The bundle's own executable beside the installed plugin (what `serve` runs)."""
+    return os.path.join(os.path.dirname(plugin), "rdma-cni.d", "rdma-cni")
 
 
 def host_main(args: argparse.Namespace, argv: list[str]) -> int:
@@ -106,7 +120,7 @@ def host_main(args: argparse.Namespace, argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     inner: subprocess.Popen[bytes] | None = None
     try:
-        binary = snapshot_bundle(args.binary, tmp)
+        binary = install_bundle(args.binary, tmp)
         lab.make_node(names)
         inner = subprocess.Popen(["ip", "netns", "exec", names.node, sys.executable,
                                   os.path.abspath(__file__), *argv, "--binary", binary,
@@ -190,15 +204,24 @@ def driver_main(args: argparse.Namespace) -> int:
     if "resident" in paths and not has_serve:
         sys.exit(f"{args.binary} has no `serve` subcommand: use --path inproc")
     pods = lab.Pods(names)
+    measurer = cni.use_measurer(tmp)
     load = os.getloadavg()
     daemon: resident.Daemon | None = None
     try:
         if "resident" in paths:
-            daemon = resident.Daemon.start(args.binary, os.path.join(tmp, "rdma-cni.sock"),
+            daemon = resident.Daemon.start(bundle_of(args.binary),
+                                           os.path.join(tmp, "rdma-cni.sock"),
                                            os.path.join(tmp, "serve.log"))
         done = {s.key: figures.run(s, pods, args.settle, lab.N_NICS)
                 for s in scenarios(args, paths, tmp, daemon)}
+        cycles = None
+        if daemon is not None and args.cycles:
+            cycles = figures.cycles(_cycle_side(args, tmp, daemon), pods, daemon, args.cycles)
         record = build_record(args, paths, done, daemon, load)
+        record["resident_cycles"] = cycles
+        record["floor"] = floor.measure(tmp)
+        record["measurer"] = measurer is not None
+        record["figures"] += report.cycle_rows(cycles)
         sys.stdout.write(report.write(record, args.out))
         sys.stderr.write(f"wrote {args.out}\n")
         return 0 if all(r.get("met", True) for r in record["figures"]) else 1
@@ -212,13 +235,18 @@ def driver_main(args: argparse.Namespace) -> int:
         pods.close()
 
 
+def _cycle_side(args: argparse.Namespace, tmp: str, daemon: resident.Daemon) -> Builder:
+    side = RdmaCni(args.binary, os.path.join(tmp, "s5", "resident"), 1, socket=daemon.socket)
+    return _rdma_builder(side, rdma_blocks(1), 1)
+
+
 def build_record(args: argparse.Namespace, paths: list[str], done: dict[str, Scenario],
                  daemon: resident.Daemon | None, load: tuple[float, ...]) -> dict[str, Any]:
     return {
         "machine": report.machine(load),
         "versions": report.versions(args.binary, str(REPO), args.binary_origin),
         "config": {"rounds": args.rounds, "parallel_rounds": args.parallel_rounds,
-                   "budget_s": args.budget,
+                   "budget_s": args.budget, "cycles": args.cycles,
                    "pods": args.pods, "paths": paths, "settle_s": args.settle,
                    "cni_version": "0.4.0", "mode": "shared-multi"},
         "figures": report.rows(done, paths),

@@ -83,6 +83,8 @@ def _resident(conf: dict[str, object], stdin: bytes) -> dict[str, object] | None
     path = conf.get("residentSocket", DEFAULT_SOCKET)
     if not path or not isinstance(path, str) or command not in ("ADD", "CHECK", "DEL"):
         return None
+    if os.environ.get("RDMA_CNI_NO_RESIDENT"):
+        return None  # the native front already tried the server
     if command == "DEL" and not os.environ.get("CNI_NETNS"):
         return None
     from .commands import requested_blocks_of

@@ -15,7 +15,9 @@ RTPROT_KERNEL = 2
 
 def nic_facts(nl: Netlink, names: Iterable[str], rdma: dict[str, Nic]) -> dict[str, NicFacts]:
     wanted = list(dict.fromkeys(names))
-    links = {link.name: link for link in nl.links()}
+    # one RTM_GETLINK per NIC: a dump would decode every link of the node (pod veths too)
+    found = {n: nl.link(n) for n in wanted}
+    links = {n: link for n, link in found.items() if link is not None}
     missing = [n for n in wanted if n not in links]
     if missing:
         raise NicUnavailable(f"RDMA NIC {', '.join(missing)} not found on the host")

@@ -1,8 +1,9 @@
 """``rdma-cni install`` / ``rdma-cni uninstall``: put the plugin on a node.
 
 install: copy the one-dir bundle to ``<bin>/rdma-cni.d/`` (swapped in atomically
-with ``renameat2(RENAME_EXCHANGE)``), point ``<bin>/rdma-cni`` at its executable
-(a relative symlink, temp + rename), put ``nccl_env.sh`` next to it, then insert
+with ``renameat2(RENAME_EXCHANGE)``), point ``<bin>/rdma-cni`` at its native front
+``rdma-cni-front`` (or, in a bundle without one, at the bundle's own executable; a
+relative symlink, temp + rename), put ``nccl_env.sh`` next to it, then insert
 or update our entry right after the primary in the first CNI config file of the
 conf dir (lexical order, as libcni and containerd pick it). The file is backed up
 once as ``<file>.rdma-cni.bak`` and rewritten atomically. ``--watch`` keeps
@@ -44,6 +45,8 @@ MODE_LABEL = "vke.node.rdma.mode"
 CAPABILITY = "io.kubernetes.cri.pod-annotations"
 BACKUP_SUFFIX = ".rdma-cni.bak"
 BUNDLE_DIR = "rdma-cni.d"
+#: the native front in the bundle: forwards to `rdma-cni serve`, else execs the bundle
+FRONT = "rdma-cni-front"
 NCCL_ENV = "nccl_env.sh"
 _NCCL_IN_BUNDLE = ("_internal/rdma_cni/data/nccl_env.sh", "rdma_cni/data/nccl_env.sh")
 
@@ -268,7 +271,8 @@ def install_bundle(bundle: str, bin_dir: str) -> bool:
 
 def install_link(bin_dir: str) -> bool:
     link = os.path.join(bin_dir, PLUGIN_TYPE)
-    target = f"{BUNDLE_DIR}/{PLUGIN_TYPE}"
+    front = os.path.join(bin_dir, BUNDLE_DIR, FRONT)
+    target = f"{BUNDLE_DIR}/{FRONT if os.access(front, os.X_OK) else PLUGIN_TYPE}"
     if os.path.islink(link) and os.readlink(link) == target:
         return False
     tmp = os.path.join(bin_dir, f".{PLUGIN_TYPE}.tmp-{os.getpid()}")

@@ -7,6 +7,7 @@ the config is built on first use only, so a pass-through ADD never pays for it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .attachment import AttachmentKey, instance_of
@@ -41,6 +42,9 @@ class Request:
         self.prev_result = prev_result
         #: the pod netns as an open descriptor (resident path); None: open CNI_NETNS
         self.netns_fd: int | None = None
+        #: the resident path: true once the client gave up waiting (it runs the request
+        #: itself then); checked under the store lock before any change
+        self.abandoned: Callable[[], bool] | None = None
         self._netconf: NetConf | None = None
 
     @property

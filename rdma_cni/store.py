@@ -130,6 +130,19 @@ def _fsync_dir(path: str) -> None:
         raise _ioerr("sync directory", path, e) from e
 
 
+def _entry_written(directory: str) -> None:
+    """After a record's rename or link into ``directory``: its directory entry is left
+    to the kernel's writeback (no fsync of the directory, which was half the fsyncs of
+    an ADD). A process crash at any point cannot lose it: it is in the page cache. A
+    power loss can, but only together with everything the record describes: pod
+    netns, sub-interfaces, rules and routes do not survive a reboot and an exclusive NIC
+    boots in the host netns, so a record lost that way names nothing that still exists.
+    The record's data is still fsynced before the rename or link (``_write_temp``), so
+    a record that does survive is whole. Removals keep their directory fsync: a removal
+    lost by a power loss would bring back a stale record."""
+    del directory
+
+
 def _ensure_dir(path: str, parents: bool = False) -> None:
     try:
         if parents:
@@ -174,7 +187,7 @@ def _write_atomic(directory: str, name: str, data: bytes) -> None:
     except OSError as e:
         _unlink_quietly(tmp)
         raise _ioerr("rename into place", final, e) from e
-    _fsync_dir(directory)
+    _entry_written(directory)
 
 
 def _create_exclusive(directory: str, name: str, data: bytes) -> bool:
@@ -189,7 +202,7 @@ def _create_exclusive(directory: str, name: str, data: bytes) -> bool:
         raise _ioerr("create", final, e) from e
     finally:
         _unlink_quietly(tmp)
-    _fsync_dir(directory)
+    _entry_written(directory)
     return True
 
 

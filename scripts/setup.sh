@@ -9,7 +9,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
-PKGS="python3 python3-venv python3-pip python3-dev gcc iproute2 procps kmod
+PKGS="python3 python3-venv python3-pip python3-dev gcc libc6-dev iproute2 procps kmod
       containernetworking-plugins rdma-core ibverbs-utils python3-pyverbs containerd runc
       podman buildah catatonit debootstrap openssl
       golang-go golang-github-appc-cni-dev"

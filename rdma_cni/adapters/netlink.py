@@ -8,17 +8,47 @@ exceptions naming the action and the object.
 from __future__ import annotations
 
 import errno
+import importlib
+import importlib.util
 import ipaddress
 import socket
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
-
 from ..errors import CniError, IOFailure, NicUnavailable
 from . import netns
+
+
+def _light_package() -> None:
+    """Import pyroute2's modules without its package ``__init__``, which imports every
+    netlink family it has (NDB, IPDB, conntrack, nftables, wireless, ...: about half
+    the in-process plugin's start-up). The package module stands in with its real
+    ``__path__``; the first attribute asked of it that is not a submodule runs the real
+    ``__init__`` into it, so any other user of ``pyroute2`` still sees all of it."""
+    if "pyroute2" in sys.modules:
+        return
+    spec = importlib.util.find_spec("pyroute2")
+    if spec is None or spec.loader is None or not spec.submodule_search_locations:
+        return
+    pkg = importlib.util.module_from_spec(spec)
+    loader = spec.loader
+
+    def complete(name: str) -> Any:
+        if not name.startswith("__") and importlib.util.find_spec(f"pyroute2.{name}"):
+            return importlib.import_module(f"pyroute2.{name}")  # `from pyroute2 import config`
+        del pkg.__dict__["__getattr__"]
+        loader.exec_module(pkg)
+        return getattr(pkg, name)
+
+    pkg.__dict__["__getattr__"] = complete
+    sys.modules["pyroute2"] = pkg
+
+
+_light_package()
+from pyroute2.iproute.linux import IPRoute  # noqa: E402
+from pyroute2.netlink.exceptions import NetlinkError  # noqa: E402
 
 AF_INET = socket.AF_INET
 RT_TABLE_MAIN = 254
@@ -74,6 +104,14 @@ def os_strerror(err: int) -> str:
         return f"error {err}"
 
 
+def _socket() -> IPRoute:
+    """A request socket in no multicast group: pyroute2 subscribes to link, address and
+    route events by default, and would parse every broadcast of a busy node and of our
+    own changes. (Not ``strict_check``: with it, execs hung at exit holding the store
+    lock under the 64-pod load test.)"""
+    return IPRoute(groups=0)
+
+
 def _link(msg: Any) -> Link:
     info = msg.get_attr("IFLA_LINKINFO")
     kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
@@ -100,12 +138,12 @@ class Netlink:
 
     @classmethod
     def here(cls, label: str = "host") -> Netlink:
-        return cls(IPRoute(), label)
+        return cls(_socket(), label)
 
     @classmethod
     def inside(cls, fd: int, home: int, label: str) -> Netlink:
         with netns.entered(fd, home):
-            return cls(IPRoute(), label)
+            return cls(_socket(), label)
 
     def close(self) -> None:
         self.ipr.close()

@@ -5,16 +5,23 @@
    state as pending (so a crash from here on is cleaned by DEL/GC);
 3. apply the steps in the pod netns, rolling back on failure;
 4. wait (bounded) for the RoCE GIDs, save the state as ready, return the result.
+
+Each ADD tags the state it writes with its own request token: the pending state is
+written only when no other request's state is there (and, on the resident path,
+only while the client still waits), and the ready state and any rollback act only
+on a state that still carries the token, so a late duplicate never undoes another
+request's pod.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from .. import records, result
 from ..allocation import AllocationAnswer, PodRef, assign, kubelet_sources, lookup
-from ..errors import CniError, ConfigError, NicUnavailable, shown
+from ..errors import CniError, ConfigError, NicUnavailable, TryAgain, shown
 from ..execute import apply, steps_for
 from ..hostinfo import host_ipv4, nic_facts
 from ..ipam.allocator import build_pool
@@ -61,8 +68,9 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
         plans = plan_interfaces(nc, blocks, [facts[n] for n in names], req.key.digest())
         plans = nic_select.rdma_netns(nc, plans)
         plans = _free_tables(session, nc, plans)
-        plans = _reserve(req, nc, store, session, plans, facts)
-        return _apply(req, nc, store, session, plans)
+        token = os.urandom(8).hex()
+        plans = _reserve(req, nc, store, session, plans, facts, token)
+        return _apply(req, nc, store, session, plans, token)
     finally:
         session.close()
 
@@ -100,6 +108,7 @@ def _repeat(req: Request, store: Store, session: Session) -> dict[str, Any] | No
             _intact(session, state, req.key.digest()):
         _not_twice(req, state)
         return result.append(req.prev_result, state["result"])
+    _still_wanted(req)
     log.info("ADD of %s: replacing the earlier incomplete attachment", req.container_id)
     teardown(session, state, req.key.digest())
     with store.lock():
@@ -132,8 +141,29 @@ def _intact(session: Session, state: dict[str, Any], digest: str) -> bool:
     return True
 
 
+def _still_wanted(req: Request) -> None:
+    """Refuse to change anything for a client that gave up waiting (it runs the ADD itself)."""
+    if req.abandoned is not None and req.abandoned():
+        log.warning("ADD of %s abandoned by its client: nothing changed", req.container_id)
+        raise TryAgain(f"ADD of {req.container_id} abandoned by its caller: nothing changed")
+
+
+def _first_owner(req: Request, store: Store) -> None:
+    """Under the lock: only one request at a time builds an attachment."""
+    _still_wanted(req)
+    if store.get_state(req.key) is not None:
+        raise TryAgain(f"another ADD of {req.container_id} ({req.ifname}) got there first; "
+                       "retry")
+
+
+def _mine(store: Store, req: Request, token: str) -> dict[str, Any] | None:
+    state = store.get_state(req.key)
+    return state if state is not None and state.get("request") == token else None
+
+
 def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
-             plans: list[IfacePlan], facts: dict[str, NicFacts]) -> list[IfacePlan]:
+             plans: list[IfacePlan], facts: dict[str, NicFacts],
+             token: str) -> list[IfacePlan]:
     """Claim NICs and reserve addresses, then save the pending state (all under the lock)."""
     key = req.key
     assert session.host is not None
@@ -141,6 +171,7 @@ def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
     ranges = ranges_of(nc)
     out: list[IfacePlan] = []
     with store.lock():
+        _first_owner(req, store)
         try:
             for p in plans:
                 if nc.mode in ("shared", "exclusive") and not store.claim_nic(p.nic, key, p.name):
@@ -153,10 +184,10 @@ def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
                     ip = allocate(store, pool, key, p.name, p.requested_ip)
                     p = with_address(p, ip, pool.network.prefixlen)
                 out.append(p)
-            store.put_state(key, records.make_state(
+            store.put_state(key, {**records.make_state(
                 records.PENDING, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
                 nc.routing.rulePriority, out, origin=origin_of(req.netns),
-                conf_name=nc.cniConfName))
+                conf_name=nc.cniConfName), "request": token})
         except BaseException:
             store.purge(key)
             raise
@@ -164,7 +195,7 @@ def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
 
 
 def _apply(req: Request, nc: NetConf, store: Store, session: Session,
-           plans: list[IfacePlan]) -> dict[str, Any]:
+           plans: list[IfacePlan], token: str) -> dict[str, Any]:
     digest = req.key.digest()
     ctx = session.ctx(marker_of(digest), nc.routing.rulePriority)
     try:
@@ -172,25 +203,32 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
         nic_select.wait_gids(plans)
         macs = {p.name: ctx.pod.require(p.name).mac for p in plans}
     except BaseException as exc:
-        _undo(req, store, session, digest, exc)
+        _undo(req, store, session, token, exc)
         raise
     ours = result.our_part(plans, macs, req.netns)
-    store.put_state(req.key, records.make_state(
-        records.READY, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
-        nc.routing.rulePriority, plans, ours, origin=origin_of(req.netns),
-        conf_name=nc.cniConfName))
+    with store.lock():
+        if _mine(store, req, token) is None:
+            raise TryAgain(f"ADD of {req.container_id} was replaced by a later ADD meanwhile")
+        store.put_state(req.key, {**records.make_state(
+            records.READY, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
+            nc.routing.rulePriority, plans, ours, origin=origin_of(req.netns),
+            conf_name=nc.cniConfName), "request": token})
     return result.append(req.prev_result, ours)
 
 
-def _undo(req: Request, store: Store, session: Session, digest: str, exc: BaseException) -> None:
-    state = store.get_state(req.key)
-    try:
-        if state is not None:
-            teardown(session, state, digest)
-    except CniError as err:
-        log.error("ADD rollback left work for DEL: %s", err.msg)
-        return  # keep state: DEL finishes the job
+def _undo(req: Request, store: Store, session: Session, token: str, exc: BaseException) -> None:
+    """Undo this request's own attachment only: a state another request wrote stays."""
     with store.lock():
+        state = _mine(store, req, token)
+        if state is None:
+            log.warning("ADD of %s failed (%s); the attachment is another request's now: "
+                        "left as it is", req.container_id, exc)
+            return
+        try:
+            teardown(session, state, req.key.digest())
+        except CniError as err:
+            log.error("ADD rollback left work for DEL: %s", err.msg)
+            return  # keep state: DEL finishes the job
         store.purge(req.key)
     log.info("ADD of %s rolled back after: %s", req.container_id, exc)
 

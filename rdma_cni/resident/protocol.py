@@ -1,8 +1,11 @@
 """Framing of the resident protocol (pure; stdlib only, on the exec path).
 
-Request:  u32 header length, header JSON {"v":1,"env":{...}}, u32 stdin length, stdin.
+Request:  u32 header length, header JSON {"v":2,"env":{...}}, u32 stdin length, stdin.
           Ancillary SCM_RIGHTS: [client netns fd, pod netns fd (when CNI_NETNS opened)].
-Reply:    u32 length, JSON {"exit": int, "stdout": str, "stderr": str} or {"refuse": reason}.
+Reply:    u32 length, then 'A' i32 exit, u32 n, stdout bytes, u32 m, stderr bytes
+          (relayed byte for byte), or 'R' and the reason of a refusal.
+Integers in host byte order. Speakers: this package's client and the native front
+(front/rdma-cni-front.c), which parses the same frames.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ import json
 import struct
 from typing import Any
 
-VERSION = 1
+VERSION = 2
 MAX_FRAME = 2 << 20
 _LEN = struct.Struct("=I")
+_EXIT = struct.Struct("=i")
 DEFAULT_SOCKET = "/run/rdma-cni/rdma-cni.sock"
 #: the environment a request carries (nothing else of the client's is forwarded)
 FORWARDED = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS",
@@ -49,8 +53,20 @@ def request_size(prefix: bytes) -> int | None:
     return 8 + hlen + slen
 
 
+def _bytes(text: str) -> bytes:
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace")
+
+
 def encode_reply(doc: dict[str, Any]) -> bytes:
-    body = json.dumps(doc).encode()
+    if "refuse" in doc:
+        body = b"R" + _bytes(str(doc["refuse"]))
+    else:
+        out, err = _bytes(doc.get("stdout", "")), _bytes(doc.get("stderr", ""))
+        body = (b"A" + _EXIT.pack(int(doc.get("exit", 1))) + _LEN.pack(len(out)) + out +
+                _LEN.pack(len(err)) + err)
     return _LEN.pack(len(body)) + body
 
 
@@ -61,7 +77,19 @@ def reply_size(prefix: bytes) -> int | None:
 
 
 def decode_reply(data: bytes) -> dict[str, Any]:
-    doc = json.loads(data[4:])
-    if not isinstance(doc, dict):
+    """The inverse of :func:`encode_reply` (``data`` includes the length prefix)."""
+    body = data[4:]
+    if body[:1] == b"R":
+        return {"refuse": body[1:].decode("utf-8", "replace")}
+    if len(body) < 13 or body[:1] != b"A":
         raise ValueError("bad resident reply")
-    return doc
+    (code,) = _EXIT.unpack_from(body, 1)
+    (olen,) = _LEN.unpack_from(body, 5)
+    if olen > len(body) - 13:
+        raise ValueError("bad resident reply")
+    (elen,) = _LEN.unpack_from(body, 9 + olen)
+    if elen != len(body) - 13 - olen or not 0 <= code <= 255:
+        raise ValueError("bad resident reply")
+    text = body[9:9 + olen].decode("utf-8", "surrogateescape")
+    err = body[13 + olen:].decode("utf-8", "surrogateescape")
+    return {"exit": code, "stdout": text, "stderr": err}

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import array
 import io
+import json
 import logging
 import os
-import signal
+import select
 import socket
 import stat
 import threading
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from .. import dispatch, log
+from ..request import Request
 from . import protocol
 
 logger = logging.getLogger("rdma_cni")
@@ -42,6 +44,7 @@ class Server:
         os.close(fd)
         self.sock: socket.socket | None = None
         self.stopping = threading.Event()
+        self.owner = True  # removes the socket path at stop (a forked worker does not)
 
     def bind(self) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
@@ -73,6 +76,8 @@ class Server:
         self.stopping.set()
         if self.sock is not None:
             self.sock.close()
+        if not self.owner:
+            return
         try:
             if os.path.exists(self.path):
                 os.unlink(self.path)
@@ -84,7 +89,7 @@ class Server:
         try:
             conn.settimeout(10.0)
             data, fds = _receive(conn)
-            conn.sendall(protocol.encode_reply(self._answer(data, fds)))
+            conn.sendall(protocol.encode_reply(self._answer(conn, data, fds)))
         except (OSError, ValueError) as exc:
             logger.warning("resident request failed: %s", exc)
         finally:
@@ -92,7 +97,7 @@ class Server:
                 os.close(fd)
             conn.close()
 
-    def _answer(self, data: bytes, fds: list[int]) -> dict[str, Any]:
+    def _answer(self, conn: socket.socket, data: bytes, fds: list[int]) -> dict[str, Any]:
         env, stdin = protocol.decode_request(data)
         if not fds or _ino(fds[0]) != self.netns:
             return {"refuse": "client is in another network namespace"}
@@ -101,10 +106,31 @@ class Server:
         out, err = io.StringIO(), io.StringIO()
         pod_fd = fds[1] if len(fds) > 1 else None
         start = time.monotonic()
-        code = dispatch.run(env, stdin, out, err, handlers=self.handlers, netns_fd=pod_fd)
+
+        def watch(req: Request) -> None:
+            req.abandoned = lambda: _abandoned(conn)
+
+        code = dispatch.run(env, stdin, out, err, handlers=self.handlers, netns_fd=pod_fd,
+                            on_request=watch)
         logger.info("resident %s %s exit %d in %.1f ms", env.get("CNI_COMMAND"),
                     env.get("CNI_CONTAINERID", "")[:12], code, (time.monotonic() - start) * 1e3)
         return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def _abandoned(conn: socket.socket) -> bool:
+    """The client closed its end (it gave up waiting and runs the request itself)."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN | select.POLLHUP)
+    for _fd, events in poller.poll(0):
+        if events & (select.POLLHUP | select.POLLERR):
+            return True
+        try:
+            return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+    return False
 
 
 def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
@@ -140,6 +166,8 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--socket", help=f"unix socket to listen on (default {protocol.DEFAULT_SOCKET})")
     p.add_argument("--log-file", help="log file (default /var/log/rdma-cni.log)")
     p.add_argument("--log-level", help="debug, info, warning or error (default info)")
+    p.add_argument("--workers", type=_count, default=None,
+                   help="processes accepting on the socket (default: CPUs, at most 4)")
     args = p.parse_args(argv)
     conf: dict[str, Any] = {}
     if args.config:
@@ -160,10 +188,21 @@ def main(argv: list[str]) -> int:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    from . import workers
+
     server = Server(args.socket)
     server.bind()
-    signal.signal(signal.SIGTERM, lambda *_: server.stop())
-    signal.signal(signal.SIGINT, lambda *_: server.stop())
     logger.info("rdma-cni serving on %s", args.socket)
-    server.serve_forever()
+    workers.serve(server, args.workers or workers.default_count())
     return 0
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(
+            f"--workers must be an integer 1-64, got {json.dumps(text)}")
+    return value

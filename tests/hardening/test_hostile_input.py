@@ -1,4 +1,7 @@
-"""The bad and hostile input corpus (corpus.py) through the built binary.
+"""The bad and hostile input corpus (corpus.py) through the built binary as `install`
+lays it out (<bin>/rdma-cni is the native front, the bundle beside it), twice: with
+forwarding off (the front execs the bundle, which runs in-process) and through a
+running `rdma-cni serve` (the front forwards; the server must survive every case).
 
 One node netns for the whole module: rnic0 (shared-multi parent, pod A attached),
 rnic1 (exclusive NIC serving pod C), hostif (a host interface that is no RDMA NIC),
@@ -31,6 +34,9 @@ from harness import (
     pod_ipv4,
     run_raw,
 )
+from integration.test_resident import Serve
+
+from rdma_cni import install
 
 pytestmark = pytest.mark.root
 SUITE = "hostile-input"
@@ -46,6 +52,7 @@ class World:
     a_ip: str
     dead: str
     binary: list[str]
+    socket: str = ""  # the resident server's, or "" (in-process)
 
     def tokens(self) -> dict[str, str]:
         return {"@POD": self.pod_b.path, "@A_IP": self.a_ip, "@FILE": str(self.tmp / "afile"),
@@ -93,11 +100,26 @@ def _dead_netns() -> str:
     return f"/proc/{proc.pid}/ns/net"
 
 
-@pytest.fixture(scope="module")
-def world(built_binary: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def _installed(built_binary: list[str], tmp: Path) -> list[str]:
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    install.install_bundle(str(Path(built_binary[0]).parent), str(bin_dir))
+    install.install_link(str(bin_dir))
+    return [str(bin_dir / "rdma-cni")]
+
+
+@pytest.fixture(scope="module", params=["inproc", "resident"])
+def world(built_binary: list[str], tmp_path_factory: pytest.TempPathFactory,
+          request: pytest.FixtureRequest) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("hostile")
     node = Node()
+    built_binary = _installed(built_binary, tmp)
+    serve: Serve | None = None
     try:
+        if request.param == "resident":  # its socket and log outside the fingerprinted tree
+            side = tmp_path_factory.mktemp("serve")
+            serve = Serve(node.ns, side / "r.sock", side / "serve.log",
+                          argv=[str(tmp / "bin" / "rdma-cni.d" / "rdma-cni")])
         node.add_nic("rnic0", "198.51.100.1/26", routes=[(HPC_NET, "198.51.100.62")])
         node.add_nic("rnic1", "198.51.100.65/26", routes=[("198.19.0.0/16", "198.51.100.126")])
         node.add_nic("hostif", "198.18.5.1/24")
@@ -112,7 +134,11 @@ def world(built_binary: list[str], tmp_path_factory: pytest.TempPathFactory) -> 
         _attach(built_binary, node, tmp, "shared-multi", ["rnic0", "rnic1"], "ca", pod_a)
         _attach(built_binary, node, tmp, "exclusive", ["rnic1"], "cc", pod_c)
         a_ip = pod_ipv4(pod_a.name)[0][1]
-        yield World(tmp, node, pod_a, pod_b, pod_c, a_ip, _dead_netns(), built_binary)
+        yield World(tmp, node, pod_a, pod_b, pod_c, a_ip, _dead_netns(), built_binary,
+                    str(serve.sock) if serve else "")
+        if serve is not None:
+            assert serve.proc.poll() is None, "the resident server died during the corpus"
+            assert serve.served("ADD") > 0, "nothing reached the resident server"
         for cid, pod, mode in (("cc", pod_c, "exclusive"), ("ca", pod_a, "shared-multi")):
             conf = {**plugin_conf(mode, ["rnic0", "rnic1"], tmp), "name": "vpc-cni",
                     "cniVersion": "0.4.0"}
@@ -122,6 +148,8 @@ def world(built_binary: list[str], tmp_path_factory: pytest.TempPathFactory) -> 
         assert "rnic1" in node.links(), "exclusive NIC did not come back"
         assert not list((tmp / "data" / "state").glob("*")), "state left"
     finally:
+        if serve is not None:
+            serve.stop()
         node.close()
 
 
@@ -133,7 +161,7 @@ def build(world: World, case: Case) -> tuple[dict[str, str], bytes, dict[str, An
             env.pop(key, None)
         else:
             env[key] = world.resolve(value)
-    conf = plugin_conf(case.mode, ["rnic0"], world.tmp)
+    conf = plugin_conf(case.mode, ["rnic0"], world.tmp, residentSocket=world.socket)
     conf.update(name="vpc-cni", cniVersion="0.4.0")
     version = case.conf.get("cniVersion", "0.4.0")
     prev = vpc_result(world.pod_b.path, version=version if isinstance(version, str) and

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,10 +20,13 @@ pytestmark = pytest.mark.root
 
 
 class Serve:
-    def __init__(self, ns: str, sock: Path, log: Path) -> None:
+    """``rdma-cni serve`` in ``ns``; ``argv`` runs it (default: python -m rdma_cni)."""
+
+    def __init__(self, ns: str, sock: Path, log: Path,
+                 argv: Sequence[str] = (str(PYTHON), "-m", "rdma_cni")) -> None:
         self.sock, self.log = sock, log
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, str(PYTHON), "-m", "rdma_cni", "serve",
+            ["ip", "netns", "exec", ns, *argv, "serve",
              "--socket", str(sock), "--log-file", str(log)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
@@ -142,3 +145,42 @@ def test_hung_server_falls_back_after_the_bounded_wait(rig, tmp_path: Path) -> N
             c.close()
         listener.close()
         os.unlink(path)
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out += [int(x) for x in text]
+    return out
+
+
+def test_workers_share_the_store_and_stop_together(rig, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    rig.nic()
+    s = Serve(rig.node.ns, tmp_path / "w.sock", tmp_path / "w.log")
+    try:
+        workers = _children(s.proc.pid)
+        assert len(workers) >= 1, "serve forked no worker"
+        pods = [rig.pod() for _ in range(6)]
+        chain = rig.chain("shared-multi", residentSocket=str(s.sock))
+        runs: dict[int, object] = {}
+
+        def add(i: int) -> None:
+            runs[i] = chain.add(f"c{i}", pods[i].path, rdma_blocks(1))
+
+        threads = [threading.Thread(target=add, args=(i,)) for i in range(len(pods))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert all(r.rc == 0 for r in runs.values()), runs  # type: ignore[attr-defined]
+        addrs = [a for p in pods for a in p.addrs("eth1")]
+        assert len(addrs) == len(pods) == len(set(addrs)), addrs
+        assert s.served("ADD") == len(pods)
+        for i in range(len(pods)):
+            assert chain.delete(f"c{i}").rc == 0
+    finally:
+        s.stop()
+    for pid in workers:
+        assert not Path(f"/proc/{pid}").exists() or \
+            "zombie" in Path(f"/proc/{pid}/status").read_text(), f"worker {pid} outlived serve"

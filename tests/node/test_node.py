@@ -57,7 +57,7 @@ def state_files(node: Node) -> list[str]:
 
 def test_install_put_the_bundle_and_our_entry_on_the_host(node: Node) -> None:
     link = node.cni_bin / "rdma-cni"
-    assert os.readlink(link) == "rdma-cni.d/rdma-cni"
+    assert os.readlink(link) == "rdma-cni.d/rdma-cni-front"  # the native front, bundle beside
     version = subprocess.run([str(link), "--version"], capture_output=True, text=True,
                              timeout=60, check=True)  # the copied bundle runs on this host
     assert version.stdout.startswith("rdma-cni ")

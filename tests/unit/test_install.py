@@ -228,7 +228,8 @@ def test_k8s_manifests_parse_and_are_consistent() -> None:
                           "ClusterRoleBinding", "ConfigMap"}
     rules = {(tuple(r["resources"]), tuple(sorted(r["verbs"])))
              for r in kinds["ClusterRole"]["rules"]}
-    assert rules == {(("nodes",), ("get", "list", "watch")), (("pods",), ("get", "patch"))}
+    assert rules == {(("nodes",), ("get", "list", "watch")), (("pods",), ("get", "list", "patch")),
+                     (("events",), ("create",))}
     json.loads(kinds["ConfigMap"]["data"]["config.json"])
     spec = kinds["DaemonSet"]["spec"]["template"]["spec"]
     assert spec["hostNetwork"] is True

@@ -1,0 +1,384 @@
+/* rdma-cni-front: the exec'd CNI plugin binary, in front of `rdma-cni serve`.
+ *
+ * It reads stdin, passes it with the CNI environment and the pod netns (as a file
+ * descriptor, SCM_RIGHTS) to the resident server over its unix socket and relays the
+ * server's answer byte for byte (stdout, stderr, exit status). Whenever that cannot
+ * happen (argv subcommand, no socket, connect refused, the server refuses, a malformed
+ * or missing answer, no answer in time) it execs the complete plugin, the PyInstaller
+ * bundle `rdma-cni` beside this binary, with the same argv, environment and stdin.
+ * All plugin logic stays in the bundle and the server: this only moves bytes.
+ *
+ * Protocol (rdma_cni/resident/protocol.py, version 2):
+ *   request: u32 hlen, header JSON {"v":2,"env":{...}}, u32 slen, stdin;
+ *            SCM_RIGHTS [this process's netns, pod netns when CNI_NETNS is set]
+ *   reply:   u32 blen, body: 'A' i32 exit u32 olen stdout u32 elen stderr | 'R' reason
+ * Integers are in host byte order (both ends run on one host).
+ *
+ * Built with -DFRONT_FUZZ it exposes the parsers to a bounded random-input driver
+ * instead of main (tests/hardening/test_front.py).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_STDIN (1 << 20)       /* the plugin's own limit; one more byte shows excess */
+#define MAX_FRAME (2 << 20)
+#define MAX_HEADER (64 << 10)
+#define DEFAULT_SOCKET "/run/rdma-cni/rdma-cni.sock"
+#define BUNDLE_NAME "rdma-cni"
+#define CONNECT_MS 200
+#define DEFAULT_TIMEOUT_S 25.0
+#define MAX_DEPTH 64
+
+extern char **environ;
+static const char *FORWARDED[] = {"CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS",
+                                  "CNI_IFNAME", "CNI_ARGS", "CNI_PATH"};
+
+struct buf { char *p; size_t n, cap; };
+
+static int buf_put(struct buf *b, const void *src, size_t n) {
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + n) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p; b->cap = cap;
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+    return 0;
+}
+
+static int buf_u32(struct buf *b, uint32_t v) { return buf_put(b, &v, 4); }
+
+/* ---- the config's top-level "residentSocket" (a JSON scanner, no allocation) ---- */
+static const char *skip_ws(const char *s, const char *end) {
+    while (s < end && (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')) s++;
+    return s;
+}
+
+/* Past a JSON string starting at s (which is '"'); NULL when malformed. */
+static const char *skip_string(const char *s, const char *end) {
+    for (s++; s < end; s++) {
+        if (*s == '\\') { if (++s >= end) return NULL; }
+        else if (*s == '"') return s + 1;
+        else if ((unsigned char)*s < 0x20) return NULL;
+    }
+    return NULL;
+}
+
+/* Past one JSON value (strings, numbers, literals, nested arrays and objects). */
+static const char *skip_value(const char *s, const char *end, int depth) {
+    s = skip_ws(s, end);
+    if (s >= end || depth > MAX_DEPTH) return NULL;
+    if (*s == '"') return skip_string(s, end);
+    if (*s == '{' || *s == '[') {
+        char close = *s == '{' ? '}' : ']';
+        s = skip_ws(s + 1, end);
+        if (s < end && *s == close) return s + 1;
+        for (;;) {
+            if (close == '}') {
+                if (s >= end || *s != '"' || !(s = skip_string(s, end))) return NULL;
+                s = skip_ws(s, end);
+                if (s >= end || *s++ != ':') return NULL;
+            }
+            if (!(s = skip_value(s, end, depth + 1))) return NULL;
+            s = skip_ws(s, end);
+            if (s >= end) return NULL;
+            if (*s == close) return s + 1;
+            if (*s++ != ',') return NULL;
+            s = skip_ws(s, end);
+        }
+    }
+    const char *start = s;
+    while (s < end && strchr("+-.0123456789eEtrufalsn", *s)) s++;
+    return s > start ? s : NULL;
+}
+
+/* 1: found (out = the plain string value), 0: absent, -1: malformed, not a plain
+ * string (escapes), or too long for a socket path. */
+int front_socket_of(const char *s, size_t n, char *out, size_t outsz) {
+    const char *end = s + n, *key, *val;
+    int found = 0;
+    s = skip_ws(s, end);
+    if (s >= end || *s++ != '{') return -1;
+    s = skip_ws(s, end);
+    if (s < end && *s == '}') return 0;
+    for (;;) {
+        if (s >= end || *s != '"') return -1;
+        key = s;
+        if (!(s = skip_string(s, end))) return -1;
+        if (memchr(key, '\\', (size_t)(s - key))) return -1;  /* escaped keys: Python decides */
+        int ours = (size_t)(s - key) == 16 && memcmp(key, "\"residentSocket\"", 16) == 0;
+        s = skip_ws(s, end);
+        if (s >= end || *s++ != ':') return -1;
+        s = skip_ws(s, end);
+        val = s;
+        if (!(s = skip_value(s, end, 0))) return -1;
+        if (ours) {
+            size_t len = (size_t)(s - val);
+            if (*val != '"' || memchr(val, '\\', len) || len - 2 >= outsz) return -1;
+            memcpy(out, val + 1, len - 2);
+            out[len - 2] = 0;
+            found = 1;  /* a later duplicate key wins, as in Python's json */
+        }
+        s = skip_ws(s, end);
+        if (s >= end) return -1;
+        if (*s == '}') return skip_ws(s + 1, end) == end ? found : -1;
+        if (*s++ != ',') return -1;
+        s = skip_ws(s, end);
+    }
+}
+
+/* ---- request and reply frames ---- */
+/* ASCII only: a value with other bytes goes to the bundle, which keeps them exact. */
+static int put_json_string(struct buf *b, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    if (buf_put(b, "\"", 1)) return -1;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+        int rc;
+        if (c > 0x7f) return -1;
+        if (c == '"' || c == '\\') { esc[1] = (char)c; rc = buf_put(b, esc, 2); }
+        else if (c < 0x20 || c == 0x7f) rc = buf_put(b, esc, 6);
+        else rc = buf_put(b, s, 1);
+        if (rc) return -1;
+    }
+    return buf_put(b, "\"", 1);
+}
+
+int front_encode_request(struct buf *b, char *const *env, const char *in, size_t n) {
+    struct buf h = {0};
+    int first = 1, rc = -1;
+    if (buf_put(&h, "{\"v\":2,\"env\":{", 14)) goto out;
+    for (size_t i = 0; i < sizeof FORWARDED / sizeof *FORWARDED; i++) {
+        size_t klen = strlen(FORWARDED[i]);
+        for (char *const *e = env; *e; e++) {
+            if (strncmp(*e, FORWARDED[i], klen) || (*e)[klen] != '=') continue;
+            if ((!first && buf_put(&h, ",", 1)) || put_json_string(&h, FORWARDED[i]) ||
+                buf_put(&h, ":", 1) || put_json_string(&h, *e + klen + 1)) goto out;
+            first = 0;
+            break;
+        }
+    }
+    if (buf_put(&h, "}}", 2) || h.n > MAX_HEADER) goto out;
+    rc = buf_u32(b, (uint32_t)h.n) || buf_put(b, h.p, h.n) || buf_u32(b, (uint32_t)n) ||
+         buf_put(b, in, n) ? -1 : 0;
+out:
+    free(h.p);
+    return rc;
+}
+
+struct reply { int32_t exit; const char *out, *err; uint32_t olen, elen; };
+
+/* 1: an answer, 0: a refusal, -1: malformed. ``body`` excludes the length prefix. */
+int front_parse_reply(const char *body, size_t n, struct reply *r) {
+    uint32_t olen, elen;
+    if (n >= 1 && body[0] == 'R') return 0;
+    if (n < 13 || body[0] != 'A') return -1;
+    memcpy(&r->exit, body + 1, 4);
+    memcpy(&olen, body + 5, 4);
+    if (olen > n - 13) return -1;
+    memcpy(&elen, body + 9 + olen, 4);
+    if ((size_t)elen != n - 13 - olen || r->exit < 0 || r->exit > 255) return -1;
+    r->out = body + 9; r->olen = olen;
+    r->err = body + 13 + olen; r->elen = elen;
+    return 1;
+}
+
+#ifndef FRONT_FUZZ
+/* ---- talking to the server ---- */
+static long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static int connect_to(const char *path) {
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct timeval tv = {0, CONNECT_MS * 1000};
+    if (strlen(path) >= sizeof sa.sun_path) return -1;
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) { close(fd); return -1; }
+    return fd;
+}
+
+static int send_frame(int fd, const struct buf *f, const int *fds, int nfds) {
+    char ctl[CMSG_SPACE(2 * sizeof(int))] = {0};
+    struct iovec iov = {f->p, f->n};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                       .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+    ssize_t k;
+    do k = sendmsg(fd, &m, MSG_NOSIGNAL); while (k < 0 && errno == EINTR);
+    for (size_t off = k < 0 ? 0 : (size_t)k; k >= 0 && off < f->n; off += (size_t)k)
+        do k = send(fd, f->p + off, f->n - off, MSG_NOSIGNAL); while (k < 0 && errno == EINTR);
+    return k < 0 ? -1 : 0;
+}
+
+/* Read exactly n bytes before the deadline; -1 on EOF, error or timeout. */
+static int read_until(int fd, char *p, size_t n, long deadline) {
+    while (n) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        long left = deadline - now_ms();
+        if (left <= 0) return -1;
+        int rc = poll(&pf, 1, (int)(left > INT_MAX ? INT_MAX : left));
+        if (rc < 0 && errno == EINTR) continue;
+        if (rc <= 0) return -1;
+        ssize_t k = read(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k; n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k; n -= (size_t)k;
+    }
+    return 0;
+}
+
+static long timeout_ms(void) {
+    const char *v = getenv("RDMA_CNI_RESIDENT_TIMEOUT");
+    char *end;
+    double s = v && *v ? strtod(v, &end) : DEFAULT_TIMEOUT_S;
+    if (!v || !*v || *end || !(s > 0) || s > 3600) s = DEFAULT_TIMEOUT_S;
+    return (long)(s * 1000);
+}
+
+/* The server's answer relayed: returns the exit status, or -1 to fall back. */
+static int forward(const char *path, const struct buf *in) {
+    int fds[2], nfds = 0, sock = -1, rc = -1;
+    struct buf frame = {0};
+    char *body = NULL;
+    const char *netns = getenv("CNI_NETNS");
+    if ((fds[nfds] = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) return -1;
+    nfds++;
+    if (netns && *netns && (fds[nfds] = open(netns, O_RDONLY | O_CLOEXEC)) < 0) goto out;
+    if (netns && *netns) nfds++;
+    if (front_encode_request(&frame, environ, in->p, in->n) ||
+        (sock = connect_to(path)) < 0 || send_frame(sock, &frame, fds, nfds)) goto out;
+    long deadline = now_ms() + timeout_ms();
+    uint32_t blen;
+    struct reply r;
+    if (read_until(sock, (char *)&blen, 4, deadline) || blen > MAX_FRAME ||
+        !(body = malloc(blen ? blen : 1)) || read_until(sock, body, blen, deadline) ||
+        front_parse_reply(body, blen, &r) != 1) goto out;
+    write_all(1, r.out, r.olen);
+    write_all(2, r.err, r.elen);
+    rc = r.exit;
+out:
+    if (sock >= 0) close(sock);  /* the server sees the hang-up: it will not act */
+    while (nfds--) close(fds[nfds]);
+    free(frame.p);
+    free(body);
+    return rc;
+}
+
+/* ---- the fallback: the complete plugin, same argv, environment and stdin ---- */
+static void fail(const char *what) {
+    char msg[512];
+    int n = snprintf(msg, sizeof msg, "{\"cniVersion\":\"1.0.0\",\"code\":5,\"msg\":"
+                     "\"rdma-cni: %s: %s\"}\n", what, strerror(errno));
+    write_all(1, msg, n > 0 && (size_t)n < sizeof msg ? (size_t)n : 0);
+    _exit(1);
+}
+
+static void exec_bundle(char **argv, const struct buf *in, int have_stdin) {
+    char self[PATH_MAX], bundle[PATH_MAX + sizeof BUNDLE_NAME + 1];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k <= 0) fail("failed to find the plugin bundle");
+    self[k] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = 0;
+    snprintf(bundle, sizeof bundle, "%s/%s", self, BUNDLE_NAME);
+    if (have_stdin) {
+        int mfd = memfd_create("rdma-cni-stdin", 0);
+        if (mfd < 0 || write_all(mfd, in->p, in->n) || lseek(mfd, 0, SEEK_SET) != 0 ||
+            dup2(mfd, 0) < 0) fail("failed to hand stdin to the plugin bundle");
+        if (mfd != 0) close(mfd);
+    }
+    char *fallback[] = {bundle, NULL};
+    execve(bundle, argv[0] ? argv : fallback, environ);
+    fail("failed to run the plugin bundle");
+}
+
+static int read_stdin(struct buf *in) {
+    char chunk[65536];
+    while (in->n <= MAX_STDIN) {
+        ssize_t k = read(0, chunk, sizeof chunk);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -1;
+        if (k == 0) break;
+        if (buf_put(in, chunk, (size_t)k)) return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    struct buf in = {0};
+    char path[108] = DEFAULT_SOCKET;
+    const char *cmd = getenv("CNI_COMMAND");
+    if (argc > 1 || !cmd || !*cmd) exec_bundle(argv, &in, 0);
+    if (read_stdin(&in)) exec_bundle(argv, &in, 1);
+    if (in.n <= MAX_STDIN && front_socket_of(in.p ? in.p : "", in.n, path, sizeof path) >= 0 &&
+        path[0]) {
+        int rc = forward(path, &in);
+        if (rc >= 0) return rc;
+        setenv("RDMA_CNI_NO_RESIDENT", "1", 1);  /* tried: the bundle runs it in-process */
+    }
+    exec_bundle(argv, &in, 1);
+    return 1;
+}
+#endif
+
+#ifdef FRONT_FUZZ
+/* Driver of the bounded random-input test: records on stdin, one answer line each.
+ * Record: kind ('S' config scan, 'R' reply parse), u32 length, bytes.
+ * 'S' answers "rc hex(value)", 'R' answers "rc exit olen elen". */
+int main(void) {
+    uint32_t n;
+    char kind, out[108];
+    while (fread(&kind, 1, 1, stdin) == 1 && fread(&n, 4, 1, stdin) == 1) {
+        char *p = malloc(n ? n : 1);
+        if (!p || fread(p, 1, n, stdin) != n) return 2;
+        if (kind == 'S') {
+            int rc = front_socket_of(p, n, out, sizeof out);
+            printf("%d ", rc);
+            for (char *c = out; rc == 1 && *c; c++) printf("%02x", (unsigned char)*c);
+            printf("\n");
+        } else {
+            struct reply r = {0};
+            int rc = front_parse_reply(p, n, &r);
+            printf("%d %d %u %u\n", rc, rc == 1 ? r.exit : 0, r.olen, r.elen);
+        }
+        fflush(stdout);
+        free(p);
+    }
+    return 0;
+}
+#endif

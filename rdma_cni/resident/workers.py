@@ -1,0 +1,69 @@
+"""Several `rdma-cni serve` processes on one listening socket.
+
+One interpreter runs one request's Python at a time (the GIL), so pods started at
+once (a node rebooting) queue behind each other. After binding and preloading, the
+server forks ``workers - 1`` copies; every process accepts on the same socket (the
+kernel hands each connection to one of them). They share the store the way exec'd
+plugins always did: its flock locks are per open file, so they serialize ADDs of
+different processes exactly as they serialize different execs.
+
+Children die with the parent (PR_SET_PDEATHSIG) and are ended by their PIDs when it
+stops; only the parent removes the socket path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+
+from .server import Server
+
+logger = logging.getLogger("rdma_cni")
+PR_SET_PDEATHSIG = 1
+
+
+def default_count() -> int:
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def _child(server: Server) -> None:
+    server.owner = False
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the parent
+    server.serve_forever()
+
+
+def serve(server: Server, workers: int) -> None:
+    """Serve with ``workers`` processes; returns when the parent is told to stop."""
+    children: list[int] = []
+    for _ in range(workers - 1):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                _child(server)
+            except BaseException:
+                logger.exception("resident worker %d failed", os.getpid())
+                code = 1
+            os._exit(code)
+        children.append(pid)
+    if children:
+        logger.info("resident workers: %d (pids %s)", workers, children)
+    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    signal.signal(signal.SIGINT, lambda *_: server.stop())
+    try:
+        server.serve_forever()
+    finally:
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+        for pid in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)

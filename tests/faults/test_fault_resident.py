@@ -1,0 +1,102 @@
+"""Faults of the resident path (issue 14 item 4): a request the client abandoned
+must not act, and a rollback must only undo what its own request did.
+
+The client's deadline is cut to 1 s and the kubelet's first answer (the one the
+resident server waits for) takes 2.5 s; the client gives up, runs the ADD
+in-process (the kubelet then answers at once) and the pod is up. The server's
+late copy of the ADD must then leave the running pod as it is.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cnirunner import data_files, rdma_blocks
+from fakekubelet import FakeKubelet
+from integration.conftest import Rig, built_binary, rig, runner  # noqa: F401
+from integration.test_resident import Serve
+
+from rdma_cni import install
+
+pytestmark = pytest.mark.root
+RESOURCE = "vke.volcengine.com/rdma"
+
+
+@pytest.fixture(params=["python-client", "front"])
+def client(request: pytest.FixtureRequest, tmp_path: Path) -> list[str] | None:
+    """The exec'd side: the Python entry (python -m rdma_cni) or the native front as
+    `install` lays it out."""
+    if request.param == "python-client":
+        return None
+    bundle = Path(request.getfixturevalue("built_binary")[0]).parent
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    install.install_bundle(str(bundle), str(bin_dir))
+    install.install_link(str(bin_dir))
+    return [str(bin_dir / "rdma-cni")]
+
+
+@pytest.fixture
+def kubelet(tmp_path: Path) -> Iterator[FakeKubelet]:
+    k = FakeKubelet(pr_socket=str(tmp_path / "pr.sock")).start()
+    try:
+        yield k
+    finally:
+        k.stop()
+
+
+def _slow_first_answer(k: FakeKubelet, delay: float) -> threading.Thread:
+    """The first PodResources call sleeps ``delay``; later ones answer at once."""
+    k.delay = delay
+
+    def watch() -> None:
+        deadline = time.monotonic() + 30
+        while not k.calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        k.delay = 0.0
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+def _wait_served(serve: Serve, command: str, count: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while serve.served(command) < count:
+        assert time.monotonic() < deadline, f"the server never finished its {command}"
+        time.sleep(0.05)
+
+
+def test_late_resident_add_leaves_the_finished_pod_alone(
+        rig: Rig, kubelet: FakeKubelet, client: list[str] | None,  # noqa: F811
+        tmp_path: Path) -> None:
+    rig.nic()
+    pod = rig.pod()
+    kubelet.set_pod("default", "p1", {RESOURCE: ["rnic0@0"]})
+    serve = Serve(rig.node.ns, tmp_path / "r.sock", tmp_path / "serve.log")
+    try:
+        chain = rig.chain("shared-multi", binary=client, residentSocket=str(serve.sock),
+                          kubelet={"podResourcesSocket": kubelet.pr_socket,
+                                   "checkpointFile": str(tmp_path / "no-checkpoint"),
+                                   "devicePluginDir": str(tmp_path)})
+        chain.env = {"RDMA_CNI_RESIDENT_TIMEOUT": "1"}
+        watcher = _slow_first_answer(kubelet, 2.5)
+        add = chain.add("c1", pod.path, rdma_blocks(1))
+        watcher.join()
+        assert add.rc == 0, add.out
+        assert pod.addrs("eth1") == ["198.51.100.2/26"]
+        files = data_files(rig.data_dir)
+        _wait_served(serve, "ADD", 1)  # the abandoned copy has run to its end
+        time.sleep(0.2)
+        assert pod.addrs("eth1") == ["198.51.100.2/26"], "the late ADD tore the pod down"
+        assert data_files(rig.data_dir) == files, "the late ADD changed the store"
+        assert "abandoned" in serve.log.read_text()
+        assert chain.check("c1").rc == 0
+        assert chain.delete("c1").rc == 0
+        assert sorted(pod.links()) == ["eth0", "lo"]
+    finally:
+        serve.stop()

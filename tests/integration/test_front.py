@@ -1,0 +1,177 @@
+"""The native front (front/rdma-cni-front.c) as `install` lays it out:
+<bin>/rdma-cni -> rdma-cni.d/rdma-cni-front, the bundle beside it.
+
+It forwards every CNI request to `rdma-cni serve` and relays the answer; whenever
+the server is absent, refuses, hangs past the deadline, dies mid-reply or answers
+garbage it execs the bundle, which runs the request in-process, exactly once.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from cnirunner import rdma_blocks, sh
+from test_resident import Serve
+
+from rdma_cni import install
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def bin_dir(built_binary: list[str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CNI bin dir laid out by install's own functions from the session's bundle."""
+    dest = tmp_path_factory.mktemp("cni-bin")
+    install.install_bundle(str(Path(built_binary[0]).parent), str(dest))
+    install.install_link(str(dest))
+    assert (dest / "rdma-cni").resolve() == (dest / "rdma-cni.d" / "rdma-cni-front").resolve()
+    return dest
+
+
+def _front(bin_dir: Path) -> list[str]:
+    return [str(bin_dir / "rdma-cni")]
+
+
+@pytest.fixture
+def serve(rig, bin_dir: Path, tmp_path: Path) -> Iterator[Serve]:  # type: ignore[no-untyped-def]
+    s = Serve(rig.node.ns, tmp_path / "r.sock", tmp_path / "serve.log",
+              argv=[str(bin_dir / "rdma-cni.d" / "rdma-cni")])
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+class FakeServer:
+    """A socket that accepts and then does ``act(conn)`` (hang, half reply, garbage)."""
+
+    def __init__(self, path: Path, act: Callable[[socket.socket], None]) -> None:
+        self.path, self.act, self.accepted = path, act, 0
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen(8)
+        self.listener.settimeout(0.1)
+        self.stop_flag = threading.Event()
+        self.held: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stop_flag.is_set():
+            try:
+                conn = self.listener.accept()[0]
+            except TimeoutError:
+                continue
+            self.accepted += 1
+            self.held.append(conn)
+            conn.settimeout(5)
+            try:
+                conn.recv(1 << 20)
+                self.act(conn)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.stop_flag.set()
+        self.thread.join()
+        for c in self.held:
+            c.close()
+        self.listener.close()
+        self.path.unlink()
+
+
+def _hang(conn: socket.socket) -> None:
+    del conn  # never answer
+
+
+def _half_reply(conn: socket.socket) -> None:
+    body = b"A" + struct.pack("=iI", 0, 100) + b'{"cniVersion":"0.4.0"'
+    conn.sendall(struct.pack("=I", len(body) + 200) + body)
+    conn.close()  # killed mid-reply
+
+
+def _garbage(conn: socket.socket) -> None:
+    body = b"A" + struct.pack("=iI", 0, 1 << 30) + b"x"
+    conn.sendall(struct.pack("=I", len(body)) + body)
+
+
+def _add_del(rig, bin_dir: Path, sock: str, env: dict[str, str] | None = None,  # type: ignore[no-untyped-def]
+             ) -> float:
+    pod = rig.pod()
+    chain = rig.chain("shared-multi", binary=_front(bin_dir), residentSocket=sock)
+    chain.env = env or {}
+    start = time.monotonic()
+    add = chain.add("c1", pod.path, rdma_blocks(1))
+    took = time.monotonic() - start
+    assert add.rc == 0, (add.out, add.err)
+    assert pod.addrs("eth1") == ["198.51.100.2/26"]
+    assert chain.check("c1").rc == 0
+    assert chain.delete("c1").rc == 0
+    assert sorted(pod.links()) == ["eth0", "lo"]
+    return took
+
+
+def test_front_forwards_add_check_del_and_pass_through(rig, bin_dir: Path,  # type: ignore[no-untyped-def]
+                                                       serve: Serve) -> None:
+    rig.nic()
+    _add_del(rig, bin_dir, str(serve.sock))
+    assert (serve.served("ADD"), serve.served("CHECK"), serve.served("DEL")) == (1, 1, 1)
+    pod = rig.pod()
+    chain = rig.chain("shared-multi", binary=_front(bin_dir), residentSocket=str(serve.sock))
+    add = chain.add("c2", pod.path, [{"cniConf": {"name": "other"}}])
+    assert add.rc == 0 and len(add.out["interfaces"]) == 1
+    assert serve.served("ADD") == 2  # the server decides pass-through too
+    assert chain.delete("c2").rc == 0
+
+
+def test_front_without_server_runs_the_bundle(rig, bin_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    rig.nic()
+    _add_del(rig, bin_dir, str(tmp_path / "absent.sock"))
+    _add_del(rig, bin_dir, "")  # forwarding disabled
+
+
+def test_front_falls_back_when_the_server_refuses(rig, bin_dir: Path,  # type: ignore[no-untyped-def]
+                                                  tmp_path: Path) -> None:
+    other = f"{rig.node.prefix}x"
+    sh("ip", "netns", "add", other)
+    try:
+        s = Serve(other, tmp_path / "o.sock", tmp_path / "o.log",
+                  argv=[str(bin_dir / "rdma-cni.d" / "rdma-cni")])
+        try:
+            rig.nic()
+            _add_del(rig, bin_dir, str(s.sock))
+            assert s.served("ADD") == 0
+        finally:
+            s.stop()
+    finally:
+        sh("ip", "netns", "del", other)
+
+
+@pytest.mark.parametrize("act", [_hang, _half_reply, _garbage], ids=["hung", "killed", "garbage"])
+def test_front_falls_back_once_on_a_broken_server(rig, bin_dir: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                  act: Callable[[socket.socket], None]) -> None:
+    rig.nic()
+    fake = FakeServer(tmp_path / "f.sock", act)
+    try:
+        took = _add_del(rig, bin_dir, str(fake.path), {"RDMA_CNI_RESIDENT_TIMEOUT": "1"})
+        if act is _hang:
+            assert 1.0 <= took < 15
+        assert fake.accepted == 3  # ADD, CHECK, DEL each tried once; the bundle never retried
+    finally:
+        fake.close()
+
+
+def test_front_passes_subcommands_to_the_bundle(bin_dir: Path) -> None:
+    out = subprocess.run([str(bin_dir / "rdma-cni"), "--version"], capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert out.stdout.startswith("rdma-cni ")
+    about = subprocess.run([str(bin_dir / "rdma-cni")], capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+    assert about.returncode == 0 and about.stdout == "" and "rdma-cni" in about.stderr
