@@ -260,12 +260,17 @@ def _owner_of(rec: dict[str, Any]) -> Owner:
     return _key_of(rec), ifname
 
 
+_pidns: list[str] = []  # a process's own PID namespace never changes: read it once
+
+
 def _pid_namespace() -> str:
     """This process's PID namespace (the inode of /proc/self/ns/pid), "" if unknown."""
-    try:
-        return str(os.stat("/proc/self/ns/pid").st_ino)
-    except OSError:
-        return ""
+    if not _pidns:
+        try:
+            _pidns.append(str(os.stat("/proc/self/ns/pid").st_ino))
+        except OSError:
+            return ""
+    return _pidns[0]
 
 
 def _writer_tag() -> str:
