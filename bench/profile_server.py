@@ -31,7 +31,7 @@ from sides import RdmaCni, rdma_blocks  # noqa: E402
 
 
 def inner(args: argparse.Namespace) -> int:
-    from rdma_cni import dispatch
+    from rdma_cni.cni import dispatch
     from rdma_cni.resident import server
 
     for name in server.PRELOAD:

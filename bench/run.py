@@ -98,7 +98,7 @@ def install_bundle(binary: str, tmp: str) -> str:
     (``<bin>/rdma-cni`` -> ``rdma-cni.d/rdma-cni-front``, the bundle beside it), so the
     run measures the binary as a node runs it and a rebuild of dist/ cannot touch it."""
     sys.path.insert(0, str(REPO))
-    from rdma_cni import install
+    from rdma_cni.tools import install
 
     bin_dir = os.path.join(tmp, "bin")
     os.makedirs(bin_dir)

@@ -12,16 +12,16 @@ import os
 import sys
 
 SUBCOMMANDS = {
-    "doctor": "rdma_cni.doctor",
-    "nccl-env": "rdma_cni.nccl_env",
-    "ls": "rdma_cni.ls",
-    "install": "rdma_cni.install",
-    "uninstall": "rdma_cni.install",
-    "agent": "rdma_cni.agent",
-    "device-plugin": "rdma_cni.deviceplugin.cli",
-    "exporter": "rdma_cni.exporter",
+    "doctor": "rdma_cni.tools.doctor",
+    "nccl-env": "rdma_cni.tools.nccl_env",
+    "ls": "rdma_cni.tools.ls",
+    "install": "rdma_cni.tools.install",
+    "uninstall": "rdma_cni.tools.install",
+    "agent": "rdma_cni.kube.agent.reconciler",
+    "device-plugin": "rdma_cni.kube.deviceplugin.cli",
+    "exporter": "rdma_cni.kube.exporter",
     "serve": "rdma_cni.resident.server",
-    "probe": "rdma_cni.probe",
+    "probe": "rdma_cni.tools.probe",
 }
 SUMMARIES = {  # one line each for the about text; a subcommand without one is still listed
     "doctor": "check this node (NICs, netmasks, RDMA netns mode, kubelet, mounts, config)",
@@ -68,7 +68,8 @@ def plugin_main() -> int:
         sys.stderr.write(str(reply.get("stderr", "")))
         code = reply.get("exit", 1)
         return code if isinstance(code, int) else 1
-    from . import dispatch, log
+    from rdma_cni import log
+    from rdma_cni.cni import dispatch
 
     log.configure(conf)
     return dispatch.run(os.environ, stdin, sys.stdout, sys.stderr)
@@ -77,7 +78,7 @@ def plugin_main() -> int:
 def _resident(conf: dict[str, object], stdin: bytes) -> dict[str, object] | None:
     """Forward to the resident process when it can serve this request faster; None:
     run in-process (pass-through, DEL/GC without a netns, no server, refused, no answer)."""
-    from .resident.protocol import DEFAULT_SOCKET
+    from rdma_cni.resident.protocol import DEFAULT_SOCKET
 
     command = os.environ.get("CNI_COMMAND", "")
     path = conf.get("residentSocket", DEFAULT_SOCKET)
@@ -87,14 +88,14 @@ def _resident(conf: dict[str, object], stdin: bytes) -> dict[str, object] | None
         return None  # the native front already tried the server
     if command == "DEL" and not os.environ.get("CNI_NETNS"):
         return None
-    from .commands import requested_blocks_of
+    from rdma_cni.cni.commands import requested_blocks_of
 
     try:
         if not requested_blocks_of(conf):
             return None  # pass-through is cheapest right here
     except Exception:
         return None  # the in-process dispatcher reports it
-    from .resident.client import forward
+    from rdma_cni.resident.client import forward
 
     return forward(dict(os.environ), stdin, path)
 
@@ -118,13 +119,13 @@ def _subcommand(argv: list[str]) -> int:
         sys.stdout.write(about())
         return 0
     if name in ("-v", "--version", "version"):
-        from .cliargs import version_text
+        from rdma_cni.cliargs import version_text
 
         sys.stdout.write(version_text() + "\n")
         return 0
     module = SUBCOMMANDS.get(name)
     if module is None:
-        from .errors import shown
+        from rdma_cni.errors import shown
 
         sys.stderr.write(f"rdma-cni: unknown subcommand {shown(name)}: expected one of "
                          f"{', '.join(SUBCOMMANDS)} (see `rdma-cni --help`)\n")
@@ -141,7 +142,7 @@ def _subcommand(argv: list[str]) -> int:
 
 def _run_subcommand(name: str, module: str, args: list[str]) -> int:
     """Run one subcommand; any failure is one line on stderr and exit code 1."""
-    from .errors import CniError
+    from rdma_cni.errors import CniError
 
     try:
         return int(importlib.import_module(module).main(args) or 0)

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import NoReturn
 
-from . import __version__
+from rdma_cni import __version__
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 EPILOG = "exit codes: 0 ok, 1 failure (one line on stderr says what to fix), 2 usage error"

@@ -20,7 +20,7 @@ def configure(conf: dict[str, Any]) -> None:
 
 def setup(conf: dict[str, Any] | None = None) -> None:
     """Make the handlers now (resident server, tests)."""
-    from .logsetup import setup as make
+    from rdma_cni.logsetup import setup as make
 
     make(conf)
     _state["conf"], _state["ready"] = None, True

@@ -15,7 +15,7 @@ from typing import Any
 
 from fakekubelet import FakeKubelet, PluginClient
 
-from rdma_cni.deviceplugin.server import socket_name
+from rdma_cni.kube.deviceplugin.server import socket_name
 
 RESOURCE = "vke.volcengine.com/rdma"
 

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import CniError, IOFailure, NicUnavailable
-from . import netns
+from rdma_cni.adapters import netns
+from rdma_cni.errors import CniError, IOFailure, NicUnavailable
 
 
 def _light_package() -> None:

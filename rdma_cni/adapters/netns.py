@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..errors import EnvError, IOFailure
+from rdma_cni.errors import EnvError, IOFailure
 
 CLONE_NEWNET = 0x40000000
 _NSFS_MAGIC = 0x6E736673

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ..errors import IOFailure
+from rdma_cni.errors import IOFailure
 
 NETLINK_RDMA = 20
 RDMA_NL_NLDEV = 5

@@ -5,13 +5,13 @@ from __future__ import annotations
 from ipaddress import IPv4Address
 from typing import Protocol
 
-from rdma_cni.attachment import AttachmentKey
+from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError
 from rdma_cni.ipam.allocator import Pool, choose
 
 
 class IpStore(Protocol):
-    """What IPAM needs of a store (:class:`rdma_cni.store.Store` implements it)."""
+    """What IPAM needs of a store (:class:`rdma_cni.store.core.Store` implements it)."""
 
     def ip_owners(self, pool: str) -> dict[IPv4Address, tuple[AttachmentKey, str]]: ...
 

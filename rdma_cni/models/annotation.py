@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ConfigError, TooManyInterfaces, shown
+from rdma_cni.errors import ConfigError, TooManyInterfaces, shown
 
 ANNOTATION = "k8s.volcengine.com/pod-networks"
 CAPABILITY = "io.kubernetes.cri.pod-annotations"

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
-from ..errors import ConfigError, shown
+from rdma_cni.errors import ConfigError, shown
 
 _IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 RESERVED_IFNAMES = frozenset((".", "..", "lo", "eth0"))

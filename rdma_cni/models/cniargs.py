@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..errors import EnvError, shown
+from rdma_cni.errors import EnvError, shown
 
 K8S_KEYS = ("K8S_POD_NAMESPACE", "K8S_POD_NAME", "K8S_POD_INFRA_CONTAINER_ID", "K8S_POD_UID")
 _KNOWN = frozenset((*K8S_KEYS, "IgnoreUnknown"))

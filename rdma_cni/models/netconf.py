@@ -11,11 +11,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import ConfigError, shown
-from ..metrics_file import DEFAULT_PATH as DEFAULT_METRICS
-from ..resident.protocol import DEFAULT_SOCKET
-from ..store import DEFAULT_DATA_DIR, valid_netdev
-from .blocks import explain
+from rdma_cni import defaults
+from rdma_cni.errors import ConfigError, shown
+from rdma_cni.models.blocks import explain
+from rdma_cni.store.core import valid_netdev
 
 Mode = Literal["shared", "shared-multi", "shared-host", "exclusive"]
 SHARED_MODES = ("shared", "shared-multi", "shared-host")
@@ -72,7 +71,7 @@ class IpamConf(_Strict):
 
 class RoutingConf(_Strict):
     tableBase: int = Field(default=100, ge=1, le=0x7FFFFF00)
-    rulePriority: int = Field(default=20000, ge=1, le=32765)
+    rulePriority: int = Field(default=defaults.RULE_PRIORITY, ge=1, le=32765)
 
 
 class KubeletConf(_Strict):
@@ -99,11 +98,11 @@ class NetConf(BaseModel):
     kubelet: KubeletConf = Field(default_factory=KubeletConf)
     slotsPerNic: int = Field(16, ge=1, le=1024)
     hostSlots: int = Field(16, ge=1, le=1024)
-    dataDir: str = DEFAULT_DATA_DIR
+    dataDir: str = defaults.DATA_DIR
     logFile: str = "/var/log/rdma-cni.log"
     logLevel: Literal["debug", "info", "warning", "error"] = "info"
-    residentSocket: str = DEFAULT_SOCKET
-    metricsFile: str = DEFAULT_METRICS
+    residentSocket: str = defaults.RESIDENT_SOCKET
+    metricsFile: str = defaults.METRICS_FILE
     runtimeConfig: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("mtu")

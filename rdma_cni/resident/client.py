@@ -12,7 +12,7 @@ import os
 import socket
 from typing import Any
 
-from . import protocol
+from rdma_cni.resident import protocol
 
 CONNECT_TIMEOUT = 0.2
 #: bounded wait for the answer; past it the request runs in-process (the store's lock

@@ -14,11 +14,13 @@ import json
 import struct
 from typing import Any
 
+from rdma_cni import defaults
+
 VERSION = 2
 MAX_FRAME = 2 << 20
 _LEN = struct.Struct("=I")
 _EXIT = struct.Struct("=i")
-DEFAULT_SOCKET = "/run/rdma-cni/rdma-cni.sock"
+DEFAULT_SOCKET = defaults.RESIDENT_SOCKET
 #: the environment a request carries (nothing else of the client's is forwarded)
 FORWARDED = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS",
              "CNI_PATH")

@@ -21,13 +21,15 @@ import threading
 import time
 from typing import Any
 
-from .. import dispatch, log
-from ..request import Request
-from . import protocol
+from rdma_cni import log
+from rdma_cni.cni import dispatch
+from rdma_cni.cni.request import Request
+from rdma_cni.resident import protocol
 
 logger = logging.getLogger("rdma_cni")
-PRELOAD = ("rdma_cni.commands.add", "rdma_cni.commands.delete", "rdma_cni.commands.check",
-           "rdma_cni.commands.status", "rdma_cni.models.netconf", "rdma_cni.adapters.netlink")
+PRELOAD = ("rdma_cni.cni.commands.add", "rdma_cni.cni.commands.delete",
+           "rdma_cni.cni.commands.check", "rdma_cni.cni.commands.status",
+           "rdma_cni.models.netconf", "rdma_cni.adapters.netlink")
 
 
 def _ino(fd: int) -> tuple[int, int]:
@@ -157,7 +159,7 @@ def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
 def _args(argv: list[str]) -> argparse.Namespace:
     """Options; with --config, the config's residentSocket, logFile and logLevel are the
     defaults (an explicit option wins)."""
-    from ..cliargs import parser
+    from rdma_cni.cliargs import parser
 
     p = parser("rdma-cni serve", "Resident server: answers the plugin's CNI requests "
                "without a new process each time (the plugin falls back to running in-process).",
@@ -171,7 +173,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     conf: dict[str, Any] = {}
     if args.config:
-        from ..subconfig import read_json_object
+        from rdma_cni.models.subconfig import read_json_object
 
         conf = read_json_object(args.config)
     args.socket = args.socket or conf.get("residentSocket") or protocol.DEFAULT_SOCKET
@@ -188,7 +190,7 @@ def main(argv: list[str]) -> int:
 
     for name in PRELOAD:
         importlib.import_module(name)
-    from . import workers
+    from rdma_cni.resident import workers
 
     server = Server(args.socket)
     server.bind()

@@ -19,7 +19,7 @@ import logging
 import os
 import signal
 
-from .server import Server
+from rdma_cni.resident.server import Server
 
 logger = logging.getLogger("rdma_cni")
 PR_SET_PDEATHSIG = 1

@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 
 from agent_rig import AgentContainer, podman_usable
 
-from rdma_cni import records
 from rdma_cni.adapters.cri import CriClient
-from rdma_cni.attachment import AttachmentKey
-from rdma_cni.store import Store
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.store import records
+from rdma_cni.store.core import Store
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(bool(podman_usable()), reason=podman_usable() or "-")]

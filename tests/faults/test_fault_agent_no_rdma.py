@@ -29,7 +29,7 @@ from cnirunner import BINARY, Chain, Node, plugin_conf, pod_networks, rdma_block
 from fakecri import FakeCri
 from fakekubeapi import FakeKubeApi, pod
 
-from rdma_cni.exporter.agent import AgentCollector
+from rdma_cni.kube.exporter.agent import AgentCollector
 from rdma_cni.proto import cri_v1_pb2 as cri_pb
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),

@@ -29,7 +29,7 @@ import pytest
 from cnirunner import rdma_blocks, sh
 
 pytestmark = pytest.mark.root
-WAIT = 10.0  # rdma_cni.teardown.RETURN_WAIT
+WAIT = 10.0  # rdma_cni.datapath.teardown.RETURN_WAIT
 
 
 def _bus_device() -> str:

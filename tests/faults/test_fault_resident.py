@@ -20,7 +20,7 @@ from fakekubelet import FakeKubelet
 from integration.conftest import Rig, built_binary, rig, runner  # noqa: F401
 from integration.test_resident import Serve
 
-from rdma_cni import install
+from rdma_cni.tools import install
 
 pytestmark = pytest.mark.root
 RESOURCE = "vke.volcengine.com/rdma"

@@ -13,14 +13,14 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from rdma_cni import dispatch, versions
 from rdma_cni.adapters.kubelet import parse_checkpoint
+from rdma_cni.cni import dispatch, versions
+from rdma_cni.cni.request import Request
 from rdma_cni.errors import CniError, Code
 from rdma_cni.models.annotation import our_blocks
 from rdma_cni.models.blocks import validate_blocks
 from rdma_cni.models.cniargs import parse_cni_args
 from rdma_cni.models.netconf import load_netconf
-from rdma_cni.request import Request
 
 #: what parse_checkpoint may raise (checkpoint_devices maps these to IOFailure)
 CHECKPOINT_ERRORS = (ValueError, TypeError, KeyError, AttributeError)

@@ -16,9 +16,9 @@ import pytest
 from cnirunner import PYTHON, REPO, rdma_blocks, snapshot
 from harness import bump
 
-from rdma_cni.execute import steps_for
-from rdma_cni.plan import IfacePlan
-from rdma_cni.store import Store
+from rdma_cni.datapath.execute import steps_for
+from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.store.core import Store
 
 pytestmark = pytest.mark.root
 SUITE = "crash"
@@ -96,8 +96,8 @@ def test_del_killed_then_del(rig, mode: str, k: int) -> None:
 
 WRITER = r"""
 import ipaddress, sys, itertools
-from rdma_cni.attachment import AttachmentKey
-from rdma_cni.store import Store
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.store.core import Store
 s = Store(sys.argv[1])
 for i in itertools.count():
     key = AttachmentKey("vpc-cni", f"w{i % 7}", "eth0")

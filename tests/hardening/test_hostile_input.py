@@ -36,7 +36,7 @@ from harness import (
 )
 from integration.test_resident import Serve
 
-from rdma_cni import install
+from rdma_cni.tools import install
 
 pytestmark = pytest.mark.root
 SUITE = "hostile-input"

@@ -20,7 +20,7 @@ import pytest
 from cnirunner import rdma_blocks, sh
 from test_resident import Serve
 
-from rdma_cni import install
+from rdma_cni.tools import install
 
 pytestmark = pytest.mark.root
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from cnirunner import Chain, ip_json, rdma_blocks
 
-from rdma_cni.subconfig import find_entry, first_conf_file
+from rdma_cni.models.subconfig import find_entry, first_conf_file
 
 PLUGIN_RUNNER = "binary"
 pytestmark = pytest.mark.root

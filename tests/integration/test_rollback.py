@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from cnirunner import HPC_NET, rdma_blocks, snapshot
 
-from rdma_cni.execute import steps_for
-from rdma_cni.plan import IfacePlan
+from rdma_cni.datapath.execute import steps_for
+from rdma_cni.datapath.plan import IfacePlan
 
 pytestmark = pytest.mark.root
 PLUGIN_RUNNER = "binary"  # the session build: immune to edits of the tree mid-run

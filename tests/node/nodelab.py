@@ -29,7 +29,7 @@ from pause_image import oci_archive
 from podman import Podman
 from runtime import PAUSE_IMAGE, Containerd
 
-from rdma_cni.deviceplugin.server import socket_name
+from rdma_cni.kube.deviceplugin.server import socket_name
 
 REPO = manifests.REPO
 RESOURCE = "vke.volcengine.com/rdma"

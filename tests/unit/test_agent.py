@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from rdma_cni import agent, records
-from rdma_cni.agentview import Evidence
-from rdma_cni.attachment import AttachmentKey
-from rdma_cni.plan import IfacePlan
-from rdma_cni.store import Store
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.kube.agent import reconciler as agent
+from rdma_cni.kube.agent.view import Evidence
+from rdma_cni.store import records
+from rdma_cni.store.core import Store
 
 POOL = "198.51.100.0/28"
 
@@ -132,7 +133,7 @@ def test_publish_patches_changed_pods_with_matching_uid(store: Store) -> None:
 
 
 class Cluster:
-    """A recording :class:`rdma_cni.agentkube.ClusterApi`."""
+    """A recording :class:`rdma_cni.kube.agent.kubeapi.ClusterApi`."""
 
     def __init__(self, pods: list[Any]) -> None:
         self.pods = pods
@@ -146,8 +147,8 @@ class Cluster:
 
 
 def test_run_once_reports_a_suspect_view_on_the_node(store: Store, tmp_path: Path) -> None:
-    from rdma_cni.agentkube import Reporter
-    from rdma_cni.podreport import PodInfo
+    from rdma_cni.kube.agent.kubeapi import Reporter
+    from rdma_cni.kube.agent.podreport import PodInfo
 
     attach(store, "a", "/var/run/netns/a", ["198.51.100.2"])
     ask = {"k8s.volcengine.com/pod-networks": json.dumps([{"cniConf": {"name": "rdma"}}])}

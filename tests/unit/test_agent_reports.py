@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from rdma_cni import agentstatus, ls, origin
-from rdma_cni.agentkube import Reporter
 from rdma_cni.errors import TryAgain
-from rdma_cni.exporter.agent import AgentCollector
-from rdma_cni.podgen import pick_generation
-from rdma_cni.podreport import PodInfo, blocks_asked, without_rdma
+from rdma_cni.kube.agent import status as agentstatus
+from rdma_cni.kube.agent.kubeapi import Reporter
+from rdma_cni.kube.agent.podreport import PodInfo, blocks_asked, without_rdma
+from rdma_cni.kube.exporter.agent import AgentCollector
+from rdma_cni.node import origin
+from rdma_cni.node.podgen import pick_generation
+from rdma_cni.tools import ls
 
 ASK = {"k8s.volcengine.com/pod-networks": json.dumps([{"cniConf": {"name": "rdma"}},
                                                       {"cniConf": {"name": "other"}}])}

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from rdma_cni import agentplan
-from rdma_cni.agentview import ALIVE, GONE, UNKNOWN, Evidence, judge, mount_of, propagation
+from rdma_cni.kube.agent import plan as agentplan
+from rdma_cni.kube.agent.view import ALIVE, GONE, UNKNOWN, Evidence, judge, mount_of, propagation
 
 ID = (4, 4026532999)
 

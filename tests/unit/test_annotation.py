@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdma_cni.commands import conf_name, max_interfaces, requested_blocks
+from rdma_cni.cni.commands import conf_name, max_interfaces, requested_blocks
+from rdma_cni.cni.request import Request
 from rdma_cni.errors import CniError, ConfigError, TooManyInterfaces
 from rdma_cni.models.annotation import (
     ANNOTATION,
@@ -20,7 +21,6 @@ from rdma_cni.models.annotation import (
     pod_annotations,
 )
 from rdma_cni.models.blocks import validate_blocks
-from rdma_cni.request import Request
 
 
 def conf_with(value: object, **extra: Any) -> dict[str, Any]:

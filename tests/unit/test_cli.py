@@ -13,7 +13,7 @@ from rdma_cni.errors import shown
 
 
 def test_about_lists_the_table_including_new_entries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(cli.SUBCOMMANDS, "probe", "rdma_cni.probe")
+    monkeypatch.setitem(cli.SUBCOMMANDS, "probe", "rdma_cni.tools.probe")
     text = cli.about()
     listed = [line.split()[0] for line in text.split("subcommands:\n")[1].split("\n\n")[0]
               .splitlines()]

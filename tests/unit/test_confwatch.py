@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from rdma_cni import install
-from rdma_cni.confwatch import DirWatch
+from rdma_cni.tools import install
+from rdma_cni.tools.confwatch import DirWatch
 
 ENTRY = install.make_entry({"dataDir": "/tmp/x"}, "shared-multi")
 
@@ -145,7 +145,7 @@ def test_dirwatch_times_out_quietly_and_wakes_on_change(tmp_path: Path) -> None:
 
 def test_polls_where_inotify_is_unavailable(tmp_path: Path, monkeypatch: Any,
                                             capsys: Any) -> None:
-    import rdma_cni.confwatch as cw
+    import rdma_cni.tools.confwatch as cw
 
     monkeypatch.setattr(cw, "open_watch", lambda path: None)
     conf = tmp_path / "net.d"

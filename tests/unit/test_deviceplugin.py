@@ -22,12 +22,12 @@ from fakekubelet import FakeKubelet, PluginClient
 from fakesys import FakeSys
 
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.deviceplugin import status
-from rdma_cni.deviceplugin.devices import preferred_allocation
-from rdma_cni.deviceplugin.inventory import Inventory, PluginSettings
-from rdma_cni.deviceplugin.server import DevicePlugin, socket_name
-from rdma_cni.discovery import Nic
-from rdma_cni.exporter.deviceplugin import DevicePluginCollector
+from rdma_cni.kube.deviceplugin import status
+from rdma_cni.kube.deviceplugin.devices import preferred_allocation
+from rdma_cni.kube.deviceplugin.inventory import Inventory, PluginSettings
+from rdma_cni.kube.deviceplugin.server import DevicePlugin, socket_name
+from rdma_cni.kube.exporter.deviceplugin import DevicePluginCollector
+from rdma_cni.node.discovery import Nic
 
 REPO = Path(__file__).resolve().parents[2]
 # netdev, pci, numa, ibdev, uverbs
@@ -113,11 +113,11 @@ def test_pinned_stand_in_without_numa_has_no_topology(fs: FakeSys, root: Path) -
 
 
 def test_slot_cap_is_the_ipam_pool_size() -> None:
-    """The device plugin caps slots with the same pool ADD allocates from (rdma_cni.pools)."""
+    """The device plugin caps slots with the same pool ADD allocates from (rdma_cni.node.pools)."""
     from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
     from rdma_cni.ipam.allocator import RangeConf
-    from rdma_cni.pools import HostNic, PoolSizes
+    from rdma_cni.node.pools import HostNic, PoolSizes
 
     calls: list[tuple[str, ...]] = []
 
@@ -289,7 +289,7 @@ def test_main_registers_and_stops_on_sigterm(kubelet: FakeKubelet, root: Path) -
                                 "kubelet": {"devicePluginDir": str(root / "dp")}}))
     status_file = root / "device-plugin.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rdma_cni.deviceplugin", "--config", str(conf),
+        [sys.executable, "-m", "rdma_cni.kube.deviceplugin", "--config", str(conf),
          "--sysfs-root", str(root), "--poll", "0.1", "--status-file", str(status_file)],
         cwd=REPO, stderr=subprocess.PIPE, text=True)
     seen = DevicePluginCollector("vke.volcengine.com/rdma", str(root / "dp"), str(status_file))
@@ -343,7 +343,7 @@ def test_registration_is_tied_to_the_kubelet_socket(tmp_path: Path) -> None:
 
 
 def test_main_bad_config_fails(root: Path) -> None:
-    from rdma_cni.deviceplugin.cli import main
+    from rdma_cni.kube.deviceplugin.cli import main
 
     conf = root / "conf.json"
     conf.write_text('{"mode": "bogus"}')
@@ -354,7 +354,7 @@ def test_main_bad_config_fails(root: Path) -> None:
 def test_nccl_env_is_looked_for_under_the_host_root(kubelet: FakeKubelet, root: Path) -> None:
     """In the DaemonSet the host's /opt/cni/bin is at /host/opt/cni/bin: the mount names
     the host path, the check looks where this process sees it (--host-root)."""
-    from rdma_cni.deviceplugin.cli import _seen_at
+    from rdma_cni.kube.deviceplugin.cli import _seen_at
 
     os.unlink(root / "opt/cni/bin/nccl_env.sh")  # not where the sysfs root would look
     seen = _seen_at(str(root / "host"), "/opt/cni/bin/nccl_env.sh")
@@ -395,7 +395,7 @@ def test_allocate_is_refused_while_the_node_does_not_chain_rdma_cni(
     net_d.mkdir()
     _conflist(net_d, "vpc-cni", "rdma-cni", "portmap")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rdma_cni.deviceplugin", "--config", str(conf),
+        [sys.executable, "-m", "rdma_cni.kube.deviceplugin", "--config", str(conf),
          "--sysfs-root", str(root), "--poll", "0.1", "--cni-conf-dir", str(net_d)],
         cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:

@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
-from rdma_cni import dispatch, errors, log, metrics_file, versions
+from rdma_cni import errors, log
+from rdma_cni.cni import dispatch, versions
+from rdma_cni.cni.request import Request
 from rdma_cni.errors import CniError, Code
-from rdma_cni.request import Request
+from rdma_cni.store import metrics_file
 
 ENV = {
     "CNI_CONTAINERID": "c0ffee01",
@@ -570,7 +572,7 @@ def test_our_block_is_strict(block: dict[str, Any], tmp_path: Path) -> None:
 
 IMPORT_PROBE = r"""
 import io, json, sys
-from rdma_cni import dispatch
+from rdma_cni.cni import dispatch
 env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0",
        "CNI_PATH": "/opt/cni/bin"}
 prev = {"cniVersion": "0.4.0", "interfaces": [{"name": "eth0", "mac": "odd", "sandbox": "?"}],

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.doctor import Facts, load_config, main, run_checks
-from rdma_cni.doctor_integrity import Mount, mount_of, parse_mountinfo, shared_data_dirs
 from rdma_cni.errors import NicUnavailable
-from rdma_cni.rdma_mode import check_mode, read_netns_mode
+from rdma_cni.node.rdma_mode import check_mode, read_netns_mode
+from rdma_cni.tools.doctor import Facts, load_config, main, run_checks
+from rdma_cni.tools.doctor_integrity import Mount, mount_of, parse_mountinfo, shared_data_dirs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakesys import FakeSys

@@ -14,18 +14,18 @@ import pytest
 from fakesys import FakeSys
 from prometheus_client.parser import text_string_to_metric_families
 
-from rdma_cni import metrics_file
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.attachment import AttachmentKey
+from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import ConfigError
-from rdma_cni.exporter import build_registry, load_config, parse_listen, serve
-from rdma_cni.exporter.attachments import IfStats, parse_state
-from rdma_cni.exporter.capacity import HostNic, Settings, capacity
-from rdma_cni.exporter.ports import parse_rate
-from rdma_cni.exporter.ports import parse_state as parse_port_state
-from rdma_cni.exporter.storeview import StoreView
 from rdma_cni.ipam.allocator import build_pool
-from rdma_cni.store import Store
+from rdma_cni.kube.exporter import build_registry, load_config, parse_listen, serve
+from rdma_cni.kube.exporter.attachments import IfStats, parse_state
+from rdma_cni.kube.exporter.capacity import HostNic, Settings, capacity
+from rdma_cni.kube.exporter.ports import parse_rate
+from rdma_cni.kube.exporter.ports import parse_state as parse_port_state
+from rdma_cni.kube.exporter.storeview import StoreView
+from rdma_cni.store import metrics_file
+from rdma_cni.store.core import Store
 
 IB = "sys/class/infiniband"
 KEY = AttachmentKey("vpc-cni", "c0ffee" * 4, "eth0")
@@ -300,7 +300,7 @@ def test_parse_listen_rejects_garbage() -> None:
 
 
 def test_load_config_defaults_metrics_file(tmp_path: Path) -> None:
-    from rdma_cni.exporter import metrics_path
+    from rdma_cni.kube.exporter import metrics_path
 
     f = tmp_path / "c.json"
     f.write_text(json.dumps({"mode": "shared"}))

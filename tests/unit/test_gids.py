@@ -10,7 +10,7 @@ import pytest
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import TryAgain
-from rdma_cni.gids import ROCE_V1, ROCE_V2, Gid, ipv4_of, roce_v2_ipv4, scan, wait_for_gids
+from rdma_cni.node.gids import ROCE_V1, ROCE_V2, Gid, ipv4_of, roce_v2_ipv4, scan, wait_for_gids
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakesys import FakeSys

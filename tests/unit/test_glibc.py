@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: fakelibc
 
 from fakelibc import make_libc, make_needing
 
-from rdma_cni import glibc, install
 from rdma_cni.errors import ConfigError
+from rdma_cni.tools import glibc, install
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 

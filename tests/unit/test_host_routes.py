@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rdma_cni.adapters.netlink import Link, Route
-from rdma_cni.hostinfo import _facts
-from rdma_cni.plan import IfacePlan
-from rdma_cni.records import plan_from_dict, plan_to_dict
+from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.node.hostinfo import _facts
+from rdma_cni.store.records import plan_from_dict, plan_to_dict
 
 
 def test_facts_keep_route_protocol_metric_and_onlink() -> None:

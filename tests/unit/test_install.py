@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from rdma_cni import install
 from rdma_cni.errors import ConfigError
-from rdma_cni.subconfig import load_config
+from rdma_cni.models.subconfig import load_config
+from rdma_cni.tools import install
 
 REPO = Path(__file__).resolve().parents[2]
 CAP = {"io.kubernetes.cri.pod-annotations": True}

@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: fakekube
 from fakekubelet import FakeKubelet
 
 from rdma_cni.adapters.kubelet import checkpoint_devices, pod_resources_devices
-from rdma_cni.allocation import (
+from rdma_cni.errors import AllocationError, Code, IOFailure, NicUnavailable, TryAgain
+from rdma_cni.node.allocation import (
     SRC_CHECKPOINT,
     SRC_CONFIG,
     SRC_DEVICE_ID,
@@ -26,7 +27,6 @@ from rdma_cni.allocation import (
     kubelet_sources,
     lookup,
 )
-from rdma_cni.errors import AllocationError, Code, IOFailure, NicUnavailable, TryAgain
 
 RES = "vke.volcengine.com/rdma"
 

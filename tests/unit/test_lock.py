@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rdma_cni.errors import Code, IOFailure, TryAgain
-from rdma_cni.lock import FileLock, locked
+from rdma_cni.store.lock import FileLock, locked
 
 SPAWN = mp.get_context("spawn")
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rdma_cni import ls, records
-from rdma_cni.attachment import AttachmentKey
-from rdma_cni.plan import IfacePlan
-from rdma_cni.store import Store
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.store import records
+from rdma_cni.store.core import Store
+from rdma_cni.tools import ls
 
 
 def _fill(store: Store) -> None:

@@ -1,4 +1,4 @@
-"""rdma_cni.metrics_file: the plugin's bounded, lock-safe operation counters."""
+"""rdma_cni.store.metrics_file: the plugin's bounded, lock-safe operation counters."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rdma_cni import metrics_file as mf
+from rdma_cni.store import metrics_file as mf
 
 
 def _by_key(snap: mf.Snapshot) -> dict[tuple[str, int], mf.OpStat]:

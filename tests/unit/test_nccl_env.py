@@ -14,7 +14,7 @@ import pytest
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import CniError
-from rdma_cni.nccl_env import (
+from rdma_cni.tools.nccl_env import (
     compute,
     covering_network,
     discover_pod_ifaces,
@@ -152,7 +152,7 @@ def _env(root: Path, **extra: str) -> dict[str, str]:
 
 
 def _python(root: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "rdma_cni.nccl_env", *args]
+    cmd = [sys.executable, "-m", "rdma_cni.tools.nccl_env", *args]
     return subprocess.run(
         cmd,
         env=_env(root, **extra),

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from rdma_cni import probe
-from rdma_cni.deviceplugin.status import ident
+from rdma_cni.kube.deviceplugin.status import ident
+from rdma_cni.tools import probe
 
 REPO = Path(__file__).resolve().parents[2]
 

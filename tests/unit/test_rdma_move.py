@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from rdma_cni import execute
+from rdma_cni.datapath import execute
+from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.errors import IOFailure
-from rdma_cni.plan import IfacePlan
 
 
 class FakeRdma:

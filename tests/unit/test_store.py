@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from rdma_cni.attachment import AttachmentKey
+from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError, Code, ConfigError, IOFailure, TryAgain
 from rdma_cni.ipam.allocator import Pool, RangeConf, build_pool
 from rdma_cni.ipam.reserve import allocate
-from rdma_cni.store import UNKNOWN_OWNER, Store
+from rdma_cni.store.core import UNKNOWN_OWNER, Store
 
 A = IPv4Address
 POOL = "192.0.2.0/28"

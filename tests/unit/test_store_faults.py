@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from rdma_cni import records
-from rdma_cni.attachment import AttachmentKey
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.errors import IOFailure
 from rdma_cni.ipam.allocator import build_pool
 from rdma_cni.ipam.reserve import allocate
-from rdma_cni.plan import IfacePlan
-from rdma_cni.store import MAX_RECORD, Store
+from rdma_cni.store import records
+from rdma_cni.store.core import MAX_RECORD, Store
 
 A = IPv4Address
 OLD = AttachmentKey("net", "sandbox-old", "eth0")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.discovery import Nic, discover, missing, normalize_ids, resolve_device_id
 from rdma_cni.errors import AllocationError
+from rdma_cni.node.discovery import Nic, discover, missing, normalize_ids, resolve_device_id
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakesys import FakeSys

@@ -1,0 +1,1 @@
+"""The CNI protocol: dispatch, request, versions, results, command handlers."""

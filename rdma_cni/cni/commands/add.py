@@ -1,0 +1,235 @@
+"""ADD for a pod that asks for RDMA interfaces of this network.
+
+1. validate our blocks, open the namespaces, read host facts, decide NICs;
+2. under the store lock: claim NICs (1:1 modes), reserve addresses, save the
+   state as pending (so a crash from here on is cleaned by DEL/GC);
+3. apply the steps in the pod netns, rolling back on failure;
+4. wait (bounded) for the RoCE GIDs, save the state as ready, return the result.
+
+Each ADD tags the state it writes with its own request token: the pending state is
+written only when no other request's state is there (and, on the resident path,
+only while the client still waits), and the ready state and any rollback act only
+on a state that still carries the token, so a late duplicate never undoes another
+request's pod.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from rdma_cni.cni import result
+from rdma_cni.cni.request import Request
+from rdma_cni.datapath.execute import apply, steps_for
+from rdma_cni.datapath.plan import IfacePlan, NicFacts, plan_interfaces, with_address
+from rdma_cni.datapath.session import Session
+from rdma_cni.datapath.tables import choose_tables
+from rdma_cni.datapath.teardown import marker_of, teardown
+from rdma_cni.errors import CniError, ConfigError, NicUnavailable, TryAgain, shown
+from rdma_cni.ipam.allocator import build_pool
+from rdma_cni.ipam.reserve import allocate
+from rdma_cni.models.blocks import validate_blocks
+from rdma_cni.models.netconf import NetConf
+from rdma_cni.node import nics as nic_select
+from rdma_cni.node.allocation import AllocationAnswer, PodRef, assign, kubelet_sources, lookup
+from rdma_cni.node.hostinfo import host_ipv4, nic_facts
+from rdma_cni.node.origin import origin_of
+from rdma_cni.node.pools import ranges_of
+from rdma_cni.store import records
+from rdma_cni.store.core import Store
+
+log = logging.getLogger("rdma_cni")
+KUBELET_TIMEOUT = 3.0
+
+
+def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
+    nc = req.netconf
+    blocks = validate_blocks(raw_blocks)
+    if nc.mode == "shared-host" and len(blocks) != 1:
+        raise ConfigError(
+            f"pod annotation k8s.volcengine.com/pod-networks has {len(blocks)} blocks for "
+            f"network {shown(nc.cniConfName)}: shared-host mode allows exactly one"
+        )
+    store = Store(nc.dataDir)
+    session = Session(req.netns, pod_required=True, fd=req.netns_fd)
+    try:
+        again = _repeat(req, store, session)
+        if again is not None:
+            return again
+        rdma = nic_select.rdma_nics(nc)
+        n_ifaces = len(blocks)
+        answer = _allocation(req, nc)
+        with store.lock():
+            busy = set(store.nic_claims()) if nc.mode in ("shared", "exclusive") else set()
+            names = assign(nc.mode, rdma.nics, answer.ids, n_ifaces, resolve=rdma.resolve,
+                           pod=req.args.pod, resource=nc.resource, busy=busy)
+        assert session.host is not None
+        facts = nic_facts(session.host, names, rdma.by_netdev)
+        plans = plan_interfaces(nc, blocks, [facts[n] for n in names], req.key.digest())
+        plans = nic_select.rdma_netns(nc, plans)
+        plans = _free_tables(session, nc, plans)
+        token = os.urandom(8).hex()
+        plans = _reserve(req, nc, store, session, plans, facts, token)
+        return _apply(req, nc, store, session, plans, token)
+    finally:
+        session.close()
+
+
+def _free_tables(session: Session, nc: NetConf, plans: list[IfacePlan]) -> list[IfacePlan]:
+    """Tables nothing in the pod uses yet (another RDMA network may be attached)."""
+    pod = session.pod
+    assert pod is not None
+    ruled = {table for _, table, _ in pod.rules()}
+    return choose_tables(plans, nc.routing.tableBase, ruled, lambda t: bool(pod.routes(t)))
+
+
+def _allocation(req: Request, nc: NetConf) -> AllocationAnswer:
+    if nc.allocation == "config":
+        return lookup(allocation="config")
+    pod = PodRef(req.args.pod_namespace, req.args.pod_name, req.args.pod_uid)
+    api, ckpt = kubelet_sources(pod, nc.resource,
+                                pod_resources_socket=nc.kubelet.podResourcesSocket,
+                                checkpoint_file=nc.kubelet.checkpointFile,
+                                timeout=KUBELET_TIMEOUT)
+    answer = lookup(allocation="auto", device_id=nc.device_id,
+                    pod_resources=api if pod.name else None, checkpoint=ckpt)
+    if answer.ids is None:
+        log.info("no kubelet allocation source on this node: NICs taken from config order; "
+                 "GPU/NIC NUMA alignment is not guaranteed")
+    return answer
+
+
+def _repeat(req: Request, store: Store, session: Session) -> dict[str, Any] | None:
+    """A repeated ADD of the same attachment returns the same interfaces when intact."""
+    state = store.get_state(req.key)
+    if state is None:
+        return None
+    if state.get("status") == records.READY and state.get("netns") == req.netns and \
+            _intact(session, state, req.key.digest()):
+        _not_twice(req, state)
+        return result.append(req.prev_result, state["result"])
+    _still_wanted(req)
+    log.info("ADD of %s: replacing the earlier incomplete attachment", req.container_id)
+    teardown(session, state, req.key.digest())
+    with store.lock():
+        store.purge(req.key)
+    return None
+
+
+def _not_twice(req: Request, state: dict[str, Any]) -> None:
+    """A repeated ADD gets the primary's result as prevResult, without our interfaces; when
+    they are in it, an earlier rdma-cni entry of this conflist made them (same key)."""
+    ours = {i.get("name") for i in (state.get("result") or {}).get("interfaces") or []}
+    prev = {i.get("name") for i in (req.prev_result or {}).get("interfaces") or []
+            if isinstance(i, dict) and i.get("sandbox") == req.netns}
+    if ours & prev:
+        name = state.get(records.CONF_NAME) or req.netconf.cniConfName
+        raise ConfigError(
+            f"invalid network configuration: another rdma-cni entry of this conflist already "
+            f"made {', '.join(sorted(str(n) for n in ours & prev))} with cniConfName "
+            f"{name!r}: give each RDMA network its own cniConfName")
+
+
+def _intact(session: Session, state: dict[str, Any], digest: str) -> bool:
+    if session.pod is None:
+        return False
+    marker = marker_of(digest)
+    for p in records.plans_of(state):
+        link = session.pod.link(p.name)
+        if link is None or link.alias != marker:
+            return False
+    return True
+
+
+def _still_wanted(req: Request) -> None:
+    """Refuse to change anything for a client that gave up waiting (it runs the ADD itself)."""
+    if req.abandoned is not None and req.abandoned():
+        log.warning("ADD of %s abandoned by its client: nothing changed", req.container_id)
+        raise TryAgain(f"ADD of {req.container_id} abandoned by its caller: nothing changed")
+
+
+def _first_owner(req: Request, store: Store) -> None:
+    """Under the lock: only one request at a time builds an attachment."""
+    _still_wanted(req)
+    if store.get_state(req.key) is not None:
+        raise TryAgain(f"another ADD of {req.container_id} ({req.ifname}) got there first; "
+                       "retry")
+
+
+def _mine(store: Store, req: Request, token: str) -> dict[str, Any] | None:
+    state = store.get_state(req.key)
+    return state if state is not None and state.get("request") == token else None
+
+
+def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
+             plans: list[IfacePlan], facts: dict[str, NicFacts],
+             token: str) -> list[IfacePlan]:
+    """Claim NICs and reserve addresses, then save the pending state (all under the lock)."""
+    key = req.key
+    assert session.host is not None
+    host_addrs = host_ipv4(session.host) if nc.shared else set()
+    ranges = ranges_of(nc)
+    out: list[IfacePlan] = []
+    with store.lock():
+        _first_owner(req, store)
+        try:
+            for p in plans:
+                if nc.mode in ("shared", "exclusive") and not store.claim_nic(p.nic, key, p.name):
+                    owner = store.nic_owner(p.nic)
+                    who = owner[0].container_id[:12] if owner else "another pod"
+                    raise NicUnavailable(f"RDMA NIC {p.nic} is serving another pod ({who})")
+                if nc.shared:
+                    f = facts[p.nic]
+                    pool = build_pool(p.nic, f.addresses, f.gateway, host_addrs, ranges, True)
+                    ip = allocate(store, pool, key, p.name, p.requested_ip)
+                    p = with_address(p, ip, pool.network.prefixlen)
+                out.append(p)
+            store.put_state(key, {**records.make_state(
+                records.PENDING, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
+                nc.routing.rulePriority, out, origin=origin_of(req.netns),
+                conf_name=nc.cniConfName), "request": token})
+        except BaseException:
+            store.purge(key)
+            raise
+    return out
+
+
+def _apply(req: Request, nc: NetConf, store: Store, session: Session,
+           plans: list[IfacePlan], token: str) -> dict[str, Any]:
+    digest = req.key.digest()
+    ctx = session.ctx(marker_of(digest), nc.routing.rulePriority)
+    try:
+        apply(ctx, steps_for(plans))
+        nic_select.wait_gids(plans)
+        macs = {p.name: ctx.pod.require(p.name).mac for p in plans}
+    except BaseException as exc:
+        _undo(req, store, session, token, exc)
+        raise
+    ours = result.our_part(plans, macs, req.netns)
+    with store.lock():
+        if _mine(store, req, token) is None:
+            raise TryAgain(f"ADD of {req.container_id} was replaced by a later ADD meanwhile")
+        store.put_state(req.key, {**records.make_state(
+            records.READY, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
+            nc.routing.rulePriority, plans, ours, origin=origin_of(req.netns),
+            conf_name=nc.cniConfName), "request": token})
+    return result.append(req.prev_result, ours)
+
+
+def _undo(req: Request, store: Store, session: Session, token: str, exc: BaseException) -> None:
+    """Undo this request's own attachment only: a state another request wrote stays."""
+    with store.lock():
+        state = _mine(store, req, token)
+        if state is None:
+            log.warning("ADD of %s failed (%s); the attachment is another request's now: "
+                        "left as it is", req.container_id, exc)
+            return
+        try:
+            teardown(session, state, req.key.digest())
+        except CniError as err:
+            log.error("ADD rollback left work for DEL: %s", err.msg)
+            return  # keep state: DEL finishes the job
+        store.purge(req.key)
+    log.info("ADD of %s rolled back after: %s", req.container_id, exc)
+

@@ -1,0 +1,58 @@
+"""CHECK: our interfaces, addresses, rules and reservations exist as recorded.
+What other plugins added is tolerated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rdma_cni import defaults
+from rdma_cni.cni.commands.delete import data_dir
+from rdma_cni.cni.request import Request
+from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.datapath.session import Session
+from rdma_cni.datapath.teardown import marker_of
+from rdma_cni.errors import CheckMismatch
+from rdma_cni.store.core import Store
+from rdma_cni.store.records import READY, plans_of
+
+
+def cmd_check(req: Request, blocks: list[tuple[int, Any]]) -> None:
+    store = Store(data_dir(req))
+    state = store.get_state(req.key)
+    if state is None:
+        if blocks:
+            raise CheckMismatch(f"no RDMA attachment recorded for container {req.container_id}")
+        return
+    if state.get("status") != READY:
+        raise CheckMismatch(f"RDMA attachment of {req.container_id} is incomplete")
+    plans = plans_of(state)
+    owned = {(str(ip), ifname) for _, ip, ifname in store.ips_of(req.key)}
+    session = Session(req.netns, pod_required=True, fd=req.netns_fd)
+    try:
+        for p in plans:
+            _check_one(session, p, marker_of(req.key.digest()),
+                       int(state.get("rulePriority") or defaults.RULE_PRIORITY))
+            if state.get("mode") != "exclusive" and p.address is not None and \
+                    (str(p.address.ip), p.name) not in owned:
+                raise CheckMismatch(f"address {p.address.ip} of {p.name} is not reserved")
+    finally:
+        session.close()
+
+
+def _check_one(session: Session, p: IfacePlan, marker: str, priority: int) -> None:
+    assert session.pod is not None
+    link = session.pod.link(p.name)
+    if link is None:
+        raise CheckMismatch(f"interface {p.name} is missing in {session.pod_path}")
+    if link.alias != marker:
+        raise CheckMismatch(f"interface {p.name} in {session.pod_path} is not ours")
+    have = {str(a) for i, a in session.pod.addresses(link.index)}
+    for addr in p.addresses:
+        if str(addr) not in have:
+            raise CheckMismatch(f"interface {p.name} lacks its address {addr}")
+    rules = set(session.pod.rules())
+    for addr in p.addresses[:1]:
+        if (priority, p.table, f"{addr.ip}/32") not in rules:
+            raise CheckMismatch(f"rule from {addr.ip} lookup {p.table} is missing")
+    if not session.pod.routes(table=p.table):
+        raise CheckMismatch(f"routing table {p.table} of {p.name} is empty")

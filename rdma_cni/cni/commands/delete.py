@@ -1,0 +1,139 @@
+"""DEL: undo from the saved state only. Succeeds whenever nothing is left to
+undo (netns gone, state gone, NIC gone, called twice, never added)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.cni.request import Request
+from rdma_cni.errors import ConfigError
+from rdma_cni.log import LazyLogger
+from rdma_cni.store.core import DEFAULT_DATA_DIR, Store
+
+#: DEL keeps failing (code 11) for an exclusive NIC the kernel has not returned for
+#: this long after the first such DEL; then it releases the attachment and logs it
+GIVE_UP = 600.0
+PENDING_SINCE = "nicPendingSince"
+
+if TYPE_CHECKING:
+    from rdma_cni.datapath.session import Session
+
+log = LazyLogger()
+
+
+def data_dir(req: Request) -> str:
+    value = req.conf.get("dataDir", DEFAULT_DATA_DIR)
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ConfigError("invalid network configuration: dataDir must be an absolute path")
+    return value
+
+
+def cmd_del(req: Request) -> None:
+    store = Store(data_dir(req))
+    key = req.key
+    state = _readable(store, key)
+    if state is None and key.legacy is not None:
+        state = _legacy(store, key.legacy)
+        key = key.legacy if state is not None else key
+    if state is None:
+        if key.digest() in store.quarantined():
+            salvage(store, req, key)
+        elif key in store.owners():
+            with store.lock():
+                store.purge(key)
+        return
+    fd = req.netns_fd if req.netns and req.netns == state.get("netns") else None
+    release(store, req.netns or str(state.get("netns") or ""), state, key, fd)
+
+
+def _readable(store: Store, key: AttachmentKey) -> dict[str, Any] | None:
+    """The key's state if teardown can use it; a record it cannot is moved aside."""
+    from rdma_cni.store.records import plans_of
+
+    state = store.get_state(key)
+    if state is None:
+        return None
+    try:
+        plans_of(state)
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+        store.quarantine_state(key, f"unusable interfaces: {exc!r}"[:200])
+        return None
+    return state
+
+
+def _legacy(store: Store, key: AttachmentKey) -> dict[str, Any] | None:
+    """The record release 0.1.0 wrote for this attachment (it did not key by
+    cniConfName); a record of this release under that key is another network's."""
+    from rdma_cni.store.records import CONF_NAME
+
+    state = _readable(store, key)
+    return state if state is not None and CONF_NAME not in state else None
+
+
+def salvage(store: Store, req: Request, key: AttachmentKey) -> None:
+    """DEL of a key whose state record is unreadable (see :mod:`rdma_cni.datapath.salvage`)."""
+    from rdma_cni.datapath.salvage import rebuild
+
+    priority = req.netconf.routing.rulePriority
+
+    def rebuilt(session: Session) -> dict[str, Any]:
+        assert session.host is not None
+        return rebuild(store, key, session.pod, session.host, req.netns, priority)
+
+    _tear_down(store, key, req.netns, req.netns_fd, rebuilt)
+    log.info("DEL of %s/%s released what an unreadable state record held", key.network,
+             key.container_id)
+
+
+def release(store: Store, netns_path: str, state: dict[str, Any], key: AttachmentKey,
+            fd: int | None = None) -> None:
+    from rdma_cni.datapath.teardown import NicNotBack
+
+    same = netns_path == state.get("netns")
+    try:
+        _tear_down(store, key, netns_path if same else "", fd if same else None,
+                   lambda _: state)
+    except NicNotBack as exc:
+        if not _give_up(store, key, state, exc.msg):
+            raise
+    log.info("DEL of %s/%s released %d interface(s)", key.network, key.container_id,
+             len(state.get("interfaces") or []))
+
+
+def _give_up(store: Store, key: AttachmentKey, state: dict[str, Any], why: str) -> bool:
+    """An exclusive NIC is not back yet: keep the state (marked with when that was first
+    seen) so the runtime retries, or, :data:`GIVE_UP` seconds on, release the rest."""
+    now = time.time()
+    since = state.get(PENDING_SINCE)
+    if not isinstance(since, int | float):
+        store.put_state(key, {**state, PENDING_SINCE: now})
+        return False
+    if now - since < GIVE_UP:
+        return False
+    log.error("DEL of %s/%s gives up waiting after %.0f s and releases it: %s", key.network,
+              key.container_id, now - since, why)
+    with store.lock():
+        store.purge(key)
+    return True
+
+
+def _tear_down(store: Store, key: AttachmentKey, netns_path: str, fd: int | None,
+               state_of: Callable[[Session], dict[str, Any]]) -> None:
+    """Undo ``state_of(session)`` in the pod and on the host, then purge the key."""
+    from rdma_cni.datapath.session import Session  # netlink only when there is something to undo
+    from rdma_cni.log import get
+
+    get()  # handlers for the teardown's loggers
+    from rdma_cni.datapath.teardown import teardown
+
+    session = Session(netns_path, pod_required=False, fd=fd)
+    try:
+        teardown(session, state_of(session), key.digest())
+    finally:
+        session.close()
+    with store.lock():
+        store.purge(key)
+        store.forget_quarantined(key)

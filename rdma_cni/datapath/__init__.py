@@ -1,0 +1,1 @@
+"""The datapath: the planner, the executor, sessions and teardown."""

@@ -1,0 +1,181 @@
+"""The pure planner: (config, our annotation blocks, host NIC facts) -> one
+:class:`IfacePlan` per pod interface. No I/O; every rule here is unit-tested.
+
+Names follow DESIGN.md section 8: the block at position p is ``eth{p+1}``; in
+shared-host the single block expands to one name per NIC; ``deviceConf.ifName``
+overrides (validated by the block model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from ipaddress import IPv4Address, IPv4Interface
+
+from rdma_cni.errors import ConfigError, IfNameInUse, UnsupportedField
+from rdma_cni.models.blocks import Block, check_ifname
+from rdma_cni.models.netconf import NetConf
+
+KIND = {"shared": "ipvlan", "shared-multi": "macvlan", "shared-host": "ipvlan",
+        "exclusive": "physical"}
+#: (dst CIDR, gateway, protocol, metric, onlink): a host route to restore exactly
+HostRoute = tuple[str, str | None, int, int, bool]
+SYSCTLS = (("arp_ignore", "1"), ("arp_announce", "2"), ("rp_filter", "2"), ("arp_notify", "1"))
+
+
+@dataclass(frozen=True)
+class NicFacts:
+    """What the host shows of one RDMA NIC (netdev), read before planning."""
+
+    name: str
+    index: int
+    mtu: int
+    mac: str
+    up: bool = True
+    addresses: tuple[IPv4Interface, ...] = ()
+    gateway: IPv4Address | None = None
+    routes: tuple[tuple[str, str | None], ...] = ()  # (dst CIDR, gateway) through this NIC
+    host_routes: tuple[HostRoute, ...] = ()  # the same routes as the host has them
+    pci: str | None = None
+    parent_dev: str | None = None  # IFLA_PARENT_DEV_NAME (the PCI address on the pci bus)
+    perm_mac: str | None = None
+    ibdev: str | None = None
+
+
+@dataclass(frozen=True)
+class IfacePlan:
+    k: int
+    name: str
+    tmp: str
+    nic: str
+    kind: str
+    mtu: int
+    table: int
+    mac: str | None = None
+    requested_ip: IPv4Address | None = None
+    addresses: tuple[IPv4Interface, ...] = ()
+    gateway: IPv4Address | None = None
+    routes: tuple[tuple[str, str | None], ...] = ()
+    ibdev: str | None = None
+    identity: dict[str, str | None] = field(default_factory=dict)
+    host_mtu: int = 0
+    host_up: bool = True
+    host_routes: tuple[HostRoute, ...] = ()
+    rdma_move: bool = False  # exclusive NIC under RDMA netns mode "exclusive"
+
+    @property
+    def address(self) -> IPv4Interface | None:
+        return self.addresses[0] if self.addresses else None
+
+
+def interface_names(nc: NetConf, blocks: Sequence[tuple[int, Block]], n_nics: int) -> list[str]:
+    """One name per pod interface, in creation order."""
+    names: list[str] = []
+    for pos, block in blocks:
+        dc = block.deviceConf
+        if nc.mode == "shared-host":
+            if dc is not None and dc.ifName:
+                names += [check_name(f"{dc.ifName}{i}") for i in range(n_nics)]
+            else:
+                names += [f"eth{pos + 1 + i}" for i in range(n_nics)]
+        else:
+            names.append(dc.ifName if dc is not None and dc.ifName else f"eth{pos + 1}")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise IfNameInUse(f"pod annotation asks for interface name {dupes[0]} more than once")
+    return names
+
+
+def check_name(name: str) -> str:
+    try:
+        return check_ifname(name)
+    except ValueError as exc:
+        raise ConfigError(f"invalid pod annotation: {exc}") from None
+
+
+def _block_mac(nc: NetConf, pos: int, block: Block) -> str | None:
+    mac = block.deviceConf.mac if block.deviceConf else None
+    if mac is None:
+        return None
+    if nc.mode != "shared-multi":
+        raise UnsupportedField(
+            f"pod annotation block {pos}: deviceConf.mac is only supported in shared-multi "
+            f"mode (this node runs {nc.mode})"
+        )
+    first = int(mac[:2], 16)
+    if first & 1 or mac == "00:00:00:00:00:00":
+        raise ConfigError(f"pod annotation block {pos}: deviceConf.mac {mac} is not a unicast MAC")
+    return mac
+
+
+def _block_ips(nc: NetConf, pos: int, block: Block, count: int) -> list[IPv4Address | None]:
+    ips = block.deviceConf.ips if block.deviceConf and block.deviceConf.ips else []
+    if ips and nc.mode == "exclusive":
+        raise UnsupportedField(
+            f"pod annotation block {pos}: deviceConf.ips is not supported in exclusive mode "
+            "(the pod gets the NIC's own address)"
+        )
+    if len(ips) > count:
+        raise UnsupportedField(
+            f"pod annotation block {pos}: deviceConf.ips lists {len(ips)} addresses for "
+            f"{count} interface(s)"
+        )
+    out: list[IPv4Address | None] = [IPv4Address(ip) for ip in ips]
+    return out + [None] * (count - len(out))
+
+
+def plan_interfaces(
+    nc: NetConf, blocks: Sequence[tuple[int, Block]], nics: Sequence[NicFacts], digest: str
+) -> list[IfacePlan]:
+    """nics[k] is the NIC of our k-th interface (allocation already decided)."""
+    names = interface_names(nc, blocks, len(nics) if nc.mode == "shared-host" else 1)
+    if len(names) != len(nics):
+        raise ConfigError(f"internal: {len(names)} interface names for {len(nics)} NICs")
+    macs: list[str | None] = []
+    ips: list[IPv4Address | None] = []
+    for pos, block in blocks:
+        count = len(nics) if nc.mode == "shared-host" else 1
+        macs += [_block_mac(nc, pos, block)] * count
+        ips += _block_ips(nc, pos, block, count)
+    return [
+        _plan_one(nc, k, names[k], nic, macs[k], ips[k], digest) for k, nic in enumerate(nics)
+    ]
+
+
+def _plan_one(nc: NetConf, k: int, name: str, nic: NicFacts, mac: str | None,
+              ip: IPv4Address | None, digest: str) -> IfacePlan:
+    mtu = nic.mtu
+    if nc.mtu:
+        if nc.mtu > nic.mtu:
+            raise ConfigError(
+                f"invalid network configuration: mtu {nc.mtu} is larger than the MTU "
+                f"{nic.mtu} of RDMA NIC {nic.name}"
+            )
+        mtu = nc.mtu
+    kind = KIND[nc.mode]
+    exclusive = kind == "physical"
+    return IfacePlan(
+        k=k, name=name, tmp=f"rdt{digest[:9]}{k:x}", nic=nic.name, kind=kind, mtu=mtu,
+        table=nc.routing.tableBase + k, mac=mac, requested_ip=ip,
+        addresses=nic.addresses if exclusive else (), gateway=nic.gateway,
+        routes=nic.routes, ibdev=nic.ibdev,
+        identity={"pci": nic.pci, "parentDev": nic.parent_dev, "permMac": nic.perm_mac,
+                  "mac": nic.mac},
+        host_mtu=nic.mtu, host_up=nic.up, host_routes=nic.host_routes,
+    )
+
+
+def with_address(plan: IfacePlan, ip: IPv4Address, prefixlen: int) -> IfacePlan:
+    return replace(plan, addresses=(IPv4Interface(f"{ip}/{prefixlen}"),))
+
+
+def pod_routes(plan: IfacePlan) -> list[tuple[str, str | None, bool]]:
+    """(dst, gateway, onlink) for the interface's own table: connected + mirrored fabric routes."""
+    addr = plan.address
+    out: list[tuple[str, str | None, bool]] = []
+    if addr is not None:
+        out.append((str(addr.network), None, False))
+    for dst, gw in plan.routes:
+        if dst != "0.0.0.0/0":
+            out.append((dst, gw, gw is not None))
+    return out

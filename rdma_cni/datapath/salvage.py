@@ -1,0 +1,104 @@
+"""DEL of an attachment whose state record is unreadable (hand-edited, truncated,
+larger than any release reads): rebuild what teardown needs from what is left.
+
+The store still holds the key's reservations and NIC claims (they are never freed
+while the record is unreadable), and every link ADD made carries the alias
+``rdma-cni:<digest>``. From those this builds a state record that
+:func:`rdma_cni.datapath.teardown.teardown` undoes like any other:
+
+- a sub-interface (macvlan/ipvlan) in the pod: deleted, with the rules from its
+  reserved addresses (their table read from the pod's rules);
+- an exclusive NIC still in the pod: moved back under the name its claim records,
+  with the MTU, up-state, IPv4 addresses and main-table routes it has in the pod (the
+  pod got the NIC's own configuration at ADD);
+- an exclusive NIC the kernel already returned (pod netns gone): found on the host
+  by the mark and renamed back; its addresses died with the pod's copy of them and
+  are logged as not restored.
+
+Pure except for the reads through the netlink sessions it is given.
+"""
+
+from __future__ import annotations
+
+import logging
+from ipaddress import IPv4Address, IPv4Interface
+from typing import Any
+
+from rdma_cni.adapters.netlink import RT_TABLE_MAIN, Link, Netlink
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.store.core import Store
+from rdma_cni.store.records import make_state
+
+log = logging.getLogger("rdma_cni")
+_SUBLINKS = ("macvlan", "ipvlan", "macvtap", "ipvtap")
+RTPROT_BOOT = 3
+
+
+def _identity(link: Link) -> dict[str, str | None]:
+    return {"pci": None, "parentDev": link.parent_dev, "permMac": link.perm_mac,
+            "mac": link.mac}
+
+
+def _tables(nl: Netlink, priority: int) -> dict[str, int]:
+    """source address -> table of our rules (at ``priority``) in ``nl``'s netns."""
+    return {src.split("/")[0]: table for prio, table, src in nl.rules()
+            if prio == priority and src}
+
+
+def _sublink(k: int, link: Link, ips: list[IPv4Interface], tables: dict[str, int]
+             ) -> IfacePlan:
+    table = next((tables[str(ip.ip)] for ip in ips if str(ip.ip) in tables), 0)
+    return IfacePlan(k=k, name=link.name, tmp=link.name, nic="", kind=str(link.kind),
+                     mtu=link.mtu, table=table, addresses=tuple(ips))
+
+
+def _physical_in_pod(k: int, pod: Netlink, link: Link, nic: str,
+                     tables: dict[str, int]) -> IfacePlan:
+    addrs = tuple(a for idx, a in pod.addresses(link.index) if idx == link.index)
+    # ADD applies the NIC's routes in the pod "onlink" with its own protocol; the host's
+    # originals are not known: give them back as `ip route add` makes them (proto boot),
+    # onlink only where the gateway is outside the NIC's subnets
+    routes = tuple((r.dst, r.gateway, RTPROT_BOOT, r.priority,
+                    not any(IPv4Address(r.gateway) in a.network for a in addrs))
+                   for r in pod.routes(RT_TABLE_MAIN, oif=link.index) if r.gateway)
+    table = next((tables[str(a.ip)] for a in addrs if str(a.ip) in tables), 0)
+    return IfacePlan(k=k, name=link.name, tmp=link.name, nic=nic, kind="physical",
+                     mtu=link.mtu, table=table, addresses=addrs, identity=_identity(link),
+                     host_mtu=link.mtu, host_up=link.up, host_routes=routes)
+
+
+def _physical_on_host(k: int, link: Link, nic: str) -> IfacePlan:
+    log.warning("DEL of an unreadable state record: exclusive NIC %s is back on the host as "
+                "%s; its addresses and routes are not known and are not restored", nic,
+                link.name)
+    return IfacePlan(k=k, name=nic, tmp=nic, nic=nic, kind="physical", mtu=link.mtu,
+                     table=0, identity=_identity(link), host_mtu=0, host_up=link.up)
+
+
+def rebuild(store: Store, key: AttachmentKey, pod: Netlink | None, host: Netlink,
+            netns: str, priority: int) -> dict[str, Any]:
+    """A state record for teardown, built from the store and our marked links."""
+    marker = f"rdma-cni:{key.digest()}"
+    claims = {ifname: netdev for netdev, (k, ifname) in store.nic_claims().items() if k == key}
+    ips: dict[str, list[IPv4Interface]] = {}
+    for pool, ip, ifname in store.ips_of(key):
+        prefix = pool.split("/")[1] if "/" in pool else "32"
+        ips.setdefault(ifname, []).append(IPv4Interface(f"{ip}/{prefix}"))
+    plans: list[IfacePlan] = []
+    if pod is not None:
+        tables = _tables(pod, priority)
+        for link in (lk for lk in pod.links() if lk.alias == marker):
+            if link.kind in _SUBLINKS:
+                plans.append(_sublink(len(plans), link, ips.get(link.name, []), tables))
+            else:
+                nic = claims.get(link.name, link.name)
+                plans.append(_physical_in_pod(len(plans), pod, link, nic, tables))
+    in_pod = {p.name for p in plans}
+    left = [netdev for ifname, netdev in sorted(claims.items()) if ifname not in in_pod]
+    for link in (lk for lk in host.links() if lk.alias == marker and lk.kind not in _SUBLINKS):
+        plans.append(_physical_on_host(len(plans), link, left.pop(0) if left else link.name))
+    log.warning("DEL of %s/%s from an unreadable state record: %d interface(s) found by "
+                "their mark", key.network, key.container_id, len(plans))
+    return make_state("salvaged", "", netns, "", "", priority, plans)
+

@@ -1,0 +1,151 @@
+"""Undo an attachment from its saved state: shared by DEL, GC and a repeated ADD.
+
+Best effort: anything already gone is success. The one real failure is an
+exclusive NIC that is still in the pod and cannot move right now; the caller
+then keeps the state so a retry can finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rdma_cni import defaults
+from rdma_cni.adapters.netlink import Netlink
+from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.datapath.execute import (
+    _delete,
+    fallback_name,
+    find_moved,
+    move_out,
+    rdma_out,
+    restore_host,
+)
+from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.datapath.session import Session
+from rdma_cni.errors import CniError, IOFailure, TryAgain
+from rdma_cni.store.records import plans_of
+
+log = logging.getLogger("rdma_cni")
+
+#: test-only seam (issue 7): SIGKILL before the k-th teardown action (k from 0: per
+#: interface, last first: rules, link; exclusive: host recovery; then the end of the
+#: teardown, before the caller purges the store); inert unless set
+_CRASH_IN_DEL = "RDMA_CNI_TEST_CRASH_IN_DEL"
+#: how long DEL waits for the kernel to return an exclusive NIC whose pod netns is
+#: going away (the kernel moves physical devices back asynchronously, in its netns
+#: cleanup work); past it DEL fails with code 11 and keeps the state for a retry
+RETURN_WAIT = 10.0
+_POLL = 0.1
+
+
+class NicNotBack(TryAgain):
+    """An exclusive NIC is in no netns we can see but its device still exists."""
+
+
+def _seam() -> Callable[[], None]:
+    raw = os.environ.get(_CRASH_IN_DEL, "")
+    if not raw:
+        return lambda: None
+    target, seen = int(raw), [0]
+
+    def tick() -> None:
+        if seen[0] == target:
+            os.kill(os.getpid(), 9)
+        seen[0] += 1
+
+    return tick
+
+
+def marker_of(digest: str) -> str:
+    return f"rdma-cni:{digest}"
+
+
+def teardown(session: Session, state: dict[str, Any], digest: str) -> None:
+    marker = marker_of(digest)
+    priority = int(state.get("rulePriority") or defaults.RULE_PRIORITY)
+    failures: list[tuple[str, CniError]] = []
+    tick = _seam()
+    for p in reversed(plans_of(state)):
+        try:
+            if session.has_pod:
+                _in_pod(session, p, marker, priority, tick)
+            if p.kind == "physical":
+                assert session.host is not None
+                tick()
+                _recover_on_host(session.host, p, marker)
+        except CniError as exc:
+            if p.kind == "physical":
+                failures.append((p.nic, exc))
+            else:
+                log.warning("DEL of %s: %s (ignored)", p.name, exc.msg)
+    tick()
+    if failures and all(isinstance(f, NicNotBack) for _, f in failures):
+        raise NicNotBack("; ".join(f.msg for _, f in failures))
+    if failures:
+        raise IOFailure("failed to return exclusive NIC(s) to the host: " +
+                        "; ".join(f"{nic}: {f.msg}" for nic, f in failures))
+
+
+def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,
+            tick: Callable[[], None]) -> None:
+    ctx = session.ctx(marker, priority)
+    tick()
+    for addr in p.addresses:
+        ctx.pod.del_rule(str(addr.ip), p.table, priority)
+    tick()
+    if p.kind == "physical":
+        if p.rdma_move:
+            rdma_out(ctx, p)  # reverse order of ADD: RDMA device first, then the netdev
+        move_out(ctx, p)
+    else:
+        _delete(ctx, p)
+
+
+def _recover_on_host(host: Netlink, p: IfacePlan, marker: str, sysfs: Sysfs | None = None,
+                     wait: float | None = None) -> None:
+    """The NIC came back by itself (pod netns died) or a move half-finished: fix name and config."""
+    if host.link(p.nic) is not None and find_moved(host, p, marker) == p.nic:
+        restore_host(host, p.nic, p)
+        return
+    current = find_moved(host, p, marker)
+    if current is None:
+        device = hardware_of(p, sysfs or Sysfs())
+        if device is None:
+            return  # gone with its hardware (or a virtual stand-in gone with its netns)
+        wait = RETURN_WAIT if wait is None else wait
+        log.info("DEL: exclusive NIC %s (%s) is in no netns in sight: waiting up to %.0f s "
+                 "for the kernel to return it", p.nic, device, wait)
+        current = _wait_back(host, p, marker, wait)
+        if current is None:
+            raise NicNotBack(
+                f"exclusive NIC {p.nic} ({device}) is neither in the pod nor back on the "
+                "host: the kernel has not returned it yet; the state is kept for a retry")
+        log.info("DEL: exclusive NIC %s is back on the host as %s", p.nic, current)
+    name = p.nic if host.link(p.nic) is None else fallback_name(p)
+    if current != name:
+        host.set_link(current, f"rename {current} to {name}", ifname=name, ifalias="")
+    restore_host(host, name, p)
+
+
+def hardware_of(p: IfacePlan, sysfs: Sysfs) -> str | None:
+    """The bus device (``/sys/bus/<bus>/devices/<name>``) of an exclusive NIC, if it still
+    exists: its PCI address or its parent device (``IFLA_PARENT_DEV_NAME``)."""
+    names = [p.identity.get("pci"), p.identity.get("parentDev")]
+    for name in (n for n in names if n and "/" not in n and not n.startswith(".")):
+        for bus in sysfs.listdir("sys/bus"):
+            if sysfs.exists(f"sys/bus/{bus}/devices/{name}"):
+                return f"{bus} device {name}"
+    return None
+
+
+def _wait_back(host: Netlink, p: IfacePlan, marker: str, wait: float) -> str | None:
+    deadline = time.monotonic() + wait
+    while True:
+        current = find_moved(host, p, marker)
+        if current is not None or time.monotonic() >= deadline:
+            return current
+        time.sleep(_POLL)

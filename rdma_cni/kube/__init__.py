@@ -1,0 +1,1 @@
+"""The Kubernetes halves: device plugin, agent, exporter."""

@@ -1,0 +1,85 @@
+"""Which attachments the agent may release this pass (pure).
+
+An attachment is released only after it was judged gone (:mod:`agentview`) on
+:data:`PASSES` consecutive passes spread over at least one interval (a pending
+record, an ADD possibly still running, over :data:`PENDING_GRACE` seconds).
+State another node wrote is never touched. When, without the runtime to
+confirm each one, more than :data:`MASS_FRACTION` of this node's attachments
+(and more than :data:`MASS_MIN`) look gone at once, none is released: that
+many pods vanishing at once is more likely a wrong view than the truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.kube.agent.view import GONE, UNKNOWN, Evidence, Verdict, judge
+from rdma_cni.node.origin import recorded_node, same_node
+
+PASSES = 2
+PENDING_GRACE = 300.0
+MASS_FRACTION = 0.5
+MASS_MIN = 2
+
+
+@dataclass
+class PassPlan:
+    release: list[AttachmentKey] = field(default_factory=list)
+    marks: dict[str, dict[str, float]] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)  # why the view looks wrong
+    foreign: int = 0
+    needs_confirm: bool = False  # each release must be confirmed by the runtime
+
+
+def _ripe(mark: dict[str, float], state: dict[str, Any], now: float, interval: float) -> bool:
+    waited = now - mark["first"]
+    if mark["passes"] < PASSES or waited < 0.9 * interval:
+        return False
+    return state.get("status") != "pending" or waited >= PENDING_GRACE
+
+
+def _label(state: dict[str, Any]) -> str:
+    key = state.get("key") or {}
+    pod = state.get("pod") or "?"
+    return f"{key.get('network')}/{str(key.get('containerID'))[:12]} (pod {pod})"
+
+
+def plan_pass(states: Sequence[dict[str, Any]], ev: Evidence, node: str | set[str],
+              marks: dict[str, dict[str, float]], now: float, interval: float,
+              judge_fn: Callable[[dict[str, Any], Evidence], Verdict] = judge) -> PassPlan:
+    """The releases, the new marks and the report of one pass."""
+    plan = PassPlan(needs_confirm=ev.sandboxes is not None)
+    names = {node} if isinstance(node, str) else set(node)
+    own: list[dict[str, Any]] = []
+    for st in states:
+        if not same_node(recorded_node(st), names):
+            plan.foreign += 1
+            continue
+        own.append(st)
+    if plan.foreign:
+        plan.reasons.append(f"{plan.foreign} state record(s) in the data dir were written by "
+                            "another node (a data dir shared between nodes?): left alone")
+    ripe: list[AttachmentKey] = []
+    for st in own:
+        key = AttachmentKey.from_dict(st["key"])
+        verdict = judge_fn(st, ev)
+        if verdict.kind == UNKNOWN:
+            plan.reasons.append(f"{_label(st)}: {verdict.why}")
+        if verdict.kind != GONE:
+            continue
+        digest = key.digest()
+        old = marks.get(digest) or {"first": now, "passes": 0.0}
+        mark = {"first": old["first"], "passes": old["passes"] + 1}
+        plan.marks[digest] = mark
+        if _ripe(mark, st, now, interval):
+            ripe.append(key)
+    bound = max(MASS_MIN, int(MASS_FRACTION * len(own)))
+    if not plan.needs_confirm and len(ripe) > bound:
+        plan.reasons.append(f"{len(ripe)} of {len(own)} attachments look gone at once and no "
+                            "runtime confirms it: none released")
+        return plan
+    plan.release = sorted(ripe)
+    return plan

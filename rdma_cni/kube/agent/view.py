@@ -1,0 +1,145 @@
+"""What the agent knows about the node's sandboxes, and whether it can trust it.
+
+The agent runs in a container: its view of ``/var/run/netns`` and of ``/proc``
+may be partial (a mount without propagation shows a live netns as a plain file;
+without hostPID no pod process is visible). A wrong view must never free a live
+pod's address, so the evidence is graded:
+
+- **alive** (any one suffices): the runtime lists the sandbox (CRI
+  ``ListPodSandbox``); a visible process holds the netns whose (st_dev, st_ino)
+  ADD recorded; the recorded path is a mounted nsfs file with that identity;
+- **gone**: the runtime is reachable and does not have the sandbox; or, with no
+  runtime socket at all, the recorded path is not a netns in a view that is
+  sound (the netns directory is a propagated mount, or the agent shares the
+  host's mount namespace) and no visible process holds the recorded netns;
+- anything else is **unknown**, and the reasons go to the report.
+
+:func:`gather` reads the OS (``/proc``, mountinfo, the CRI socket); everything
+else here is pure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rdma_cni.node.origin import netns_identity as path_identity
+from rdma_cni.node.origin import recorded_netns
+
+ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One pass's facts. ``sandboxes`` is None when the runtime was not asked or failed."""
+
+    sandboxes: dict[str, str] | None = None
+    runtime_error: str = ""  # why the runtime could not be asked ("" if it answered)
+    runtime_present: bool = False  # a runtime socket exists
+    held: frozenset[tuple[int, int]] = frozenset()  # netns identities held by visible processes
+    sound_dirs: frozenset[str] = frozenset()  # netns dirs whose view propagates
+    unsound_dirs: dict[str, str] = field(default_factory=dict)  # dir -> why not
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str
+    why: str
+
+
+def judge(state: dict[str, Any], ev: Evidence,
+          ident_of: Callable[[str], tuple[int, int] | None] = path_identity) -> Verdict:
+    """Alive, gone or unknown for one attachment record (see the module docstring)."""
+    sandbox = str((state.get("key") or {}).get("containerID") or "")
+    netns = str(state.get("netns") or "")
+    recorded = recorded_netns(state)
+    if ev.sandboxes is not None and sandbox in ev.sandboxes:
+        return Verdict(ALIVE, "the runtime lists the sandbox")
+    if recorded is not None and recorded in ev.held:
+        if ev.sandboxes is not None:
+            return Verdict(UNKNOWN, "the runtime has no such sandbox, but a process still "
+                                    "holds its netns")
+        return Verdict(ALIVE, "a process holds the recorded netns")
+    seen = ident_of(netns) if netns else None
+    if seen is not None and (recorded is None or seen == recorded):
+        if ev.sandboxes is not None:
+            return Verdict(UNKNOWN, f"the runtime has no such sandbox, but {netns} is its netns")
+        return Verdict(ALIVE, f"{netns} is a live netns")
+    if ev.sandboxes is not None:
+        return Verdict(GONE, "the runtime has no such sandbox")
+    return _without_runtime(netns, seen, ev)
+
+
+def _without_runtime(netns: str, seen: tuple[int, int] | None, ev: Evidence) -> Verdict:
+    """No runtime answer: gone only in a sound view (propagated netns dir)."""
+    if ev.runtime_present:
+        return Verdict(UNKNOWN, f"the runtime could not be asked: {ev.runtime_error}")
+    if not netns:
+        return Verdict(UNKNOWN, "no netns recorded and no runtime to ask")
+    directory = os.path.dirname(netns)
+    if netns.startswith("/proc/") or directory not in ev.sound_dirs:
+        why = ev.unsound_dirs.get(directory, f"{directory} is not a propagated mount here")
+        return Verdict(UNKNOWN, f"{netns} is not a netns in this view, but the view is "
+                                f"unsound: {why}")
+    if seen is not None:  # a live netns with another identity: the path was reused
+        return Verdict(UNKNOWN, f"{netns} is a netns other than the one recorded at ADD")
+    return Verdict(GONE, f"{netns} is gone (propagated view, no process holds it)")
+
+
+def netns_dirs(states: Sequence[dict[str, Any]]) -> set[str]:
+    return {os.path.dirname(str(s.get("netns"))) for s in states
+            if isinstance(s.get("netns"), str) and s.get("netns")
+            and not str(s.get("netns")).startswith("/proc/")}
+
+
+# -- OS facts ------------------------------------------------------------------------
+def held_netns(proc: str = "/proc") -> frozenset[tuple[int, int]]:
+    """Identities of the netns of every process visible under ``proc`` (unreadable ones skipped)."""
+    out = set()
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        return frozenset()
+    for pid in pids:
+        try:
+            st = os.stat(os.path.join(proc, pid, "ns", "net"))
+        except OSError:
+            continue
+        out.add((st.st_dev, st.st_ino))
+    return frozenset(out)
+
+
+def mount_of(directory: str, mountinfo: str) -> tuple[str, list[str]] | None:
+    """(mount point, optional fields) of the mount holding ``directory`` per mountinfo text."""
+    best: tuple[str, list[str]] | None = None
+    for line in mountinfo.splitlines():
+        parts = line.split()
+        if len(parts) < 7 or "-" not in parts:
+            continue
+        point = parts[4].replace("\\040", " ")
+        optional = parts[6:parts.index("-")]
+        inside = directory == point or directory.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best[0])):
+            best = (point, optional)
+    return best
+
+
+def propagation(directory: str, mountinfo: str) -> str:
+    """"" when mounts made by the host under ``directory`` reach this view, else why not."""
+    found = mount_of(directory, mountinfo)
+    if found is None:
+        return f"{directory} is in no mount"
+    point, optional = found
+    if any(o.startswith(("shared:", "master:")) for o in optional):
+        return ""
+    return f"the mount {point} holding {directory} has no propagation (private)"
+
+
+def read_mountinfo(path: str = "/proc/self/mountinfo") -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""

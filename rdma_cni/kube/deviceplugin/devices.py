@@ -1,0 +1,144 @@
+"""Pure device-plugin logic: the advertised devices, preferred allocation, Allocate.
+
+Device IDs (DESIGN §8): exclusive and shared, one device per NIC with the NIC's
+``device_id`` (PCI address, else netdev); shared-multi, ``<id>@<n>`` slots per
+NIC; shared-host, ``host-<n>`` devices that each stand for every NIC.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rdma_cni.node.discovery import Nic
+
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+NCCL_ENV_CONTAINER_PATH = "/usr/local/bin/nccl_env.sh"
+RDMA_CM = "/dev/infiniband/rdma_cm"
+
+
+@dataclass(frozen=True)
+class Device:
+    """One advertised device: its NICs (several for shared-host) and NUMA nodes."""
+
+    id: str
+    nics: tuple[Nic, ...]
+    healthy: bool
+    numa: tuple[int, ...] = ()
+
+
+def nic_healthy(nic: Nic, present: bool) -> bool:
+    """A NIC is healthy while its netdev exists and its RDMA port (if any) is ACTIVE."""
+    if not present:
+        return False
+    return nic.ibdev is None or (nic.state or "").upper() == "ACTIVE"
+
+
+def _numa_of(nics: Sequence[Nic]) -> tuple[int, ...]:
+    return tuple(sorted({n.numa for n in nics if n.numa is not None and n.numa >= 0}))
+
+
+def build_devices(
+    mode: str,
+    nics: Sequence[Nic],
+    healthy: Mapping[str, bool],
+    slots: Callable[[Nic], int],
+    host_slots: int = 0,
+) -> list[Device]:
+    """The device list for ``mode``; ``slots(nic)`` is the shared-multi slot count
+    and ``host_slots`` the shared-host count (both already capped by the caller)."""
+    if mode == "shared-host":
+        if not nics:
+            return []
+        ok = all(healthy.get(n.netdev, False) for n in nics)
+        return [Device(f"host-{i}", tuple(nics), ok, _numa_of(nics)) for i in range(host_slots)]
+    out: list[Device] = []
+    for nic in nics:
+        ok = healthy.get(nic.netdev, False)
+        if mode == "shared-multi":
+            out += [Device(f"{nic.device_id}@{i}", (nic,), ok, _numa_of([nic]))
+                    for i in range(slots(nic))]
+        else:
+            out.append(Device(nic.device_id, (nic,), ok, _numa_of([nic])))
+    return out
+
+
+def _slot_key(dev_id: str) -> tuple[str, int, str]:
+    base, _, slot = dev_id.partition("@")
+    return (base, int(slot) if slot.isdigit() else -1, dev_id)
+
+
+def preferred_allocation(
+    available: Sequence[str], must: Sequence[str], size: int, devices: Mapping[str, Device]
+) -> list[str]:
+    """Pick ``size`` IDs: all of ``must``, then on the fewest NUMA nodes (nodes already
+    used by ``must`` first, then the fullest), and within them distinct NICs first."""
+    chosen = list(dict.fromkeys(must))
+    pool = sorted((a for a in available if a not in chosen), key=_slot_key)
+    used = Counter(_nic_key(devices, c) for c in chosen)
+    for node in _node_order(pool, chosen, devices):
+        if len(chosen) >= size:
+            break
+        cands = [a for a in pool if _node_key(devices, a) == node]
+        while cands and len(chosen) < size:
+            pick = min(cands, key=lambda a: used[_nic_key(devices, a)])
+            cands.remove(pick)
+            chosen.append(pick)
+            used[_nic_key(devices, pick)] += 1
+    return chosen
+
+
+def _nic_key(devices: Mapping[str, Device], dev_id: str) -> str:
+    dev = devices.get(dev_id)
+    return ",".join(n.netdev for n in dev.nics) if dev else dev_id
+
+
+def _node_key(devices: Mapping[str, Device], dev_id: str) -> int:
+    dev = devices.get(dev_id)
+    return dev.numa[0] if dev and len(dev.numa) == 1 else -1
+
+
+def _node_order(
+    pool: Sequence[str], chosen: Sequence[str], devices: Mapping[str, Device]
+) -> list[int]:
+    capacity = Counter(_node_key(devices, a) for a in pool)
+    pinned = {_node_key(devices, c) for c in chosen}
+    return sorted(capacity, key=lambda n: (n not in pinned, -capacity[n], n))
+
+
+@dataclass
+class ContainerAllocation:
+    envs: dict[str, str] = field(default_factory=dict)
+    devices: list[tuple[str, str, str]] = field(default_factory=list)  # (ctr, host, perms)
+    mounts: list[tuple[str, str, bool]] = field(default_factory=list)  # (ctr, host, ro)
+
+
+def container_allocation(
+    ids: Sequence[str],
+    devices: Mapping[str, Device],
+    exists: Callable[[str], bool],
+    nccl_env_host_path: str | None,
+) -> ContainerAllocation:
+    """What the kubelet must give a container holding ``ids``: the NICs' uverbs
+    character devices and rdma_cm (those that exist), env vars, and nccl_env.sh from
+    ``nccl_env_host_path`` (the caller passes it only when the host has the file)."""
+    unknown = [i for i in ids if i not in devices]
+    if unknown:
+        raise KeyError(f"unknown device IDs {', '.join(unknown)}")
+    nics: dict[str, Nic] = {}
+    for dev_id in ids:
+        for nic in devices[dev_id].nics:
+            nics.setdefault(nic.netdev, nic)
+    alloc = ContainerAllocation()
+    paths = [f"/dev/infiniband/{n.uverbs}" for n in nics.values() if n.uverbs] + [RDMA_CM]
+    for path in dict.fromkeys(paths):
+        if exists(path):
+            alloc.devices.append((path, path, "rw"))
+    ibdevs = sorted({n.ibdev for n in nics.values() if n.ibdev})
+    alloc.envs["RDMA_CNI_DEVICE_IDS"] = ",".join(sorted(ids, key=_slot_key))
+    alloc.envs["RDMA_CNI_DEVICES"] = ",".join(ibdevs)
+    if nccl_env_host_path:
+        alloc.mounts.append((NCCL_ENV_CONTAINER_PATH, nccl_env_host_path, True))
+    return alloc

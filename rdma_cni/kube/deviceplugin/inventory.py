@@ -1,0 +1,100 @@
+"""The device plugin's view of the node: NICs, their health, the device list.
+
+``Inventory.refresh()`` re-reads sysfs; when the device list changes (a port
+leaves ACTIVE, a netdev disappears or comes back, capacity changes) it bumps a
+version and wakes ``ListAndWatch`` streams waiting in ``wait()``. A NIC seen
+once and then gone stays listed, Unhealthy, under its last known identity.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.kube.deviceplugin.devices import Device, build_devices, nic_healthy
+from rdma_cni.node.discovery import Nic, discover
+from rdma_cni.node.pools import NodeSettings, host_slots, nic_slots
+
+PluginSettings = NodeSettings
+
+
+class Inventory:
+    def __init__(
+        self,
+        settings: PluginSettings,
+        sysfs: Sysfs,
+        free_addresses: Callable[[Nic], int],
+    ) -> None:
+        self.settings = settings
+        self.sysfs = sysfs
+        self.free_addresses = free_addresses
+        self._known: dict[str, Nic] = {}
+        self._slots: dict[str, int] = {}
+        self._cond = threading.Condition()
+        self.version = 0
+        self.devices: list[Device] = []
+        self.by_id: dict[str, Device] = {}
+        self.closed = False
+
+    def _scan(self) -> tuple[list[Nic], dict[str, bool]]:
+        current = discover(self.sysfs, self.settings.pinned)
+        present = {n.netdev: self.sysfs.exists(f"sys/class/net/{n.netdev}") for n in current}
+        nics: list[Nic] = []
+        for nic in current:
+            if present[nic.netdev]:
+                self._known[nic.netdev] = nic
+            nics.append(nic if present[nic.netdev] else self._known.get(nic.netdev, nic))
+        if self.settings.pinned is None:
+            gone = [n for name, n in self._known.items() if name not in present]
+            nics = sorted(nics + gone, key=lambda n: n.netdev)
+            present.update({n.netdev: False for n in gone})
+        health = {n.netdev: nic_healthy(n, present[n.netdev]) for n in nics}
+        return nics, health
+
+    def _capacity(self, nic: Nic, healthy: bool) -> int:
+        """Free addresses of the NIC's range; the last healthy reading while unhealthy
+        (so a flapping NIC keeps its device IDs, Unhealthy, instead of losing them)."""
+        if healthy or nic.netdev not in self._slots:
+            cap = max(self.free_addresses(nic), 0)
+            if healthy or cap > 0:
+                self._slots[nic.netdev] = cap
+        return self._slots.get(nic.netdev, 0)
+
+    def _host_slots(self, nics: Sequence[Nic], health: dict[str, bool]) -> int:
+        if not nics:
+            return 0
+        return host_slots(self.settings, [self._capacity(n, health[n.netdev]) for n in nics])
+
+    def compute(self) -> list[Device]:
+        nics, health = self._scan()
+        mode = self.settings.mode
+        host = self._host_slots(nics, health) if mode == "shared-host" else 0
+
+        def slots(nic: Nic) -> int:
+            return nic_slots(self.settings, self._capacity(nic, health[nic.netdev]))
+
+        return build_devices(mode, nics, health, slots, host)
+
+    def refresh(self) -> bool:
+        """Re-read the node; True (and streams woken) when the list changed."""
+        devices = self.compute()
+        with self._cond:
+            if devices == self.devices and self.version:
+                return False
+            self.devices = devices
+            self.by_id = {d.id: d for d in devices}
+            self.version += 1
+            self._cond.notify_all()
+            return True
+
+    def wait(self, seen: int, timeout: float) -> tuple[int, list[Device]]:
+        """Block until the version differs from ``seen`` (or timeout/close)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.version != seen or self.closed, timeout)
+            return self.version, list(self.devices)
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()

@@ -1,0 +1,140 @@
+"""``rdma-cni exporter --config FILE [--listen HOST:PORT]``: Prometheus metrics of
+the node's RDMA NICs, the pods' RDMA interfaces, the plugin's capacity and IPAM,
+and the plugin's own operations (docs/metrics.md lists every metric).
+
+Off the CNI hot path: prometheus_client and pyroute2 are fine here. Custom
+collectors read everything at scrape time; no global mutable gauges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from rdma_cni import defaults
+from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.errors import CniError, ConfigError, shown
+from rdma_cni.kube.agent import status as agentstatus
+from rdma_cni.kube.deviceplugin.status import DEFAULT_PATH as DEVICE_PLUGIN_STATUS
+from rdma_cni.kube.exporter.agent import AgentCollector
+from rdma_cni.kube.exporter.attachments import AttachmentCollector, StatsReader
+from rdma_cni.kube.exporter.capacity import CapacityCollector, HostReader, Settings
+from rdma_cni.kube.exporter.common import NodeCollector
+from rdma_cni.kube.exporter.deviceplugin import DevicePluginCollector
+from rdma_cni.kube.exporter.operations import OperationsCollector
+from rdma_cni.kube.exporter.ports import RdmaPortCollector
+from rdma_cni.kube.exporter.storeview import StoreView
+from rdma_cni.store import metrics_file
+
+DEFAULT_PORT = defaults.EXPORTER_PORT
+DEFAULT_HOST = "0.0.0.0"
+from rdma_cni.models.subconfig import DEFAULT_CONF_DIR  # noqa: E402
+
+log = logging.getLogger("rdma_cni.kube.exporter")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT``, ``[v6]:PORT`` or ``HOST`` -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or "]" in port:
+        host, port = text, str(DEFAULT_PORT)
+    host = host.strip("[]") or DEFAULT_HOST
+    if not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"invalid --listen {shown(text)}: expected HOST:PORT")
+    return host, int(port)
+
+
+def load_config(path: str | None, conf_dir: str = DEFAULT_CONF_DIR) -> tuple[Any, dict[str, Any]]:
+    """(validated NetConf, raw dict) of --config, else the conflist entry in ``conf_dir``."""
+    from rdma_cni.models.subconfig import load_netconf_for
+
+    return load_netconf_for(path, conf_dir)
+
+
+def metrics_path(raw: dict[str, Any]) -> str:
+    """Where the plugin records its operations (``metricsFile``; "" means the default)."""
+    return metrics_file.path_from_conf(raw) or metrics_file.DEFAULT_PATH
+
+
+def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
+                   stats: StatsReader | None, host: HostReader,
+                   device_plugin_status: str = DEVICE_PLUGIN_STATUS,
+                   agent_status: str = agentstatus.DEFAULT_PATH) -> CollectorRegistry:
+    """A registry with the exporter's one collector; the readers are injectable."""
+    view = StoreView(conf.dataDir)
+    settings = Settings.from_netconf(conf)
+    registry = CollectorRegistry()
+    registry.register(NodeCollector([  # type: ignore[arg-type]
+        RdmaPortCollector(sysfs),
+        AttachmentCollector(view, stats),
+        CapacityCollector(settings, sysfs, view, host),
+        OperationsCollector(metrics_path(raw)),
+        DevicePluginCollector(conf.resource, conf.kubelet.devicePluginDir,
+                              device_plugin_status),
+        AgentCollector(agent_status),
+    ]))
+    return registry
+
+
+def serve(registry: CollectorRegistry, host: str, port: int) -> Any:
+    """Start the HTTP server in a thread; returns the server (``.server_port``)."""
+    from prometheus_client import start_http_server
+
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return server
+
+
+def _parser() -> argparse.ArgumentParser:
+    from rdma_cni.cliargs import parser
+
+    p = parser("rdma-cni exporter", "Prometheus exporter for RDMA NICs and rdma-cni "
+               "(docs/metrics.md lists every metric).")
+    p.add_argument("--cni-conf-dir", "--conf-dir", dest="conf_dir", default=DEFAULT_CONF_DIR,
+                   help=f"CNI config dir searched without --config (default {DEFAULT_CONF_DIR})")
+    p.add_argument("--listen", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}",
+                   help=f"HOST:PORT to serve /metrics on (default {DEFAULT_HOST}:{DEFAULT_PORT})")
+    p.add_argument("--metrics-file", help="the plugin's metrics file as seen by the exporter "
+                                          "(default: config metricsFile, else "
+                                          f"{metrics_file.DEFAULT_PATH})")
+    p.add_argument("--device-plugin-status", metavar="FILE", default=DEVICE_PLUGIN_STATUS,
+                   help="the device plugin's status file as seen by the exporter "
+                        f"(default {DEVICE_PLUGIN_STATUS})")
+    p.add_argument("--agent-status", metavar="FILE",
+                   help="the agent's status file as seen by the exporter "
+                                          f"(default {agentstatus.DEFAULT_PATH})")
+    p.add_argument("--sysfs-root", default="/", help="root of /sys (tests)")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(list(argv))
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from rdma_cni.kube.exporter.netstats import host_nics, pod_stats
+
+    try:
+        host, port = parse_listen(args.listen)
+        conf, raw = load_config(args.config, args.conf_dir)
+        if args.metrics_file:
+            raw["metricsFile"] = args.metrics_file
+        registry = build_registry(conf, raw, Sysfs(args.sysfs_root), pod_stats, host_nics,
+                                  args.device_plugin_status,
+                                  args.agent_status or agentstatus.DEFAULT_PATH)
+        server = serve(registry, host, port)
+    except (CniError, OSError) as err:
+        print(f"rdma-cni exporter: {err}", file=sys.stderr)
+        return 1
+    log.info("serving metrics on %s:%d/metrics", host, server.server_port)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.shutdown()
+    return 0

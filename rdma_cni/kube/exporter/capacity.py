@@ -1,0 +1,92 @@
+"""Per node: RDMA slots allocated vs capacity (DESIGN §8) and IPAM addresses
+per NIC, from the NICs (discovery), their host addresses (an injectable
+:class:`HostReader`) and the store's reservations and claims.
+
+Capacity by mode: ``shared``/``exclusive`` one slot per NIC; ``shared-multi``
+``min(slotsPerNic, pool size)`` per NIC; ``shared-host`` ``min(hostSlots,
+smallest pool size)``. Allocated: claimed NICs (shared, exclusive), pod
+interfaces (shared-multi), attachments (shared-host).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from ipaddress import IPv4Address
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.ipam.allocator import Pool
+from rdma_cni.kube.exporter.storeview import StoreView
+from rdma_cni.node.discovery import discover
+from rdma_cni.node.pools import HostNic, HostReader, NodeSettings, build_pools, slot_capacity
+
+log = logging.getLogger("rdma_cni.kube.exporter")
+__all__ = ["CapacityCollector", "HostNic", "HostReader", "Settings"]
+
+
+Settings = NodeSettings
+
+
+def free_in(pool: Pool, reserved: set[IPv4Address]) -> tuple[int, int]:
+    """(reserved assignable addresses, free addresses) of ``pool``."""
+    used = sum(1 for ip in reserved if pool.in_range(ip) and ip not in pool.excluded)
+    return used, max(pool.size() - used, 0)
+
+
+def capacity(settings: Settings, nics: Sequence[str], pools: Mapping[str, Pool]) -> int:
+    return slot_capacity(settings, [pools[n].size() if n in pools else 0 for n in nics])
+
+
+def allocated(settings: Settings, view: StoreView, nics: Sequence[str]) -> int:
+    if settings.mode in ("shared", "exclusive"):
+        return len(set(view.nic_claims()) & set(nics))
+    states = view.states()
+    if settings.mode == "shared-multi":
+        return sum(len(s.get("interfaces") or []) for s in states)
+    return sum(1 for s in states if s.get("interfaces"))
+
+
+class CapacityCollector:
+    name = "capacity"
+
+    def __init__(self, settings: Settings, sysfs: Sysfs, view: StoreView,
+                 host: HostReader) -> None:
+        self.settings = settings
+        self.sysfs = sysfs
+        self.view = view
+        self.host = host
+
+    def collect(self) -> Iterator[Metric]:
+        names = [n.netdev for n in discover(self.sysfs, self.settings.pinned)]
+        facts, host_addrs = self.host(names)
+        nics = [n for n in names if n in facts]
+        pools = (build_pools(facts, host_addrs, self.settings.ranges)
+                 if self.settings.mode != "exclusive" else {})
+        res = [self.settings.resource]
+        cap = GaugeMetricFamily("rdma_cni_slots_capacity", "RDMA device-plugin slots this "
+                                "node offers", labels=["resource", "mode"])
+        cap.add_metric([*res, self.settings.mode], capacity(self.settings, nics, pools))
+        used = GaugeMetricFamily("rdma_cni_slots_allocated", "RDMA slots in use by pods "
+                                 "(from the plugin's state)", labels=["resource", "mode"])
+        used.add_metric([*res, self.settings.mode], allocated(self.settings, self.view, nics))
+        yield cap
+        yield used
+        yield from self._ipam(pools)
+
+    def _ipam(self, pools: Mapping[str, Pool]) -> Iterator[Metric]:
+        lab = ["nic", "subnet"]
+        size = GaugeMetricFamily("rdma_cni_ipam_pool_addresses",
+                                 "Assignable pod addresses in the NIC's range", labels=lab)
+        held = GaugeMetricFamily("rdma_cni_ipam_reserved_addresses",
+                                 "Addresses of the NIC's range reserved by pods", labels=lab)
+        free = GaugeMetricFamily("rdma_cni_ipam_free_addresses",
+                                 "Addresses of the NIC's range still free", labels=lab)
+        for nic, pool in sorted(pools.items()):
+            used, left = free_in(pool, self.view.reserved(pool.name))
+            size.add_metric([nic, pool.name], pool.size())
+            held.add_metric([nic, pool.name], used)
+            free.add_metric([nic, pool.name], left)
+        yield from (size, held, free)

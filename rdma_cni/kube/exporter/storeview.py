@@ -1,0 +1,71 @@
+"""A strictly read-only view of the plugin's data dir for the exporter.
+
+:class:`rdma_cni.store.core.Store` readers tidy up as they go (orphaned temp files
+are deleted, corrupt state records moved aside). The exporter may run in a
+container that cannot see the plugin's PIDs, so a live writer's temp file would
+look orphaned: the exporter must never change the data dir. It reads the same
+layout (see :mod:`rdma_cni.store.core`) and skips anything it cannot parse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from ipaddress import IPv4Address, IPv4Network
+from typing import Any
+
+from rdma_cni.store.core import MAX_READ, Store, pool_dirname
+
+_TMP = ".tmp-"
+_MAX_RECORD = MAX_READ
+
+
+def _names(directory: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(directory) if not n.startswith(_TMP))
+    except OSError:
+        return []
+
+
+def _record(path: str) -> dict[str, Any] | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(_MAX_RECORD + 1)
+        rec = json.loads(raw) if len(raw) <= _MAX_RECORD else None
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+class StoreView:
+    def __init__(self, data_dir: str) -> None:
+        self.layout = Store(data_dir)
+
+    def states(self) -> list[dict[str, Any]]:
+        """Parsable state records (``state/*.json`` with a ``key`` object)."""
+        out = []
+        for name in _names(self.layout.state_dir):
+            rec = _record(os.path.join(self.layout.state_dir, name))
+            if name.endswith(".json") and rec is not None and isinstance(rec.get("key"), dict):
+                out.append(rec)
+        return out
+
+    def reserved(self, pool: str) -> set[IPv4Address]:
+        """Addresses reserved in ``pool`` (a subnet CIDR), readable or not: the
+        by-address layout and the per-subnet one of releases up to 0.1.0."""
+        net = IPv4Network(pool)
+        legacy = os.path.join(self.layout.ips_dir, pool_dirname(pool))
+        out = set()
+        for name in [*_names(self.layout.addrs_dir), *_names(legacy)]:
+            try:
+                ip = IPv4Address(name)
+            except ValueError:
+                continue
+            if ip in net:
+                out.add(ip)
+        return out
+
+    def nic_claims(self) -> list[str]:
+        """Netdevs claimed by a pod (shared and exclusive modes)."""
+        return _names(self.layout.nics_dir)

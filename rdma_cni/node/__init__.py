@@ -1,0 +1,1 @@
+"""Node facts: NIC discovery, host facts, GIDs, allocation, address pools."""

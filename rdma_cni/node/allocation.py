@@ -1,0 +1,197 @@
+"""Which NICs a pod gets (DESIGN §3 "Which NICs", §8 "Allocation").
+
+``lookup`` asks the allocation sources in order and says what the kubelet gave
+the pod; ``assign`` turns that answer into one parent netdev per interface block.
+Both are pure: the sources are callables (bind them with ``kubelet_sources``) and
+device-ID resolution is a callable too, so tests need neither sockets nor sysfs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from rdma_cni.errors import AllocationError, ConfigError, NicUnavailable, shown
+from rdma_cni.node.discovery import normalize_ids
+
+Source = Callable[[], "list[str] | None"]
+
+SRC_DEVICE_ID = "runtimeConfig.deviceID"
+SRC_POD_RESOURCES = "podresources"
+SRC_CHECKPOINT = "checkpoint"
+SRC_CONFIG = "config"
+SRC_NONE = "none"
+
+
+class NicLike(Protocol):
+    @property
+    def netdev(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class AllocationAnswer:
+    """``ids`` None: no kubelet source exists (or ``allocation: config``)."""
+
+    ids: list[str] | None
+    source: str
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def lookup(
+    *,
+    allocation: str = "auto",
+    device_id: str | None = None,
+    pod_resources: Source | None = None,
+    checkpoint: Source | None = None,
+) -> AllocationAnswer:
+    """DESIGN §8: deviceID, then PodResources, then checkpoint.
+
+    A source answering None does not exist; [] means it exists but the pod holds
+    none of the resource (then later sources may still know it). The answer is
+    None only when no source exists at all.
+    """
+    if allocation == "config":
+        return AllocationAnswer(None, SRC_CONFIG)
+    if allocation != "auto":
+        raise ConfigError(f"invalid allocation {shown(allocation)}: want auto or config")
+    if device_id:
+        return AllocationAnswer([device_id], SRC_DEVICE_ID)
+    found: AllocationAnswer | None = None
+    for name, source in ((SRC_POD_RESOURCES, pod_resources), (SRC_CHECKPOINT, checkpoint)):
+        if source is None:
+            continue
+        ids = source()
+        if ids:
+            return AllocationAnswer(list(ids), name)
+        if ids is not None and found is None:
+            found = AllocationAnswer([], name)
+    return found or AllocationAnswer(None, SRC_NONE)
+
+
+def kubelet_sources(
+    pod: PodRef,
+    resource: str,
+    *,
+    pod_resources_socket: str,
+    checkpoint_file: str,
+    timeout: float,
+) -> tuple[Source, Source]:
+    """The real (PodResources, checkpoint) sources for ``lookup``."""
+    from rdma_cni.adapters import kubelet
+
+    def from_api() -> list[str] | None:
+        found = kubelet.pod_resources_candidates(
+            pod_resources_socket, pod.namespace, pod.name, resource, timeout
+        )
+        if found is None:
+            return None
+        return _generation(pod, found, resource, checkpoint_file)
+
+    def from_checkpoint() -> list[str] | None:
+        if not pod.uid:
+            return None
+        return kubelet.checkpoint_devices(checkpoint_file, pod.uid, resource)
+
+    return from_api, from_checkpoint
+
+
+def _generation(pod: PodRef, found: list[list[str]], resource: str,
+                checkpoint_file: str) -> list[str]:
+    """PodResources has no UID: tell this pod's devices from an earlier pod of the same
+    name through the checkpoint (keyed by UID); see :mod:`rdma_cni.node.podgen`."""
+    from rdma_cni.adapters import kubelet
+    from rdma_cni.errors import IOFailure
+    from rdma_cni.node.podgen import pick_generation
+
+    owners: dict[str, list[str]] | None = None
+    if pod.uid:
+        try:
+            owners = kubelet.checkpoint_owners(checkpoint_file, resource)
+        except IOFailure:
+            owners = None  # an unreadable checkpoint cannot tell; PodResources alone
+    own = None if owners is None else owners.get(pod.uid, [])
+    return pick_generation(str(pod), found, own, owners or {})
+
+
+def assign(
+    mode: str,
+    nics: Sequence[NicLike],
+    ids: list[str] | None,
+    n_blocks: int,
+    *,
+    resolve: Callable[[str], NicLike],
+    pod: str = "",
+    resource: str = "vke.volcengine.com/rdma",
+    busy: Collection[str] = (),
+) -> list[str]:
+    """Parent netdevs for the pod's blocks (shared-host: one per NIC, in NIC order).
+
+    ``ids`` None means no kubelet source: NICs come from ``nics`` in order,
+    skipping ``busy`` netdevs in shared/exclusive. ``resolve`` maps a device ID
+    (suffix already stripped) to its NIC and raises AllocationError if unknown.
+    """
+    if mode not in ("shared", "exclusive", "shared-multi", "shared-host"):
+        raise ConfigError(f"invalid mode {shown(mode)}")
+    if ids is None:
+        return _assign_unallocated(mode, nics, n_blocks, busy)
+    if not ids:
+        raise AllocationError(
+            f"pod {pod} has no {resource} allocated: request it in the pod spec "
+            "to get RDMA interfaces"
+        )
+    if mode == "shared-host":
+        return [nic.netdev for nic in nics]
+    allocated = _distinct_netdevs(normalize_ids(ids), resolve)
+    if mode == "shared-multi":
+        return [allocated[i % len(allocated)] for i in range(n_blocks)]
+    if len(allocated) < n_blocks:
+        raise AllocationError(
+            f"pod {pod} asks for {n_blocks} RDMA interfaces but has {len(allocated)} "
+            f"distinct NICs of {resource} allocated ({', '.join(ids)}): in {mode} mode "
+            "each interface needs its own NIC"
+        )
+    return allocated[:n_blocks]
+
+
+def _distinct_netdevs(ids: list[str], resolve: Callable[[str], NicLike]) -> list[str]:
+    out: list[str] = []
+    for dev_id in ids:
+        netdev = resolve(dev_id).netdev
+        if netdev not in out:
+            out.append(netdev)
+    return out
+
+
+def _assign_unallocated(
+    mode: str, nics: Sequence[NicLike], n_blocks: int, busy: Collection[str]
+) -> list[str]:
+    names = [nic.netdev for nic in nics]
+    if mode == "shared-host":
+        return names
+    if not names:
+        raise AllocationError("no RDMA NICs on this node (discovered or in devices)")
+    if mode == "shared-multi":
+        return [names[i % len(names)] for i in range(n_blocks)]
+    if len(names) < n_blocks:
+        raise AllocationError(
+            f"{n_blocks} RDMA interfaces asked for but the node has {len(names)} NICs "
+            f"({', '.join(names)})"
+        )
+    free = [n for n in names if n not in busy]
+    if len(free) < n_blocks:
+        raise NicUnavailable(
+            f"{n_blocks} RDMA interfaces asked for but only {len(free)} of "
+            f"{len(names)} NICs are free (serving other pods: "
+            f"{', '.join(n for n in names if n in busy)})"
+        )
+    return free[:n_blocks]

@@ -1,0 +1,123 @@
+"""The node's address pools as the plugin's IPAM sees them, for everything that
+must agree with it: ADD, the device plugin's slot capacity, the exporter.
+
+A pool is built from the NIC's own addresses and gateway, every IPv4 address of
+the host, and ``ipam.ranges`` (:func:`rdma_cni.ipam.allocator.build_pool`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+from typing import Any
+
+from rdma_cni.errors import CniError
+from rdma_cni.ipam.allocator import Pool, RangeConf, build_pool
+
+log = logging.getLogger("rdma_cni")
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """What the device plugin and the exporter need of the node's config."""
+
+    mode: str
+    resource: str
+    pinned: Sequence[str] | None = None
+    slots_per_nic: int = 16
+    host_slots: int = 16
+    ranges: Mapping[str, RangeConf] = field(default_factory=dict)
+
+    @classmethod
+    def from_netconf(cls, conf: Any) -> NodeSettings:
+        return cls(conf.mode, conf.resource, conf.devices, conf.slotsPerNic, conf.hostSlots,
+                   ranges_of(conf))
+
+
+def nic_slots(settings: NodeSettings, pool_size: int) -> int:
+    """shared-multi: device-plugin slots one NIC offers (never more than its addresses)."""
+    return min(settings.slots_per_nic, max(pool_size, 0))
+
+
+def host_slots(settings: NodeSettings, pool_sizes: Sequence[int]) -> int:
+    """shared-host: pods the node takes (every pod needs an address on every NIC)."""
+    return min(settings.host_slots, *pool_sizes) if pool_sizes else 0
+
+
+def slot_capacity(settings: NodeSettings, pool_sizes: Sequence[int]) -> int:
+    """The node's capacity of ``settings.resource``, one pool size per NIC."""
+    if settings.mode in ("shared", "exclusive"):
+        return len(pool_sizes)
+    if settings.mode == "shared-multi":
+        return sum(nic_slots(settings, s) for s in pool_sizes)
+    return host_slots(settings, pool_sizes)
+
+
+@dataclass(frozen=True)
+class HostNic:
+    addresses: tuple[IPv4Interface, ...]
+    gateway: IPv4Address | None = None
+
+
+#: NIC names -> (the NICs present on the host, every IPv4 address of the host)
+HostReader = Callable[[Sequence[str]], tuple[dict[str, HostNic], set[IPv4Address]]]
+
+
+def ranges_of(conf: Any) -> dict[str, RangeConf]:
+    """``ipam.ranges`` of a NetConf as the allocator's RangeConf."""
+    return {
+        subnet: RangeConf(r.rangeStart, r.rangeEnd,
+                          tuple(IPv4Network(x, strict=False) for x in r.exclude))
+        for subnet, r in conf.ipam.ranges.items()
+    }
+
+
+def host_nics(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
+    """Addresses and gateway of the named NICs present here, and all host IPv4 addresses."""
+    from rdma_cni.adapters.netlink import Netlink
+    from rdma_cni.node.hostinfo import host_ipv4, nic_facts
+
+    nl = Netlink.here()
+    try:
+        present = {link.name for link in nl.links()}
+        facts = nic_facts(nl, [n for n in names if n in present], {})
+        return {n: HostNic(f.addresses, f.gateway) for n, f in facts.items()}, host_ipv4(nl)
+    finally:
+        nl.close()
+
+
+def build_pools(facts: Mapping[str, HostNic], host_addrs: set[IPv4Address],
+                ranges: Mapping[str, RangeConf]) -> dict[str, Pool]:
+    """The shared-mode pool of every NIC that has one (a NIC refused by IPAM has none)."""
+    pools = {}
+    for nic, f in facts.items():
+        try:
+            pools[nic] = build_pool(nic, f.addresses, f.gateway, host_addrs, ranges, True)
+        except CniError as exc:
+            log.info("no address pool for RDMA NIC %s: %s", nic, exc.msg)
+    return pools
+
+
+class PoolSizes:
+    """``nic -> assignable addresses`` (0 without a pool), read at most every ``ttl`` s."""
+
+    def __init__(self, ranges: Mapping[str, RangeConf], reader: HostReader = host_nics,
+                 ttl: float = 30.0) -> None:
+        self.ranges, self.reader, self.ttl = ranges, reader, ttl
+        self._at = -1e18
+        self._sizes: dict[str, int] = {}
+        self._names: tuple[str, ...] = ()
+
+    def __call__(self, nic: Any) -> int:
+        name = getattr(nic, "netdev", nic)
+        now = time.monotonic()
+        if now - self._at > self.ttl or name not in self._names:
+            self._names = tuple(sorted({*self._names, name}))
+            facts, host_addrs = self.reader(self._names)
+            pools = build_pools(facts, host_addrs, self.ranges)
+            self._sizes = {n: p.size() for n, p in pools.items()}
+            self._at = now
+        return max(self._sizes.get(name, 0), 0)

@@ -1,0 +1,1 @@
+"""The durable state store: attachment state, records, locks, counters."""

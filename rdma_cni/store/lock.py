@@ -1,0 +1,123 @@
+"""An exclusive, deadline-bounded ``flock`` on a lock file.
+
+Each :func:`locked` call opens its own file descriptor, so the lock excludes
+other processes *and* other threads of this process (flock locks belong to the
+open file description). It is not re-entrant: a second ``locked()`` on the same
+path in the same thread waits for itself and times out (the store adds
+re-entrancy on top, see :meth:`rdma_cni.store.core.Store.lock`).
+
+Failures are never ignored: a wait past the deadline raises :class:`TryAgain`
+(code 11), any OS error opening or locking the file raises :class:`IOFailure`.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import threading
+import time
+from types import TracebackType
+
+from rdma_cni.errors import IOFailure, TryAgain
+
+_FIRST_POLL = 0.001
+_MAX_POLL = 0.025
+_GUARDS: dict[str, threading.Lock] = {}
+_GUARDS_LOCK = threading.Lock()
+
+
+def _guard(path: str) -> threading.Lock:
+    """The in-process queue for ``path``: threads of one process (the resident server)
+    wait on it without polling; only the winner polls the flock against other processes."""
+    with _GUARDS_LOCK:
+        return _GUARDS.setdefault(os.path.abspath(path), threading.Lock())
+
+
+class FileLock:
+    """Context manager holding ``LOCK_EX`` on ``path`` for the ``with`` body."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        self.path = path
+        self.timeout = timeout
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        if self._fd is not None:
+            raise IOFailure(f"failed to lock {self.path}: this FileLock is already held")
+        start = time.monotonic()
+        guard = _guard(self.path)
+        if not guard.acquire(timeout=max(self.timeout, 0.0)):
+            raise TryAgain(f"failed to lock {self.path}: still held by another thread "
+                           f"after waiting {time.monotonic() - start:.2f}s "
+                           f"(timeout {self.timeout:g}s)")
+        try:
+            fd = self._open()
+            try:
+                self._wait(fd, start)
+            except BaseException:
+                os.close(fd)
+                raise
+        except BaseException:
+            guard.release()
+            raise
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError as e:
+            raise IOFailure(f"failed to unlock {self.path}: {e.strerror or e}") from e
+        finally:
+            os.close(fd)
+            _guard(self.path).release()
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def _open(self) -> int:
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            return os.open(self.path, flags, 0o600)
+        except OSError as e:
+            raise IOFailure(f"failed to open lock file {self.path}: {e.strerror or e}") from e
+
+    def _wait(self, fd: int, start: float) -> None:
+        deadline = start + max(self.timeout, 0.0)
+        pause = _FIRST_POLL
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR):
+                    raise IOFailure(f"failed to lock {self.path}: {e.strerror or e}") from e
+            now = time.monotonic()
+            if now >= deadline:
+                raise TryAgain(
+                    f"failed to lock {self.path}: still held by another process "
+                    f"after waiting {now - start:.2f}s (timeout {self.timeout:g}s)"
+                )
+            time.sleep(min(pause, deadline - now))
+            pause = min(pause * 2, _MAX_POLL)
+
+
+def locked(path: str, timeout: float) -> FileLock:
+    """Return a context manager that holds an exclusive flock on ``path``."""
+    return FileLock(path, timeout)

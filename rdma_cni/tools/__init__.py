@@ -1,0 +1,1 @@
+"""Operator tools: doctor, install, ls, probe, nccl-env."""

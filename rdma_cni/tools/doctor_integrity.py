@@ -1,0 +1,110 @@
+"""``doctor`` checks of what node integrity depends on, beyond the NICs:
+
+- ``/var/run/netns`` must reach this process with shared or slave mount propagation.
+  The runtime bind-mounts each pod's netns there; under private propagation (a
+  DaemonSet volume without ``mountPropagation: HostToContainer``) the netns created
+  after the container started are invisible, so the agent would take live pods for
+  gone and free their addresses and NICs.
+- One rdma-cni network per data dir: two networks writing one ``dataDir`` share the
+  reservations, NIC claims and state files, and each one's GC frees the other's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rdma_cni.models.subconfig import CONF_EXTENSIONS, PLUGIN_TYPE
+
+
+@dataclass(frozen=True)
+class Mount:
+    point: str
+    propagation: str  # shared | slave | shared+slave | private
+
+
+def _unescape(field: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as octal ``\\ooo``."""
+    return field.encode().decode("unicode_escape") if "\\" in field else field
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    """The mounts of ``/proc/self/mountinfo`` (proc(5)), in mount order."""
+    out = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 7 or "-" not in fields[6:]:
+            continue
+        optional = fields[6:fields.index("-", 6)]
+        kinds = [k for k in ("shared", "master") if any(o.startswith(k + ":") for o in optional)]
+        propagation = "+".join("slave" if k == "master" else k for k in kinds) or "private"
+        out.append(Mount(_unescape(fields[4]), propagation))
+    return out
+
+
+def mount_of(path: str, mounts: Iterable[Mount]) -> Mount | None:
+    """The mount ``path`` lies on: the last (topmost) of the longest matching points."""
+    best: Mount | None = None
+    for m in mounts:
+        inside = path == m.point or path.startswith(m.point.rstrip("/") + "/")
+        if inside and (best is None or len(m.point) >= len(best.point)):
+            best = m
+    return best
+
+
+def netns_propagation(netns_dir: str, mountinfo: str) -> tuple[str, str, str]:
+    """(status, detail, fix) of the check ``netns-propagation``."""
+    fix = ("mount it with propagation from the host: in the DaemonSet, "
+           "`mountPropagation: HostToContainer` on the /var/run/netns volume")
+    if not os.path.isdir(netns_dir):
+        return "warn", f"{netns_dir} does not exist yet (no pod netns on this node)", ""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            mounts = parse_mountinfo(f.read())
+    except OSError as e:
+        return "warn", f"cannot read {mountinfo}: {e.strerror or e}", ""
+    real = os.path.realpath(netns_dir)
+    m = mount_of(real, mounts)
+    if m is None:
+        return "warn", f"no mount found for {real} in {mountinfo}", ""
+    where = "mounted" if m.point == real else f"on the mount {m.point}"
+    if m.propagation == "private":
+        return ("fail", f"{netns_dir} is {where} with private propagation: pod netns "
+                "created after start stay invisible here (the agent would free live pods)",
+                fix)
+    return "ok", f"{netns_dir} is {where} with {m.propagation} propagation", ""
+
+
+def _entries(path: str) -> list[dict[str, Any]]:
+    """The rdma-cni entries of one CNI config file ([] when unreadable: `conflist` reports it)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return []
+    plugins = doc.get("plugins") if isinstance(doc, dict) else None
+    if not isinstance(plugins, list):
+        plugins = [doc]  # a single-plugin .conf
+    name = doc.get("name") if isinstance(doc, dict) else None
+    return [{**p, "name": p.get("name") or name} for p in plugins
+            if isinstance(p, dict) and p.get("type") == PLUGIN_TYPE]
+
+
+def shared_data_dirs(conf_dir: str, default: str) -> list[str]:
+    """One line per data dir that more than one rdma-cni network uses."""
+    try:
+        names = sorted(os.listdir(conf_dir))
+    except OSError:
+        return []
+    users: dict[str, list[str]] = {}
+    for name in names:
+        path = os.path.join(conf_dir, name)
+        if name.startswith(".") or not name.endswith(CONF_EXTENSIONS) or not os.path.isfile(path):
+            continue
+        for entry in _entries(path):
+            data = entry.get("dataDir") or default
+            users.setdefault(str(data), []).append(f"{entry.get('name') or '(unnamed)'} in {name}")
+    return [f"{d} is used by {', '.join(who)}" for d, who in users.items() if len(who) > 1]

@@ -1,0 +1,176 @@
+"""``rdma-cni probe <component>``: liveness and readiness checks of the DaemonSet's
+long-running containers (exec probes; the exporter is probed over HTTP instead).
+
+Each check looks at something real, and a failure prints one line on stderr naming
+what is wrong (exit 1):
+
+- ``serve [--socket PATH]``: the resident socket answers a CNI VERSION request.
+- ``device-plugin``: the plugin's socket is in the kubelet's
+  device-plugin dir and its last poll (heartbeat) is recent and registered with the
+  kubelet socket that is there now.
+- ``agent``: the agent's last reconcile pass is recent (heartbeat).
+- ``cni-watch [--cni-conf-dir DIR] [--cni-bin-dir DIR]``: our entry is in the first
+  CNI config of the conf dir and ``rdma-cni`` is in the bin dir.
+
+Heartbeats are small JSON files the components write in ``RDMA_CNI_HEALTH_DIR``
+(default ``/tmp``, the container's own), so the probe in the same container reads
+what the process did last. Stdlib only; this module is imported by the components.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+HEALTH_DIR_ENV = "RDMA_CNI_HEALTH_DIR"
+#: a heartbeat is stale after this many of its own periods (plus a grace)
+STALE_PERIODS = 3
+GRACE = 30.0
+
+
+class ProbeFailed(Exception):
+    """One line naming what is wrong."""
+
+
+def heartbeat_path(component: str) -> str:
+    return os.path.join(os.environ.get(HEALTH_DIR_ENV) or "/tmp", f"rdma-cni-{component}.health")
+
+
+def beat(component: str, period: float, **facts: Any) -> None:
+    """Record that ``component`` finished a pass now (best effort, atomic)."""
+    path = heartbeat_path(component)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"time": time.time(), "period": period, **facts}, f)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def read_heartbeat(component: str, now: float | None = None) -> dict[str, Any]:
+    """The last heartbeat of ``component``; ProbeFailed when missing or stale."""
+    path = heartbeat_path(component)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise ProbeFailed(f"{component} has not finished a pass yet (no {path})") from None
+    except (OSError, ValueError) as e:
+        raise ProbeFailed(f"failed to read {path}: {e}") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("time"), (int, float)):
+        raise ProbeFailed(f"failed to read {path}: not a heartbeat")
+    period = doc.get("period")
+    period = float(period) if isinstance(period, (int, float)) and period > 0 else 30.0
+    age = (time.time() if now is None else now) - float(doc["time"])
+    limit = STALE_PERIODS * period + GRACE
+    if age > limit:
+        raise ProbeFailed(f"{component}'s last pass was {age:.0f} s ago (limit {limit:.0f} s)")
+    return doc
+
+
+# -- checks ------------------------------------------------------------------------
+def check_serve(args: argparse.Namespace) -> str:
+    from rdma_cni.resident.client import forward
+
+    if not os.path.exists(args.socket):
+        raise ProbeFailed(f"resident socket {args.socket} is missing")
+    reply = forward({"CNI_COMMAND": "VERSION"}, b'{"cniVersion":"1.0.0"}', args.socket)
+    if reply is None:
+        raise ProbeFailed(f"resident socket {args.socket} did not answer (or refused)")
+    try:
+        versions = json.loads(str(reply.get("stdout", ""))).get("supportedVersions")
+    except (ValueError, AttributeError):
+        versions = None
+    if reply.get("exit") != 0 or not versions:
+        raise ProbeFailed(f"resident socket {args.socket} answered VERSION with exit "
+                          f"{reply.get('exit')}: {reply.get('stderr') or reply.get('stdout')}")
+    return f"resident socket {args.socket} answers"
+
+
+def check_device_plugin(args: argparse.Namespace) -> str:
+    from rdma_cni.kube.deviceplugin.status import ident
+
+    doc = read_heartbeat("device-plugin")
+    sock = doc.get("socket")
+    if not isinstance(sock, str) or ident(sock) is None:
+        raise ProbeFailed(f"device plugin socket {sock} is missing")
+    kubelet = doc.get("kubelet")
+    current = ident(kubelet) if isinstance(kubelet, str) else None
+    if current is None:
+        raise ProbeFailed(f"kubelet registration socket {kubelet} is missing")
+    recorded = doc.get("registered")
+    if not isinstance(recorded, list) or tuple(recorded) != current:
+        raise ProbeFailed(f"device plugin is not registered with the kubelet at {kubelet} "
+                          "(see the container's log)")
+    return f"device plugin {sock} registered with {kubelet}"
+
+
+def check_agent(args: argparse.Namespace) -> str:
+    doc = read_heartbeat("agent")
+    return f"agent pass {time.time() - float(doc['time']):.0f} s ago"
+
+
+def check_cni_watch(args: argparse.Namespace) -> str:
+    from rdma_cni.errors import CniError
+    from rdma_cni.models.subconfig import PLUGIN_TYPE, find_entry, first_conf_file, read_json_object
+
+    try:
+        path = first_conf_file(args.cni_conf_dir)
+        if path is None:
+            raise ProbeFailed(f"no CNI config in {args.cni_conf_dir}")
+        if find_entry(read_json_object(path)) is None:
+            raise ProbeFailed(f"the {PLUGIN_TYPE} entry is not in {path}")
+    except CniError as e:
+        raise ProbeFailed(e.msg) from e
+    binary = os.path.join(args.cni_bin_dir, PLUGIN_TYPE)
+    if not os.access(binary, os.X_OK):
+        raise ProbeFailed(f"{binary} is missing or not executable")
+    return f"entry in {path}, {binary} present"
+
+
+CHECKS: dict[str, Callable[[argparse.Namespace], str]] = {
+    "serve": check_serve,
+    "device-plugin": check_device_plugin,
+    "agent": check_agent,
+    "cni-watch": check_cni_watch,
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    from rdma_cni.cliargs import parser
+    from rdma_cni.models.subconfig import DEFAULT_CONF_DIR
+    from rdma_cni.resident.protocol import DEFAULT_SOCKET
+
+    p = parser("rdma-cni probe", "Liveness/readiness check of a node component: exit 0, or "
+               "1 with one line naming what is wrong.", config=False)
+    # optional to argparse, so an unknown option is named before a missing component
+    p.add_argument("component", nargs="?", choices=sorted(CHECKS),
+                   help="the component to check: " + ", ".join(sorted(CHECKS)))
+    p.add_argument("--socket", default=DEFAULT_SOCKET, help="serve: the resident socket")
+    p.add_argument("--cni-conf-dir", default=DEFAULT_CONF_DIR, help="cni-watch")
+    p.add_argument("--cni-bin-dir", default="/opt/cni/bin", help="cni-watch")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    p = _parser()
+    args = p.parse_args(list(argv))
+    if args.component is None:
+        p.error("the following arguments are required: component")
+    try:
+        ok = CHECKS[args.component](args)
+    except ProbeFailed as e:
+        print(f"rdma-cni probe {args.component}: {e}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(f"rdma-cni probe {args.component}: ok: {ok}")
+    return 0
