@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from rdma_cni.errors import IOFailure
+from rdma_cni.modes import RdmaNetnsMode
 
 NETLINK_RDMA = 20
 RDMA_NL_NLDEV = 5
@@ -137,8 +138,8 @@ class RdmaNetlink:
         self.seq += 1
         return self.seq
 
-    def netns_mode(self) -> str | None:
-        """"shared" | "exclusive", or None when the kernel has no RDMA netlink."""
+    def netns_mode(self) -> RdmaNetnsMode | None:
+        """The RDMA netns mode, or None when the kernel has no RDMA netlink."""
         try:
             replies = self.transport(build_sys_get(self._next()))
         except IOFailure:
@@ -146,7 +147,7 @@ class RdmaNetlink:
         for msg in replies:
             value = msg.attrs.get(SYS_ATTR_NETNS_MODE)
             if value:
-                return "shared" if value[0] else "exclusive"
+                return RdmaNetnsMode.SHARED if value[0] else RdmaNetnsMode.EXCLUSIVE
         return None
 
     def dev_index(self, name: str) -> int | None:

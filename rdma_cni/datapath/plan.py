@@ -15,9 +15,8 @@ from ipaddress import IPv4Address, IPv4Interface
 from rdma_cni.errors import ConfigError, IfNameInUse, UnsupportedField
 from rdma_cni.models.blocks import Block, check_ifname
 from rdma_cni.models.netconf import NetConf
+from rdma_cni.modes import NicRule, names_where
 
-KIND = {"shared": "ipvlan", "shared-multi": "macvlan", "shared-host": "ipvlan",
-        "exclusive": "physical"}
 #: (dst CIDR, gateway, protocol, metric, onlink): a host route to restore exactly
 HostRoute = tuple[str, str | None, int, int, bool]
 SYSCTLS = (("arp_ignore", "1"), ("arp_announce", "2"), ("rp_filter", "2"), ("arp_notify", "1"))
@@ -61,7 +60,7 @@ class IfacePlan:
     host_mtu: int = 0
     host_up: bool = True
     host_routes: tuple[HostRoute, ...] = ()
-    rdma_move: bool = False  # exclusive NIC under RDMA netns mode "exclusive"
+    rdma_move: bool = False  # a physical NIC under the exclusive RDMA netns mode
 
     @property
     def address(self) -> IPv4Interface | None:
@@ -73,7 +72,7 @@ def interface_names(nc: NetConf, blocks: Sequence[tuple[int, Block]], n_nics: in
     names: list[str] = []
     for pos, block in blocks:
         dc = block.deviceConf
-        if nc.mode == "shared-host":
+        if nc.mode.traits.nics is NicRule.EVERY:
             if dc is not None and dc.ifName:
                 names += [check_name(f"{dc.ifName}{i}") for i in range(n_nics)]
             else:
@@ -97,10 +96,10 @@ def _block_mac(nc: NetConf, pos: int, block: Block) -> str | None:
     mac = block.deviceConf.mac if block.deviceConf else None
     if mac is None:
         return None
-    if nc.mode != "shared-multi":
+    if not nc.mode.traits.custom_mac:
         raise UnsupportedField(
-            f"pod annotation block {pos}: deviceConf.mac is only supported in shared-multi "
-            f"mode (this node runs {nc.mode})"
+            f"pod annotation block {pos}: deviceConf.mac is only supported in "
+            f"{names_where(lambda t: t.custom_mac)} mode (this node runs {nc.mode})"
         )
     first = int(mac[:2], 16)
     if first & 1 or mac == "00:00:00:00:00:00":
@@ -110,9 +109,9 @@ def _block_mac(nc: NetConf, pos: int, block: Block) -> str | None:
 
 def _block_ips(nc: NetConf, pos: int, block: Block, count: int) -> list[IPv4Address | None]:
     ips = block.deviceConf.ips if block.deviceConf and block.deviceConf.ips else []
-    if ips and nc.mode == "exclusive":
+    if ips and not nc.mode.traits.pod_ipam:
         raise UnsupportedField(
-            f"pod annotation block {pos}: deviceConf.ips is not supported in exclusive mode "
+            f"pod annotation block {pos}: deviceConf.ips is not supported in {nc.mode} mode "
             "(the pod gets the NIC's own address)"
         )
     if len(ips) > count:
@@ -128,15 +127,15 @@ def plan_interfaces(
     nc: NetConf, blocks: Sequence[tuple[int, Block]], nics: Sequence[NicFacts], digest: str
 ) -> list[IfacePlan]:
     """nics[k] is the NIC of our k-th interface (allocation already decided)."""
-    names = interface_names(nc, blocks, len(nics) if nc.mode == "shared-host" else 1)
+    per_block = len(nics) if nc.mode.traits.nics is NicRule.EVERY else 1
+    names = interface_names(nc, blocks, per_block)
     if len(names) != len(nics):
         raise ConfigError(f"internal: {len(names)} interface names for {len(nics)} NICs")
     macs: list[str | None] = []
     ips: list[IPv4Address | None] = []
     for pos, block in blocks:
-        count = len(nics) if nc.mode == "shared-host" else 1
-        macs += [_block_mac(nc, pos, block)] * count
-        ips += _block_ips(nc, pos, block, count)
+        macs += [_block_mac(nc, pos, block)] * per_block
+        ips += _block_ips(nc, pos, block, per_block)
     return [
         _plan_one(nc, k, names[k], nic, macs[k], ips[k], digest) for k, nic in enumerate(nics)
     ]
@@ -152,12 +151,11 @@ def _plan_one(nc: NetConf, k: int, name: str, nic: NicFacts, mac: str | None,
                 f"{nic.mtu} of RDMA NIC {nic.name}"
             )
         mtu = nc.mtu
-    kind = KIND[nc.mode]
-    exclusive = kind == "physical"
+    traits = nc.mode.traits
     return IfacePlan(
-        k=k, name=name, tmp=f"rdt{digest[:9]}{k:x}", nic=nic.name, kind=kind, mtu=mtu,
-        table=nc.routing.tableBase + k, mac=mac, requested_ip=ip,
-        addresses=nic.addresses if exclusive else (), gateway=nic.gateway,
+        k=k, name=name, tmp=f"rdt{digest[:9]}{k:x}", nic=nic.name, kind=traits.link.value,
+        mtu=mtu, table=nc.routing.tableBase + k, mac=mac, requested_ip=ip,
+        addresses=() if traits.pod_ipam else nic.addresses, gateway=nic.gateway,
         routes=nic.routes, ibdev=nic.ibdev,
         identity={"pci": nic.pci, "parentDev": nic.parent_dev, "permMac": nic.perm_mac,
                   "mac": nic.mac},

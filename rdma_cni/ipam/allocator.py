@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
 from rdma_cni.errors import AddressError, ConfigError, NetmaskError, NicUnavailable, shown
+from rdma_cni.modes import SHARED_MAX_PREFIX  # shared modes refuse NIC prefixes this long
 
-#: Shared modes refuse NIC prefixes this long or longer.
-SHARED_MAX_PREFIX = 30
 _MAX_IP = (1 << 32) - 1
 
 

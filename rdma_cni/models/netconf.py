@@ -14,12 +14,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from rdma_cni import defaults
 from rdma_cni.errors import ConfigError, shown
 from rdma_cni.models.blocks import explain
+from rdma_cni.modes import Mode
 from rdma_cni.store.core import valid_netdev
-
-Mode = Literal["shared", "shared-multi", "shared-host", "exclusive"]
-SHARED_MODES = ("shared", "shared-multi", "shared-host")
-RESOURCE_RDMA = "vke.volcengine.com/rdma"
-RESOURCE_RDMA_HOST = "vke.volcengine.com/rdma-host"
 
 
 def _check_netdev(value: str) -> str:
@@ -128,13 +124,12 @@ class NetConf(BaseModel):
 
     @property
     def resource(self) -> str:
-        if self.resourceName:
-            return self.resourceName
-        return RESOURCE_RDMA_HOST if self.mode == "shared-host" else RESOURCE_RDMA
+        return self.resourceName or self.mode.traits.resource
 
     @property
     def shared(self) -> bool:
-        return self.mode in SHARED_MODES
+        """One of the shared modes: pod addresses come from the NIC's subnet."""
+        return self.mode.traits.pod_ipam
 
     @property
     def device_id(self) -> str | None:

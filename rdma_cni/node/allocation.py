@@ -12,7 +12,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from rdma_cni.errors import AllocationError, ConfigError, NicUnavailable, shown
+from rdma_cni.errors import AllocationError, CniError, ConfigError, NicUnavailable, shown
+from rdma_cni.modes import RESOURCE_RDMA, Mode, NicRule
 from rdma_cni.node.discovery import normalize_ids
 
 Source = Callable[[], "list[str] | None"]
@@ -131,36 +132,47 @@ def assign(
     *,
     resolve: Callable[[str], NicLike],
     pod: str = "",
-    resource: str = "vke.volcengine.com/rdma",
+    resource: str = RESOURCE_RDMA,
     busy: Collection[str] = (),
 ) -> list[str]:
-    """Parent netdevs for the pod's blocks (shared-host: one per NIC, in NIC order).
+    """Parent netdevs for the pod's blocks, by the mode's :class:`NicRule`
+    (shared-host: one per NIC, in NIC order).
 
     ``ids`` None means no kubelet source: NICs come from ``nics`` in order,
-    skipping ``busy`` netdevs in shared/exclusive. ``resolve`` maps a device ID
-    (suffix already stripped) to its NIC and raises AllocationError if unknown.
+    skipping ``busy`` netdevs when each NIC serves one pod. ``resolve`` maps a
+    device ID (suffix already stripped) to its NIC and raises AllocationError if unknown.
     """
-    if mode not in ("shared", "exclusive", "shared-multi", "shared-host"):
-        raise ConfigError(f"invalid mode {shown(mode)}")
+    rule = Mode.of(mode).traits.nics
     if ids is None:
-        return _assign_unallocated(mode, nics, n_blocks, busy)
+        return _assign_unallocated(rule, nics, n_blocks, busy)
     if not ids:
         raise AllocationError(
             f"pod {pod} has no {resource} allocated: request it in the pod spec "
             "to get RDMA interfaces"
         )
-    if mode == "shared-host":
-        return [nic.netdev for nic in nics]
-    allocated = _distinct_netdevs(normalize_ids(ids), resolve)
-    if mode == "shared-multi":
-        return [allocated[i % len(allocated)] for i in range(n_blocks)]
-    if len(allocated) < n_blocks:
-        raise AllocationError(
-            f"pod {pod} asks for {n_blocks} RDMA interfaces but has {len(allocated)} "
+    allocated = [] if rule is NicRule.EVERY else _distinct_netdevs(normalize_ids(ids), resolve)
+
+    def too_few(have: int) -> CniError:
+        return AllocationError(
+            f"pod {pod} asks for {n_blocks} RDMA interfaces but has {have} "
             f"distinct NICs of {resource} allocated ({', '.join(ids)}): in {mode} mode "
             "each interface needs its own NIC"
         )
-    return allocated[:n_blocks]
+
+    return _by_rule(rule, [nic.netdev for nic in nics], allocated, n_blocks, too_few)
+
+
+def _by_rule(rule: NicRule, every: list[str], candidates: list[str], n_blocks: int,
+             too_few: Callable[[int], CniError]) -> list[str]:
+    """The NICs of ``n_blocks`` blocks: ``every`` NIC of the node, ``candidates``
+    round-robin, or one distinct candidate each (``too_few(have)`` when short)."""
+    if rule is NicRule.EVERY:
+        return every
+    if rule is NicRule.SPREAD:
+        return [candidates[i % len(candidates)] for i in range(n_blocks)]
+    if len(candidates) < n_blocks:
+        raise too_few(len(candidates))
+    return candidates[:n_blocks]
 
 
 def _distinct_netdevs(ids: list[str], resolve: Callable[[str], NicLike]) -> list[str]:
@@ -173,25 +185,23 @@ def _distinct_netdevs(ids: list[str], resolve: Callable[[str], NicLike]) -> list
 
 
 def _assign_unallocated(
-    mode: str, nics: Sequence[NicLike], n_blocks: int, busy: Collection[str]
+    rule: NicRule, nics: Sequence[NicLike], n_blocks: int, busy: Collection[str]
 ) -> list[str]:
     names = [nic.netdev for nic in nics]
-    if mode == "shared-host":
-        return names
-    if not names:
+    if not names and rule is not NicRule.EVERY:
         raise AllocationError("no RDMA NICs on this node (discovered or in devices)")
-    if mode == "shared-multi":
-        return [names[i % len(names)] for i in range(n_blocks)]
-    if len(names) < n_blocks:
+    if rule is NicRule.OWN and len(names) < n_blocks:
         raise AllocationError(
             f"{n_blocks} RDMA interfaces asked for but the node has {len(names)} NICs "
             f"({', '.join(names)})"
         )
-    free = [n for n in names if n not in busy]
-    if len(free) < n_blocks:
-        raise NicUnavailable(
-            f"{n_blocks} RDMA interfaces asked for but only {len(free)} of "
+    free = [n for n in names if n not in busy] if rule is NicRule.OWN else names
+
+    def too_few(have: int) -> CniError:
+        return NicUnavailable(
+            f"{n_blocks} RDMA interfaces asked for but only {have} of "
             f"{len(names)} NICs are free (serving other pods: "
             f"{', '.join(n for n in names if n in busy)})"
         )
-    return free[:n_blocks]
+
+    return _by_rule(rule, names, free, n_blocks, too_few)

@@ -53,6 +53,6 @@ def rdma_netns(nc: NetConf, plans: list[IfacePlan]) -> list[IfacePlan]:
 
     mode = RdmaNetlink().netns_mode()
     check_mode(nc.mode, mode)
-    if nc.mode == "exclusive" and mode == "exclusive":
+    if nc.mode.traits.moves_rdma_device(mode):
         return [replace(p, rdma_move=True) if p.ibdev else p for p in plans]
     return plans

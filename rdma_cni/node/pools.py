@@ -16,20 +16,29 @@ from typing import Any
 
 from rdma_cni.errors import CniError
 from rdma_cni.ipam.allocator import Pool, RangeConf, build_pool
+from rdma_cni.modes import Capacity, Mode
 
 log = logging.getLogger("rdma_cni")
 
 
 @dataclass(frozen=True)
 class NodeSettings:
-    """What the device plugin and the exporter need of the node's config."""
+    """What the device plugin and the exporter need of the node's config (a mode
+    given as its string becomes the :class:`Mode`; an unknown one is a ConfigError)."""
 
-    mode: str
+    mode: Mode
     resource: str
     pinned: Sequence[str] | None = None
     slots_per_nic: int = 16
     host_slots: int = 16
     ranges: Mapping[str, RangeConf] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode.of(self.mode))
+
+    @property
+    def capacity(self) -> Capacity:
+        return self.mode.traits.capacity
 
     @classmethod
     def from_netconf(cls, conf: Any) -> NodeSettings:
@@ -49,9 +58,9 @@ def host_slots(settings: NodeSettings, pool_sizes: Sequence[int]) -> int:
 
 def slot_capacity(settings: NodeSettings, pool_sizes: Sequence[int]) -> int:
     """The node's capacity of ``settings.resource``, one pool size per NIC."""
-    if settings.mode in ("shared", "exclusive"):
+    if settings.capacity is Capacity.PER_NIC:
         return len(pool_sizes)
-    if settings.mode == "shared-multi":
+    if settings.capacity is Capacity.SLOTS_PER_NIC:
         return sum(nic_slots(settings, s) for s in pool_sizes)
     return host_slots(settings, pool_sizes)
 

@@ -11,15 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rdma_cni.errors import NicUnavailable
+from rdma_cni.modes import RdmaNetnsMode, parse
 
 if TYPE_CHECKING:
     from rdma_cni.adapters.rdmanl import RdmaNetlink
 
-SHARED_MODES = ("shared", "shared-multi", "shared-host")
 
-
-def read_netns_mode(rdma: RdmaNetlink | None = None) -> str | None:
-    """ "shared" | "exclusive", or None when unknown."""
+def read_netns_mode(rdma: RdmaNetlink | None = None) -> RdmaNetnsMode | None:
+    """The RDMA netns mode, or None when unknown."""
     if rdma is None:
         from rdma_cni.adapters.rdmanl import RdmaNetlink
 
@@ -28,9 +27,14 @@ def read_netns_mode(rdma: RdmaNetlink | None = None) -> str | None:
 
 
 def check_mode(node_mode: str, netns_mode: str | None) -> None:
-    """Refuse a shared node mode under the exclusive RDMA netns mode (error 104)."""
-    if node_mode in SHARED_MODES and netns_mode == "exclusive":
-        raise NicUnavailable(
-            f"failed to use RDMA in mode {node_mode}: the RDMA subsystem netns mode is "
-            "exclusive, shared modes need it shared (rdma system set netns shared, at boot)"
-        )
+    """Refuse a node mode under an RDMA netns mode it does not work under (error 104:
+    the shared modes under the exclusive one). Unknown modes are not refused here."""
+    mode = parse(node_mode)
+    if mode is None or netns_mode is None or netns_mode in mode.traits.rdma_netns:
+        return
+    want = " or ".join(mode.traits.rdma_netns)
+    raise NicUnavailable(
+        f"failed to use RDMA in mode {node_mode}: the RDMA subsystem netns mode is "
+        f"{netns_mode}, mode {node_mode} needs it {want} (rdma system set netns {want}, "
+        "at boot)"
+    )

@@ -18,13 +18,13 @@ from typing import Any
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import CniError
+from rdma_cni.modes import RdmaNetnsMode, names, names_where, parse
 from rdma_cni.node.discovery import Nic, discover, missing
-from rdma_cni.node.rdma_mode import SHARED_MODES, check_mode, read_netns_mode
+from rdma_cni.node.rdma_mode import check_mode, read_netns_mode
 from rdma_cni.store.core import DEFAULT_DATA_DIR
 from rdma_cni.tools.doctor_integrity import netns_propagation, shared_data_dirs
 
 PLUGIN_TYPE = "rdma-cni"
-TOPOLOGY_MODES = ("exclusive", "shared", "shared-multi")
 
 
 @dataclass(frozen=True)
@@ -102,19 +102,22 @@ def check_nics(config: dict[str, Any], sysfs: Sysfs) -> tuple[Check, list[Nic]]:
 def check_netmasks(
     mode: str, nics: Sequence[Nic], addrs: Callable[[str], list[IPv4Interface]]
 ) -> Check:
-    if mode not in SHARED_MODES:
+    known = parse(mode)
+    limit = known.traits.max_prefix if known else None
+    if limit is None:
         return Check("netmask", "ok", f"not needed in mode {mode or 'unset'}")
     bad = []
     for nic in nics:
         ifs = addrs(nic.netdev)
         if not ifs:
             bad.append(f"{nic.netdev} has no IPv4 address")
-        bad += [f"{nic.netdev} {i.with_prefixlen}" for i in ifs if i.network.prefixlen >= 30]
+        bad += [f"{nic.netdev} {i.with_prefixlen}" for i in ifs if i.network.prefixlen >= limit]
     if bad:
         return Check(
-            "netmask", "fail", "; ".join(bad), "give each RDMA NIC an IPv4 subnet shorter than /30"
+            "netmask", "fail", "; ".join(bad),
+            f"give each RDMA NIC an IPv4 subnet shorter than /{limit}"
         )
-    return Check("netmask", "ok", "every NIC subnet is shorter than /30")
+    return Check("netmask", "ok", f"every NIC subnet is shorter than /{limit}")
 
 
 def check_netns(mode: str, netns_mode: str | None) -> Check:
@@ -132,13 +135,15 @@ def check_netns(mode: str, netns_mode: str | None) -> Check:
             "rdma-netns",
             "fail",
             str(e),
-            "set `options ib_core netns_mode=1` and reboot, or use mode exclusive",
+            "set `options ib_core netns_mode=1` and reboot, or use mode "
+            + names_where(lambda t: RdmaNetnsMode.EXCLUSIVE in t.rdma_netns),
         )
     return Check("rdma-netns", "ok", f"RDMA netns mode {netns_mode} fits mode {mode}")
 
 
 def check_kubelet(mode: str, path: str) -> Check:
-    if mode not in TOPOLOGY_MODES:
+    known = parse(mode)
+    if known is None or not known.traits.topology_policy:
         return Check("topology", "ok", f"no topology policy needed in mode {mode or 'unset'}")
     try:
         with open(path, encoding="utf-8") as f:
@@ -244,13 +249,13 @@ def run_checks(
         facts = replace(facts, sysfs=sysfs)
     mode = str(config.get("mode") or "")
     checks = []
-    if mode not in (*SHARED_MODES, "exclusive"):
+    if parse(mode) is None:
         checks.append(
             Check(
                 "config",
                 "fail",
                 f"mode {mode or 'unset'} is not a known mode",
-                "set mode to shared, shared-multi, shared-host or exclusive",
+                f"set mode to {names(last=' or ')}",
             )
         )
     nic_check, nics = check_nics(config, facts.sysfs)

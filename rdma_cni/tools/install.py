@@ -36,16 +36,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rdma_cni.cni.attachment import DEFAULT_INSTANCE
-from rdma_cni.errors import CniError, ConfigError, IOFailure, shown
+from rdma_cni.errors import CniError, ConfigError, IOFailure
 from rdma_cni.models.subconfig import (
     DEFAULT_CONF_DIR,
     PLUGIN_TYPE,
     first_conf_file,
     read_json_object,
 )
+from rdma_cni.modes import MODES, Mode
 from rdma_cni.tools import glibc
 
-MODES = ("shared", "shared-multi", "shared-host", "exclusive")
 MODE_LABEL = "vke.node.rdma.mode"
 CAPABILITY = "io.kubernetes.cri.pod-annotations"
 BACKUP_SUFFIX = ".rdma-cni.bak"
@@ -114,13 +114,12 @@ def remove_entry(conflist: dict[str, Any], what: str = "the conflist") -> dict[s
 def make_entry(config: dict[str, Any] | None, mode: str) -> dict[str, Any]:
     """Our conflist entry: the config object with type, mode and the annotation
     capability set (``name``/``cniVersion`` belong to the list and are dropped)."""
-    if mode not in MODES:
-        raise ConfigError(f"invalid mode {shown(mode)}: expected one of {', '.join(MODES)}")
+    checked = Mode.of(mode).value
     entry = {k: v for k, v in (config or {}).items() if k not in ("name", "cniVersion")}
     caps = entry.get("capabilities")
     caps = dict(caps) if isinstance(caps, dict) else {}
     caps[CAPABILITY] = True
-    return {"type": PLUGIN_TYPE, **entry, "mode": mode, "capabilities": caps}
+    return {"type": PLUGIN_TYPE, **entry, "mode": checked, "capabilities": caps}
 
 
 # -- files ---------------------------------------------------------------------
@@ -319,10 +318,7 @@ def resolve_mode(flag: str | None, config: dict[str, Any],
     for source, value in (("--mode", flag), (MODE_LABEL, None if flag else label()),
                           ("config", config.get("mode"))):
         if value:
-            if value not in MODES:
-                raise ConfigError(f"invalid mode {shown(value)} from {source}: expected one of "
-                                  f"{', '.join(MODES)}")
-            return str(value)
+            return Mode.of(value, source).value
     raise ConfigError(f"failed to decide the RDMA mode: no --mode, no node label {MODE_LABEL} "
                       "(NODE_NAME) and no mode in the config")
 

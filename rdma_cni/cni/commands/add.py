@@ -46,10 +46,10 @@ KUBELET_TIMEOUT = 3.0
 def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
     nc = req.netconf
     blocks = validate_blocks(raw_blocks)
-    if nc.mode == "shared-host" and len(blocks) != 1:
+    if nc.mode.traits.one_block and len(blocks) != 1:
         raise ConfigError(
             f"pod annotation k8s.volcengine.com/pod-networks has {len(blocks)} blocks for "
-            f"network {shown(nc.cniConfName)}: shared-host mode allows exactly one"
+            f"network {shown(nc.cniConfName)}: {nc.mode} mode allows exactly one"
         )
     store = Store(nc.dataDir)
     session = Session(req.netns, pod_required=True, fd=req.netns_fd)
@@ -61,7 +61,7 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
         n_ifaces = len(blocks)
         answer = _allocation(req, nc)
         with store.lock():
-            busy = set(store.nic_claims()) if nc.mode in ("shared", "exclusive") else set()
+            busy = set(store.nic_claims()) if nc.mode.traits.claims_nic else set()
             names = assign(nc.mode, rdma.nics, answer.ids, n_ifaces, resolve=rdma.resolve,
                            pod=req.args.pod, resource=nc.resource, busy=busy)
         assert session.host is not None
@@ -168,18 +168,18 @@ def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
     """Claim NICs and reserve addresses, then save the pending state (all under the lock)."""
     key = req.key
     assert session.host is not None
-    host_addrs = host_ipv4(session.host) if nc.shared else set()
+    host_addrs = host_ipv4(session.host) if nc.mode.traits.pod_ipam else set()
     ranges = ranges_of(nc)
     out: list[IfacePlan] = []
     with store.lock():
         _first_owner(req, store)
         try:
             for p in plans:
-                if nc.mode in ("shared", "exclusive") and not store.claim_nic(p.nic, key, p.name):
+                if nc.mode.traits.claims_nic and not store.claim_nic(p.nic, key, p.name):
                     owner = store.nic_owner(p.nic)
                     who = owner[0].container_id[:12] if owner else "another pod"
                     raise NicUnavailable(f"RDMA NIC {p.nic} is serving another pod ({who})")
-                if nc.shared:
+                if nc.mode.traits.pod_ipam:
                     f = facts[p.nic]
                     pool = build_pool(p.nic, f.addresses, f.gateway, host_addrs, ranges, True)
                     ip = allocate(store, pool, key, p.name, p.requested_ip)

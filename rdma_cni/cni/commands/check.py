@@ -12,6 +12,7 @@ from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.teardown import marker_of
 from rdma_cni.errors import CheckMismatch
+from rdma_cni.modes import parse
 from rdma_cni.store.core import Store
 from rdma_cni.store.records import READY, plans_of
 
@@ -32,11 +33,17 @@ def cmd_check(req: Request, blocks: list[tuple[int, Any]]) -> None:
         for p in plans:
             _check_one(session, p, marker_of(req.key.digest()),
                        int(state.get("rulePriority") or defaults.RULE_PRIORITY))
-            if state.get("mode") != "exclusive" and p.address is not None and \
+            if _reserved(state.get("mode")) and p.address is not None and \
                     (str(p.address.ip), p.name) not in owned:
                 raise CheckMismatch(f"address {p.address.ip} of {p.name} is not reserved")
     finally:
         session.close()
+
+
+def _reserved(mode: object) -> bool:
+    """The mode's pod addresses are IPAM reservations (a state of unknown mode: checked)."""
+    known = parse(mode)
+    return known is None or known.traits.pod_ipam
 
 
 def _check_one(session: Session, p: IfacePlan, marker: str, priority: int) -> None:

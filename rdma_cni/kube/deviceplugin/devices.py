@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rdma_cni.modes import Capacity, Mode
 from rdma_cni.node.discovery import Nic
 
 HEALTHY = "Healthy"
@@ -47,9 +48,11 @@ def build_devices(
     slots: Callable[[Nic], int],
     host_slots: int = 0,
 ) -> list[Device]:
-    """The device list for ``mode``; ``slots(nic)`` is the shared-multi slot count
-    and ``host_slots`` the shared-host count (both already capped by the caller)."""
-    if mode == "shared-host":
+    """The device list for ``mode``'s :class:`Capacity` rule; ``slots(nic)`` is the
+    per-NIC slot count and ``host_slots`` the host-wide count (both already capped by
+    the caller)."""
+    rule = Mode.of(mode).traits.capacity
+    if rule is Capacity.HOST_SLOTS:
         if not nics:
             return []
         ok = all(healthy.get(n.netdev, False) for n in nics)
@@ -57,7 +60,7 @@ def build_devices(
     out: list[Device] = []
     for nic in nics:
         ok = healthy.get(nic.netdev, False)
-        if mode == "shared-multi":
+        if rule is Capacity.SLOTS_PER_NIC:
             out += [Device(f"{nic.device_id}@{i}", (nic,), ok, _numa_of([nic]))
                     for i in range(slots(nic))]
         else:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.kube.deviceplugin.devices import Device, build_devices, nic_healthy
+from rdma_cni.modes import Capacity
 from rdma_cni.node.discovery import Nic, discover
 from rdma_cni.node.pools import NodeSettings, host_slots, nic_slots
 
@@ -68,13 +69,13 @@ class Inventory:
 
     def compute(self) -> list[Device]:
         nics, health = self._scan()
-        mode = self.settings.mode
-        host = self._host_slots(nics, health) if mode == "shared-host" else 0
+        by_host = self.settings.capacity is Capacity.HOST_SLOTS
+        host = self._host_slots(nics, health) if by_host else 0
 
         def slots(nic: Nic) -> int:
             return nic_slots(self.settings, self._capacity(nic, health[nic.netdev]))
 
-        return build_devices(mode, nics, health, slots, host)
+        return build_devices(self.settings.mode, nics, health, slots, host)
 
     def refresh(self) -> bool:
         """Re-read the node; True (and streams woken) when the list changed."""

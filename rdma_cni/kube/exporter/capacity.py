@@ -2,10 +2,10 @@
 per NIC, from the NICs (discovery), their host addresses (an injectable
 :class:`HostReader`) and the store's reservations and claims.
 
-Capacity by mode: ``shared``/``exclusive`` one slot per NIC; ``shared-multi``
-``min(slotsPerNic, pool size)`` per NIC; ``shared-host`` ``min(hostSlots,
-smallest pool size)``. Allocated: claimed NICs (shared, exclusive), pod
-interfaces (shared-multi), attachments (shared-host).
+Capacity by the mode's :class:`rdma_cni.modes.Capacity` rule: one slot per NIC
+(shared, exclusive); ``min(slotsPerNic, pool size)`` per NIC (shared-multi);
+``min(hostSlots, smallest pool size)`` (shared-host). Allocated: claimed NICs,
+pod interfaces, attachments respectively.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.ipam.allocator import Pool
 from rdma_cni.kube.exporter.storeview import StoreView
+from rdma_cni.modes import Capacity
 from rdma_cni.node.discovery import discover
 from rdma_cni.node.pools import HostNic, HostReader, NodeSettings, build_pools, slot_capacity
 
@@ -41,10 +42,10 @@ def capacity(settings: Settings, nics: Sequence[str], pools: Mapping[str, Pool])
 
 
 def allocated(settings: Settings, view: StoreView, nics: Sequence[str]) -> int:
-    if settings.mode in ("shared", "exclusive"):
+    if settings.capacity is Capacity.PER_NIC:
         return len(set(view.nic_claims()) & set(nics))
     states = view.states()
-    if settings.mode == "shared-multi":
+    if settings.capacity is Capacity.SLOTS_PER_NIC:
         return sum(len(s.get("interfaces") or []) for s in states)
     return sum(1 for s in states if s.get("interfaces"))
 
@@ -64,7 +65,7 @@ class CapacityCollector:
         facts, host_addrs = self.host(names)
         nics = [n for n in names if n in facts]
         pools = (build_pools(facts, host_addrs, self.settings.ranges)
-                 if self.settings.mode != "exclusive" else {})
+                 if self.settings.mode.traits.pod_ipam else {})
         res = [self.settings.resource]
         cap = GaugeMetricFamily("rdma_cni_slots_capacity", "RDMA device-plugin slots this "
                                 "node offers", labels=["resource", "mode"])
