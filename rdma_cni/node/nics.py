@@ -40,7 +40,7 @@ def wait_gids(plans: Sequence[IfacePlan]) -> None:
         return
     from rdma_cni.node.gids import wait_for_gids
 
-    wait_for_gids(Sysfs(SYSFS_ROOT), wanted, GID_TIMEOUT)  # type: ignore[arg-type]
+    wait_for_gids(Sysfs(SYSFS_ROOT), wanted, GID_TIMEOUT)
 
 
 def rdma_netns(nc: NetConf, plans: list[IfacePlan]) -> list[IfacePlan]:

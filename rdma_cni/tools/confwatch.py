@@ -27,16 +27,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from inotify_simple import INotify
-from inotify_simple import flags as F
+from inotify_simple import INotify, flags
 
 from rdma_cni.errors import CniError
 from rdma_cni.tools.install import _say, ensure_entry
 
-DIR_MASK = (F.CREATE | F.DELETE | F.MODIFY | F.CLOSE_WRITE | F.MOVED_FROM | F.MOVED_TO
-            | F.ATTRIB | F.DELETE_SELF | F.MOVE_SELF)
-PARENT_MASK = F.CREATE | F.DELETE | F.MOVED_FROM | F.MOVED_TO | F.ONLYDIR
-GONE = F.IGNORED | F.DELETE_SELF | F.MOVE_SELF | F.UNMOUNT
+DIR_MASK = (flags.CREATE | flags.DELETE | flags.MODIFY | flags.CLOSE_WRITE | flags.MOVED_FROM
+            | flags.MOVED_TO | flags.ATTRIB | flags.DELETE_SELF | flags.MOVE_SELF)
+PARENT_MASK = flags.CREATE | flags.DELETE | flags.MOVED_FROM | flags.MOVED_TO | flags.ONLYDIR
+GONE = flags.IGNORED | flags.DELETE_SELF | flags.MOVE_SELF | flags.UNMOUNT
 SETTLE_MS = 50
 
 

@@ -57,7 +57,8 @@ _NCCL_IN_BUNDLE = ("_internal/rdma_cni/data/nccl_env.sh", "rdma_cni/data/nccl_en
 
 
 def _say(msg: str, cmd: str = "install") -> None:
-    print(f"rdma-cni {cmd}: {msg}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"rdma-cni {cmd}: {msg}\n")
+    sys.stderr.flush()
 
 
 # -- pure conflist editing ---------------------------------------------------

@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) ->
     except CniError as e:
         if args.config:
             return fail("rdma-cni ls", e.msg, args.json)
-        print(f"rdma-cni ls: {e.msg}; using the default data dir", file=sys.stderr)
+        sys.stderr.write(f"rdma-cni ls: {e.msg}; using the default data dir\n")
         config = {}
     try:
         table = rows(Store(data_dir_of(config)).list_states())

@@ -69,7 +69,7 @@ class KubePodApi:
         self.api = core_v1_api()
 
     def get(self, namespace: str, name: str) -> tuple[str, str | None] | None:
-        from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
+        from kubernetes.client.exceptions import ApiException
 
         try:
             pod = self.api.read_namespaced_pod(name, namespace)
@@ -128,7 +128,7 @@ class KubeCluster:
         return [pod_info(p) for p in pods.items]
 
     def event(self, obj: dict[str, str], reason: str, message: str, kind: str) -> None:
-        from kubernetes import client  # type: ignore[import-untyped]
+        from kubernetes import client
 
         now = datetime.datetime.now(datetime.UTC)
         namespace = obj.get("namespace") or "default"
