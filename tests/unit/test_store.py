@@ -16,7 +16,7 @@ import pytest
 
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError, Code, ConfigError, IOFailure, TryAgain
-from rdma_cni.ipam.allocator import Pool, RangeConf, build_pool
+from rdma_cni.ipam.allocator import Pool, RangeLimits, build_pool
 from rdma_cni.ipam.reserve import allocate
 from rdma_cni.store.core import UNKNOWN_OWNER, Store
 
@@ -345,7 +345,7 @@ def _run_allocators(data_dir: str, pool: Pool, n: int, use_lock: bool) -> dict[i
     return results
 
 
-def _pool(cidr_host: str, **ranges: RangeConf) -> Pool:
+def _pool(cidr_host: str, **ranges: RangeLimits) -> Pool:
     return build_pool("eth1", [IPv4Interface(cidr_host)], None, [], dict(ranges), True)
 
 
@@ -365,7 +365,7 @@ def test_processes_allocate_distinct_addresses(store: Store, use_lock: bool, n: 
 
 
 def test_exhaustion_under_concurrency(store: Store) -> None:
-    conf = RangeConf(A("192.0.2.2"), A("192.0.2.6"))
+    conf = RangeLimits(A("192.0.2.2"), A("192.0.2.6"))
     pool = _pool("192.0.2.1/28", **{"192.0.2.0/28": conf})
     n = pool.size()
     assert n == 5
