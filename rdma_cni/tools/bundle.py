@@ -22,13 +22,14 @@ BUNDLE_DIR = "rdma-cni.d"
 FRONT = "rdma-cni-front"
 NCCL_ENV = "nccl_env.sh"
 _NCCL_IN_BUNDLE = ("_internal/rdma_cni/data/nccl_env.sh", "rdma_cni/data/nccl_env.sh")
+#: the source checkout this module runs from when not frozen (rdma_cni/tools/ is two below)
+_SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def default_bundle() -> str:
     if getattr(sys, "frozen", False):
         return os.path.dirname(os.path.realpath(sys.executable))
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "dist", "rdma-cni")
+    return os.path.join(_SOURCE_TREE, "dist", "rdma-cni")
 
 
 def tree_digest(root: str) -> str:
@@ -107,8 +108,7 @@ def install_link(bin_dir: str) -> bool:
 
 def nccl_env_source(bundle: str) -> str | None:
     candidates = [os.path.join(bundle, rel) for rel in _NCCL_IN_BUNDLE]
-    candidates.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                   "scripts", NCCL_ENV))
+    candidates.append(os.path.join(_SOURCE_TREE, "scripts", NCCL_ENV))
     return next((c for c in candidates if os.path.isfile(c)), None)
 
 

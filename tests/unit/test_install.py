@@ -14,7 +14,7 @@ import pytest
 
 from rdma_cni.errors import ConfigError
 from rdma_cni.models.subconfig import load_config
-from rdma_cni.tools import conflist, install
+from rdma_cni.tools import bundle, conflist, install
 
 REPO = Path(__file__).resolve().parents[2]
 CAP = {"io.kubernetes.cri.pod-annotations": True}
@@ -97,6 +97,13 @@ def test_resolve_mode_order() -> None:
 
 
 # -- files ------------------------------------------------------------------------
+def test_source_checkout_defaults_point_at_the_checkout(tmp_path: Path) -> None:
+    """Run from a source checkout, install takes ./dist/rdma-cni and scripts/nccl_env.sh."""
+    repo = Path(__file__).resolve().parents[2]
+    assert bundle.default_bundle() == str(repo / "dist" / "rdma-cni")
+    assert bundle.nccl_env_source(str(tmp_path)) == str(repo / "scripts" / "nccl_env.sh")
+
+
 @pytest.fixture
 def node(tmp_path: Path) -> dict[str, Path]:
     bundle = tmp_path / "bundle"
