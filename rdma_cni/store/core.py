@@ -87,7 +87,7 @@ _NETDEV_RE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _held = threading.local()
 
 
-class _CorruptError(Exception):
+class _Corrupt(Exception):
     pass
 
 
@@ -218,30 +218,30 @@ def _remove(path: str) -> bool:
 
 
 def _read_record(path: str) -> dict[str, Any] | None:
-    """The JSON object at ``path``; None if missing; :class:`_CorruptError` if unparsable."""
+    """The JSON object at ``path``; None if missing; :class:`_Corrupt` if unparsable."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.EISDIR):
-            raise _CorruptError(f"not a regular file: {e.strerror or e}") from e
+            raise _Corrupt(f"not a regular file: {e.strerror or e}") from e
         raise _ioerr("read", path, e) from e
     try:
         with os.fdopen(fd, "rb") as f:
             raw = f.read(MAX_READ + 1)
     except OSError as e:
         if e.errno == errno.EISDIR:
-            raise _CorruptError("is a directory") from e
+            raise _Corrupt("is a directory") from e
         raise _ioerr("read", path, e) from e
     if len(raw) > MAX_READ:
-        raise _CorruptError(f"record larger than {MAX_READ >> 20} MiB")
+        raise _Corrupt(f"record larger than {MAX_READ >> 20} MiB")
     try:
         rec = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as e:
-        raise _CorruptError(f"invalid JSON: {e}") from e
+        raise _Corrupt(f"invalid JSON: {e}") from e
     if not isinstance(rec, dict):
-        raise _CorruptError("not a JSON object")
+        raise _Corrupt("not a JSON object")
     return rec
 
 
@@ -250,14 +250,14 @@ def _key_of(rec: dict[str, Any]) -> AttachmentKey:
     fields = ("network", "containerID", "ifname")
     if not isinstance(k, dict) or not all(isinstance(k.get(f), str) for f in fields) or \
             not isinstance(k.get("instance", ""), str):
-        raise _CorruptError("missing or invalid 'key'")
+        raise _Corrupt("missing or invalid 'key'")
     return AttachmentKey.from_dict(k)
 
 
 def _owner_of(rec: dict[str, Any]) -> Owner:
     ifname = rec.get("ifname")
     if not isinstance(ifname, str):
-        raise _CorruptError("missing or invalid 'ifname'")
+        raise _Corrupt("missing or invalid 'ifname'")
     return _key_of(rec), ifname
 
 
@@ -430,7 +430,7 @@ class Store:
             if rec is not None:
                 _key_of(rec)
             return rec
-        except _CorruptError as e:
+        except _Corrupt as e:
             self._quarantine(path, str(e))
             return None
 
@@ -474,7 +474,7 @@ class Store:
                 return None
             pool = rec.get("pool")
             return _owner_of(rec), pool if isinstance(pool, str) else ""
-        except _CorruptError as e:
+        except _Corrupt as e:
             log.warning("unreadable record %s treated as held by an unknown owner: %s", path, e)
             return (UNKNOWN_OWNER, ""), ""
 
