@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rdma_cni.cni.attachment import DEFAULT_INSTANCE
-from rdma_cni.errors import CniError, ConfigError, IOFailure, shown
+from rdma_cni.errors import CniError, ConfigError, shown
 from rdma_cni.models.subconfig import (
     DEFAULT_CONF_DIR,
     PLUGIN_TYPE,
@@ -134,20 +134,10 @@ def _fsync_dir(path: str) -> None:
 
 def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     """Write ``path`` through a hidden temp file (no CNI extension) and a rename."""
+    from rdma_cni.store import files
+
     d, base = os.path.split(path)
-    tmp = os.path.join(d, f".{base}.rdma-cni.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-        _fsync_dir(d or ".")
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise IOFailure(f"failed to write {path}: {e.strerror or e}") from e
+    files.write_atomic(d or ".", base, data, mode=mode, suffix=".part", sync_dir=True)
 
 
 def _dump(doc: dict[str, Any]) -> bytes:

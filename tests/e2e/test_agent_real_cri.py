@@ -22,8 +22,8 @@ from agent_rig import AgentContainer, podman_usable
 
 from rdma_cni.adapters.cri import CriClient
 from rdma_cni.cni.attachment import AttachmentKey
-from rdma_cni.store import records
 from rdma_cni.store.core import Store
+from rdma_cni.store.state import READY, make_state
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(bool(podman_usable()), reason=podman_usable() or "-")]
@@ -49,7 +49,7 @@ def test_agent_in_a_container_trusts_containerd_not_its_netns_view(node: dict[st
         states = store.list_states()
         assert [s["key"]["containerID"] for s in states] == [sid]  # sandbox ID == CNI ID
         stale = AttachmentKey("vpc-cni", "f" * 64, "eth0")
-        store.put_state(stale, records.make_state(records.READY, "shared-multi",
+        store.put_state(stale, make_state(READY, "shared-multi",
                                                   "/var/run/netns/cni-gone", "e2e/old",
                                                   "uid-old", 20000, []))
         for expected in (["f" * 64, sid], [sid], [sid]):
