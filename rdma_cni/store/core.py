@@ -1,4 +1,7 @@
 """The durable state store: attachment state, address reservations, NIC claims.
+The records' files are written by :mod:`rdma_cni.store.files`, reservations and
+claims kept by :mod:`rdma_cni.store.claims` (the :class:`Store` inherits them), and
+a state record is an :class:`rdma_cni.store.state.AttachmentState`.
 
 Layout under ``data_dir`` (directories created 0700 on first write)::
 
@@ -30,7 +33,8 @@ Size: a state record is bounded (:data:`MAX_RECORD`, checked before it is
 written); records up to :data:`MAX_READ` still load (releases up to 0.1.0 wrote
 them without a bound).
 
-Corrupt records (not a JSON object with a valid key): a state record is moved to
+Corrupt records (not a JSON object with a valid key, or interfaces teardown cannot
+use: :class:`rdma_cni.store.state.StateError`): a state record is moved to
 ``corrupt/<digest>.json.<time>`` and reads as absent, so ADD can rewrite it. Its
 key's reservations and claims are kept and :meth:`Store.owners` leaves the key
 out (nothing frees them on its own while its interfaces may exist); DEL of that
