@@ -34,7 +34,7 @@ def data_dir(req: Request) -> str:
 def cmd_del(req: Request) -> None:
     store = Store(data_dir(req))
     key = req.key
-    state = _readable(store, key)
+    state = store.get_state(key)  # a record teardown cannot use reads as absent (moved aside)
     if state is None and key.legacy is not None:
         state = _legacy(store, key.legacy)
         key = key.legacy if state is not None else key
@@ -49,16 +49,10 @@ def cmd_del(req: Request) -> None:
     release(store, req.netns or state.netns, state, key, fd)
 
 
-def _readable(store: Store, key: AttachmentKey) -> AttachmentState | None:
-    """The key's state if teardown can use it (the store moves aside a record it
-    cannot: :meth:`rdma_cni.store.core.Store.get_state`)."""
-    return store.get_state(key)
-
-
 def _legacy(store: Store, key: AttachmentKey) -> AttachmentState | None:
     """The record release 0.1.0 wrote for this attachment (it did not key by
     cniConfName); a record of this release under that key is another network's."""
-    state = _readable(store, key)
+    state = store.get_state(key)
     return state if state is not None and state.legacy else None
 
 
