@@ -14,7 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from rdma_cni import defaults
 from rdma_cni.errors import ConfigError, shown
 from rdma_cni.models.blocks import explain
-from rdma_cni.store.core import valid_netdev
+from rdma_cni.node.names import valid_netdev
 
 Mode = Literal["shared", "shared-multi", "shared-host", "exclusive"]
 SHARED_MODES = ("shared", "shared-multi", "shared-host")

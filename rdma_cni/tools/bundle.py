@@ -15,7 +15,7 @@ import sys
 
 from rdma_cni.errors import ConfigError
 from rdma_cni.models.subconfig import PLUGIN_TYPE
-from rdma_cni.tools.installfiles import _fsync_dir, say, write_atomic
+from rdma_cni.tools.installfiles import fsync_dir, say, write_atomic
 
 BUNDLE_DIR = "rdma-cni.d"
 #: the native front in the bundle: forwards to `rdma-cni serve`, else execs the bundle
@@ -87,7 +87,7 @@ def install_bundle(bundle: str, bin_dir: str) -> bool:
         if os.path.lexists(dest):
             os.unlink(dest)
         os.rename(tmp, dest)
-    _fsync_dir(bin_dir)
+    fsync_dir(bin_dir)
     return True
 
 
@@ -102,7 +102,7 @@ def install_link(bin_dir: str) -> bool:
         os.unlink(tmp)
     os.symlink(target, tmp)
     os.replace(tmp, link)
-    _fsync_dir(bin_dir)
+    fsync_dir(bin_dir)
     return True
 
 
