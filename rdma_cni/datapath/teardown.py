@@ -11,9 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
-from rdma_cni import defaults
 from rdma_cni.adapters.netlink import Netlink
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.datapath.execute import (
@@ -27,7 +25,7 @@ from rdma_cni.datapath.execute import (
 from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.datapath.session import Session
 from rdma_cni.errors import CniError, IOFailure, TryAgain
-from rdma_cni.store.records import plans_of
+from rdma_cni.store.state import AttachmentState
 
 log = logging.getLogger("rdma_cni")
 
@@ -64,12 +62,12 @@ def marker_of(digest: str) -> str:
     return f"rdma-cni:{digest}"
 
 
-def teardown(session: Session, state: dict[str, Any], digest: str) -> None:
+def teardown(session: Session, state: AttachmentState, digest: str) -> None:
     marker = marker_of(digest)
-    priority = int(state.get("rulePriority") or defaults.RULE_PRIORITY)
+    priority = state.rule_priority
     failures: list[tuple[str, CniError]] = []
     tick = _seam()
-    for p in reversed(plans_of(state)):
+    for p in reversed(state.interfaces):
         try:
             if session.has_pod:
                 _in_pod(session, p, marker, priority, tick)
