@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any, Protocol
 
+from rdma_cni import jsondoc
 from rdma_cni.cni import versions
 from rdma_cni.cni.request import Request, check_container_id, check_ifname, check_netns, check_path
 from rdma_cni.errors import CniError, Code, DecodeError, EnvError, VersionError, shown
@@ -117,15 +118,10 @@ def _decode(stdin: bytes, command: str) -> dict[str, Any]:
         raise EnvError(
             f"invalid CNI_COMMAND {shown(command[:40])}: expected one of {', '.join(COMMANDS)}"
         )
-    if len(stdin) > MAX_STDIN:
-        raise DecodeError(f"failed to decode network configuration: larger than {MAX_STDIN} bytes")
     try:
-        conf = json.loads(stdin)
-    except (ValueError, RecursionError) as exc:
-        reason = str(exc)[:200] or type(exc).__name__
-        raise DecodeError(f"failed to decode network configuration: {reason}") from None
-    if not isinstance(conf, dict):
-        raise DecodeError("failed to decode network configuration: expected a JSON object")
+        conf: dict[str, Any] = jsondoc.decode(stdin, MAX_STDIN, dict, "expected a JSON object")
+    except jsondoc.JsonRefused as e:
+        raise DecodeError(f"failed to decode network configuration: {e}") from None
     if _too_deep(conf, MAX_DEPTH):
         raise DecodeError(
             f"failed to decode network configuration: nested deeper than {MAX_DEPTH} levels"

@@ -9,9 +9,9 @@ that asks for RDMA interfaces pays for.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from rdma_cni import jsondoc
 from rdma_cni.errors import ConfigError, TooManyInterfaces, shown
 
 ANNOTATION = "k8s.volcengine.com/pod-networks"
@@ -38,14 +38,11 @@ def parse_blocks(text: object) -> list[Any]:
     where = f"pod annotation {ANNOTATION}"
     if not isinstance(text, str):
         raise ConfigError(f"invalid {where}: expected a JSON string, got {type(text).__name__}")
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_ANNOTATION_BYTES:
-        raise ConfigError(f"invalid {where}: larger than {MAX_ANNOTATION_BYTES} bytes")
     try:
-        blocks = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ConfigError(f"invalid {where}: not valid JSON: {_short(exc)}") from None
-    if not isinstance(blocks, list):
-        raise ConfigError(f"invalid {where}: expected a JSON list of blocks")
+        blocks: list[Any] = jsondoc.decode(text, MAX_ANNOTATION_BYTES, list,
+                                           "expected a JSON list of blocks")
+    except jsondoc.JsonRefused as e:
+        raise ConfigError(f"invalid {where}: {e}") from None
     if len(blocks) > MAX_BLOCKS:
         raise ConfigError(f"invalid {where}: {len(blocks)} blocks, at most {MAX_BLOCKS} allowed")
     for pos, block in enumerate(blocks):

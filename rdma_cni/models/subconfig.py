@@ -9,11 +9,10 @@ of the conf dir, in the lexical order libcni and containerd use; the list's
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
-from rdma_cni import defaults
+from rdma_cni import defaults, jsondoc
 from rdma_cni.errors import ConfigError
 
 PLUGIN_TYPE = "rdma-cni"
@@ -29,14 +28,10 @@ def read_json_object(path: str) -> dict[str, Any]:
             raw = f.read(_MAX_FILE + 1)
     except OSError as e:
         raise ConfigError(f"failed to read config {path}: {e.strerror or e}") from e
-    if len(raw) > _MAX_FILE:
-        raise ConfigError(f"failed to read config {path}: larger than 1 MiB")
     try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ConfigError(f"failed to parse config {path}: {e}") from e
-    if not isinstance(doc, dict):
-        raise ConfigError(f"failed to parse config {path}: not a JSON object")
+        doc: dict[str, Any] = jsondoc.decode(raw, _MAX_FILE, dict, "not a JSON object")
+    except jsondoc.JsonRefused as e:
+        raise ConfigError(f"failed to parse config {path}: {e}") from None
     return doc
 
 

@@ -19,6 +19,7 @@ import time
 from contextlib import suppress
 from typing import Any
 
+from rdma_cni import jsondoc
 from rdma_cni.errors import IOFailure
 from rdma_cni.log import LazyLogger
 
@@ -168,14 +169,10 @@ def read_record(path: str) -> dict[str, Any] | None:
         if e.errno == errno.EISDIR:
             raise Corrupt("is a directory") from e
         raise ioerr("read", path, e) from e
-    if len(raw) > MAX_READ:
-        raise Corrupt(f"record larger than {MAX_READ >> 20} MiB")
     try:
-        rec = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise Corrupt(f"invalid JSON: {e}") from e
-    if not isinstance(rec, dict):
-        raise Corrupt("not a JSON object")
+        rec: dict[str, Any] = jsondoc.decode(raw, MAX_READ, dict, "not a JSON object")
+    except jsondoc.JsonRefused as e:
+        raise Corrupt(f"record {e}") from None
     return rec
 
 

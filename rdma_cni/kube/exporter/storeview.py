@@ -9,11 +9,11 @@ layout (see :mod:`rdma_cni.store.core`) and skips anything it cannot parse.
 
 from __future__ import annotations
 
-import json
 import os
 from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
+from rdma_cni import jsondoc
 from rdma_cni.store.core import MAX_READ, Store, pool_dirname
 from rdma_cni.store.files import TMP as _TMP
 from rdma_cni.store.state import AttachmentState, StateError
@@ -33,10 +33,10 @@ def _record(path: str) -> dict[str, Any] | None:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         with os.fdopen(fd, "rb") as f:
             raw = f.read(_MAX_RECORD + 1)
-        rec = json.loads(raw) if len(raw) <= _MAX_RECORD else None
-    except (OSError, ValueError):
+        rec: dict[str, Any] = jsondoc.decode(raw, _MAX_RECORD, dict)
+    except (OSError, jsondoc.JsonRefused):
         return None
-    return rec if isinstance(rec, dict) else None
+    return rec
 
 
 class StoreView:

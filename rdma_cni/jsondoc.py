@@ -1,0 +1,43 @@
+"""Bounded JSON decoding: where bytes from a file or a pod author become a JSON value.
+
+One rule set for every reader (records, config files, the pod annotation): a size
+limit checked before parsing, undecodable bytes, invalid JSON and nesting too deep
+for the parser all read as one :class:`JsonRefused` with a short reason, and the
+top-level type is checked. Stdlib only: DEL and the pass-through path use it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class JsonRefused(ValueError):  # noqa: N818 - a reason, wrapped by each caller's error
+    """Why a document was refused; ``str()`` is a short reason for a message."""
+
+
+def decode(raw: bytes | str, limit: int, expect: type,
+           wrong_type: str = "not the expected JSON type") -> Any:
+    """``raw`` parsed as JSON whose top level is an ``expect`` (dict or list);
+    ``wrong_type`` is the reason when it is another type."""
+    size = len(raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw)
+    if size > limit:
+        raise JsonRefused(f"larger than {_size(limit)}")
+    try:
+        doc = json.loads(raw)
+    except RecursionError:
+        raise JsonRefused("not valid JSON: nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise JsonRefused(f"not valid JSON: {_short(e)}") from None
+    if not isinstance(doc, expect):
+        raise JsonRefused(wrong_type)
+    return doc
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 and limit % (1 << 20) == 0 else f"{limit} bytes"
+
+
+def _short(e: Exception) -> str:
+    text = str(e)
+    return text if len(text) <= 120 else text[:117] + "..."
