@@ -72,7 +72,3 @@ def our_blocks(conf: dict[str, Any], conf_name: str, max_interfaces: int) -> lis
         )
     return ours
 
-
-def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text[:200]
