@@ -8,7 +8,8 @@ import os
 
 from rdma_cni.adapters import netns
 from rdma_cni.adapters.netlink import Netlink
-from rdma_cni.datapath.execute import Ctx
+from rdma_cni.datapath.context import Ctx
+from rdma_cni.datapath.port import NetlinkPort
 from rdma_cni.errors import EnvError
 
 log = logging.getLogger("rdma_cni")
@@ -20,8 +21,8 @@ class Session:
         self._given_fd = fd
         self.host_fd = netns.host_fd()
         self.pod_fd: int | None = None
-        self.host: Netlink | None = None
-        self.pod: Netlink | None = None
+        self.host: NetlinkPort | None = None
+        self.pod: NetlinkPort | None = None
         self._ctx: Ctx | None = None
         try:
             self._open_pod(pod_required)
