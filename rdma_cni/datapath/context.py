@@ -17,14 +17,32 @@ from rdma_cni.errors import IOFailure
 
 
 class NetnsOps:
-    """The real netns effects."""
+    """The real netns effects: the namespaces of an invocation and a port into each."""
+
+    def host_fd(self) -> int:
+        return netns.host_fd()
+
+    def open(self, path: str, given_fd: int | None) -> int:
+        """The pod's netns (NetnsGone if the path is gone, EnvError if it is no netns)."""
+        return netns.open_netns(path) if given_fd is None else netns.adopt_netns(given_fd, path)
+
+    def same(self, fd_a: int, fd_b: int) -> bool:
+        return netns.same_netns(fd_a, fd_b)
+
+    def here(self, label: str) -> NetlinkPort:
+        from rdma_cni.adapters.netlink import Netlink
+
+        return Netlink.here(label)
+
+    def inside(self, fd: int, home: int, label: str) -> NetlinkPort:
+        from rdma_cni.adapters.netlink import Netlink
+
+        return Netlink.inside(fd, home, label)
 
     def private(self, host_fd: int) -> tuple[int, NetlinkPort]:
         """A fresh netns no process lives in, and a port into it."""
-        from rdma_cni.adapters.netlink import Netlink
-
         fd = netns.private_netns(host_fd)
-        return fd, Netlink.inside(fd, host_fd, "a private netns")
+        return fd, self.inside(fd, host_fd, "a private netns")
 
     def release(self, fd: int) -> None:
         os.close(fd)

@@ -19,12 +19,15 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from ipaddress import IPv4Address, IPv4Interface
+from typing import Any
 
+from rdma_cni.adapters.netns import NetnsGone
 from rdma_cni.datapath.port import (
     RT_TABLE_MAIN,
     SCOPE_LINK,
     Link,
     LinkStats,
+    NetlinkPort,
     Route,
     Rule,
     failure,
@@ -51,7 +54,8 @@ class FakeNetns:
 
 
 class FakeKernel:
-    """Every netns of the fake node; also the executor's NetnsOps (private netns, sysctls)."""
+    """Every netns of the fake node; also the datapath's NetnsOps (opening a pod netns by
+    its path, ports into each netns, private netns, sysctls)."""
 
     def __init__(self) -> None:
         self._fds = itertools.count(1000)
@@ -60,11 +64,15 @@ class FakeKernel:
         self.spaces: dict[int, FakeNetns] = {}
         self.sysctls: dict[tuple[int, str, str], str] = {}
         self.released: list[int] = []
+        self.paths: dict[str, int] = {}
+        self.hardware: set[int] = set()  # indexes of physical NICs (they outlive a netns)
         self.host = self.netns("the host")
 
-    def netns(self, label: str) -> FakeNetns:
+    def netns(self, label: str, path: str | None = None) -> FakeNetns:
         """A new netns, with its loopback (down, as the kernel makes it)."""
         ns = FakeNetns(next(self._fds), label)
+        if path is not None:
+            self.paths[path] = ns.fd
         lo = Link(index=1, name="lo", mtu=65536, mac="00:00:00:00:00:00", kind=None, up=False)
         ns.links[1] = lo
         self.spaces[ns.fd] = ns
@@ -80,22 +88,46 @@ class FakeKernel:
         return f"02:fa:00:00:00:{next(self._macs) % 256:02x}"
 
     def add_nic(self, ns: FakeNetns, name: str, mtu: int = 1500, up: bool = True,
-                **kw: str | None) -> Link:
-        """A physical (veth stand-in) NIC; ``kw``: mac, perm_mac, parent_dev, parent_bus."""
+                virtual: bool = False, **kw: str | None) -> Link:
+        """A physical NIC (shown as a veth, its stand-in in the real tests) or, with
+        ``virtual``, a veth; ``kw``: mac, perm_mac, parent_dev, parent_bus."""
         link = Link(index=self.new_index(), name=name, mtu=mtu,
                     mac=kw.pop("mac", None) or self.new_mac(), kind="veth", up=up, **kw)
         ns.links[link.index] = link
+        if not virtual:
+            self.hardware.add(link.index)
         return link
 
     def remove_netns(self, fd: int) -> None:
-        """The pod netns dies: its sub-links with it; physical NICs return to the host."""
+        """The pod netns dies: its virtual links with it; physical NICs return to the host,
+        down and unconfigured, under their name (``dev<index>`` if the host has it)."""
         ns = self.spaces.pop(fd)
+        self.paths = {p: f for p, f in self.paths.items() if f != fd}
         for index, link in ns.links.items():
-            if index not in ns.parents:
+            if index in self.hardware:
                 name = link.name if self.host.by_name(link.name) is None else f"dev{index}"
                 self.host.links[index] = replace(link, name=name, up=False)
 
     # NetnsOps
+    def host_fd(self) -> int:
+        return self.host.fd
+
+    def open(self, path: str, given_fd: int | None) -> int:
+        if given_fd is not None:
+            return given_fd
+        if path not in self.paths:
+            raise NetnsGone(path)
+        return self.paths[path]
+
+    def same(self, fd_a: int, fd_b: int) -> bool:
+        return fd_a == fd_b
+
+    def here(self, label: str) -> FakeNetlink:
+        return self.port(self.host, label)
+
+    def inside(self, fd: int, home: int, label: str) -> FakeNetlink:
+        return self.port(self.spaces[fd], label)
+
     def private(self, host_fd: int) -> tuple[int, FakeNetlink]:
         ns = self.netns("a private netns")
         return ns.fd, self.port(ns)
@@ -274,3 +306,19 @@ class FakeNetlink:
         rule = (priority, table, f"{src}/32")
         if rule in self.ns.rules:
             self.ns.rules.remove(rule)
+
+
+def observe(nl: NetlinkPort, tables: Sequence[int] = (RT_TABLE_MAIN,), priority: int | None = None
+            ) -> dict[str, list[Any]]:
+    """What a netns shows through any port (the fake or the kernel), comparable: links
+    but lo (name, kind, MTU, up, alias), addresses, routes of ``tables``, rules (at
+    ``priority`` if given)."""
+    links = {lk.index: lk for lk in nl.links() if lk.name != "lo"}
+    return {
+        "links": sorted((lk.name, lk.kind, lk.mtu, lk.up, lk.alias) for lk in links.values()),
+        "addrs": sorted((links[i].name, str(a)) for i, a in nl.addresses() if i in links),
+        "routes": sorted((r.table, r.dst, r.gateway, links[r.oif].name, r.scope, r.onlink)
+                         for table in tables for r in nl.routes(table)
+                         if r.oif in links and not r.dst.startswith("fe80")),
+        "rules": sorted(r for r in nl.rules() if priority is None or r[0] == priority),
+    }
