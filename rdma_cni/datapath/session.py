@@ -11,6 +11,9 @@ from rdma_cni.datapath.port import NetlinkPort
 from rdma_cni.errors import EnvError
 
 log = logging.getLogger("rdma_cni")
+#: the netns effects of every Session not given its own: the kernel's (the unit tests of
+#: the command handlers, which make their Sessions themselves, put the fake here)
+default_ops = NetnsOps()
 
 
 class Session:
@@ -18,7 +21,7 @@ class Session:
                  ops: NetnsOps | None = None) -> None:
         self.pod_path = pod_path
         self._given_fd = fd
-        self.ops = ops or NetnsOps()
+        self.ops = ops or default_ops
         self.host_fd = self.ops.host_fd()
         self.pod_fd: int | None = None
         self.host: NetlinkPort | None = None

@@ -72,10 +72,10 @@ EXCL = IfacePlan(k=0, name="eth1", tmp=f"rdt{DIGEST[:9]}0", nic="rnic0", kind="p
 SHARED = [sub(0, "rnic0", 9000, "198.51.100.10"), sub(1, "rnic1", 1500, "198.51.100.11")]
 
 
-def add(node: Node, plans: list[IfacePlan]) -> None:
+def add(node: Node, plans: list[IfacePlan], mark: str = MARK) -> None:
     session = node.session()
     try:
-        execute.apply(session.ctx(MARK, PRIO), execute.steps_for(plans))
+        execute.apply(session.ctx(mark, PRIO), execute.steps_for(plans))
     finally:
         session.close()
 
