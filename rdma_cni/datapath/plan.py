@@ -9,17 +9,19 @@ overrides (validated by the block model).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from ipaddress import IPv4Address, IPv4Interface
+from typing import TYPE_CHECKING
 
 from rdma_cni.errors import ConfigError, IfNameInUse, UnsupportedField
-from rdma_cni.models.blocks import Block, check_ifname
-from rdma_cni.models.netconf import NetConf
+from rdma_cni.store.records import HostRoute, IfacePlan
+
+if TYPE_CHECKING:  # the executor and teardown (DEL) import this module: no pydantic here
+    from rdma_cni.models.blocks import Block
+    from rdma_cni.models.netconf import NetConf
 
 KIND = {"shared": "ipvlan", "shared-multi": "macvlan", "shared-host": "ipvlan",
         "exclusive": "physical"}
-#: (dst CIDR, gateway, protocol, metric, onlink): a host route to restore exactly
-HostRoute = tuple[str, str | None, int, int, bool]
 SYSCTLS = (("arp_ignore", "1"), ("arp_announce", "2"), ("rp_filter", "2"), ("arp_notify", "1"))
 
 
@@ -42,32 +44,6 @@ class NicFacts:
     ibdev: str | None = None
 
 
-@dataclass(frozen=True)
-class IfacePlan:
-    k: int
-    name: str
-    tmp: str
-    nic: str
-    kind: str
-    mtu: int
-    table: int
-    mac: str | None = None
-    requested_ip: IPv4Address | None = None
-    addresses: tuple[IPv4Interface, ...] = ()
-    gateway: IPv4Address | None = None
-    routes: tuple[tuple[str, str | None], ...] = ()
-    ibdev: str | None = None
-    identity: dict[str, str | None] = field(default_factory=dict)
-    host_mtu: int = 0
-    host_up: bool = True
-    host_routes: tuple[HostRoute, ...] = ()
-    rdma_move: bool = False  # exclusive NIC under RDMA netns mode "exclusive"
-
-    @property
-    def address(self) -> IPv4Interface | None:
-        return self.addresses[0] if self.addresses else None
-
-
 def interface_names(nc: NetConf, blocks: Sequence[tuple[int, Block]], n_nics: int) -> list[str]:
     """One name per pod interface, in creation order."""
     names: list[str] = []
@@ -87,6 +63,8 @@ def interface_names(nc: NetConf, blocks: Sequence[tuple[int, Block]], n_nics: in
 
 
 def check_name(name: str) -> str:
+    from rdma_cni.models.blocks import check_ifname
+
     try:
         return check_ifname(name)
     except ValueError as exc:

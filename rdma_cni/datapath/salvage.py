@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import logging
 from ipaddress import IPv4Address, IPv4Interface
-from typing import Any
 
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.datapath.physical import SUBLINK_KINDS
 from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.datapath.port import RT_TABLE_MAIN, Link, NetlinkPort
 from rdma_cni.store.core import Store
-from rdma_cni.store.records import make_state
+from rdma_cni.store.state import SALVAGED, AttachmentState, make_state
 
 log = logging.getLogger("rdma_cni")
 RTPROT_BOOT = 3
@@ -77,7 +76,7 @@ def _physical_on_host(k: int, link: Link, nic: str) -> IfacePlan:
 
 
 def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: NetlinkPort,
-            netns: str, priority: int) -> dict[str, Any]:
+            netns: str, priority: int) -> AttachmentState:
     """A state record for teardown, built from the store and our marked links."""
     marker = f"rdma-cni:{key.digest()}"
     claims = {ifname: netdev for netdev, (k, ifname) in store.nic_claims().items() if k == key}
@@ -100,5 +99,5 @@ def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: Net
         plans.append(_physical_on_host(len(plans), link, left.pop(0) if left else link.name))
     log.warning("DEL of %s/%s from an unreadable state record: %d interface(s) found by "
                 "their mark", key.network, key.container_id, len(plans))
-    return make_state("salvaged", "", netns, "", "", priority, plans)
+    return make_state(SALVAGED, "", netns, "", "", priority, plans)
 

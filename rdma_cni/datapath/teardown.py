@@ -10,9 +10,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
-from rdma_cni import defaults, testhooks
+from rdma_cni import testhooks
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.datapath import sublinks
 from rdma_cni.datapath.physical import fallback_name, find_moved, move_out, rdma_out, restore_host
@@ -20,7 +19,7 @@ from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.datapath.port import NetlinkPort
 from rdma_cni.datapath.session import Session
 from rdma_cni.errors import CniError, IOFailure, TryAgain
-from rdma_cni.store.records import plans_of
+from rdma_cni.store.state import AttachmentState
 
 log = logging.getLogger("rdma_cni")
 
@@ -39,12 +38,12 @@ def marker_of(digest: str) -> str:
     return f"rdma-cni:{digest}"
 
 
-def teardown(session: Session, state: dict[str, Any], digest: str) -> None:
+def teardown(session: Session, state: AttachmentState, digest: str) -> None:
     marker = marker_of(digest)
-    priority = int(state.get("rulePriority") or defaults.RULE_PRIORITY)
+    priority = state.rule_priority
     failures: list[tuple[str, CniError]] = []
     tick = testhooks.del_ticker()  # inert unless the test seam is set
-    for p in reversed(plans_of(state)):
+    for p in reversed(state.interfaces):
         try:
             if session.has_pod:
                 _in_pod(session, p, marker, priority, tick)

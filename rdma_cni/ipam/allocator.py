@@ -21,8 +21,9 @@ _MAX_IP = (1 << 32) - 1
 
 
 @dataclass(frozen=True)
-class RangeConf:
-    """One ``ipam.ranges`` entry: ``{rangeStart, rangeEnd, exclude: [ip or CIDR]}``."""
+class RangeLimits:
+    """What one ``ipam.ranges`` entry (``models.netconf.IpamRangeConf``) puts on a pool,
+    parsed: the first and last address and the excluded networks."""
 
     range_start: IPv4Address | None = None
     range_end: IPv4Address | None = None
@@ -76,7 +77,7 @@ def _check_mask(nic: str, addr: IPv4Interface, shared: bool) -> None:
         )
 
 
-def _range_conf(net: IPv4Network, ranges: Mapping[str, RangeConf]) -> RangeConf | None:
+def _limits_of(net: IPv4Network, ranges: Mapping[str, RangeLimits]) -> RangeLimits | None:
     for cidr, conf in ranges.items():
         try:
             key = IPv4Network(cidr, strict=False)
@@ -88,7 +89,7 @@ def _range_conf(net: IPv4Network, ranges: Mapping[str, RangeConf]) -> RangeConf 
 
 
 def _narrow(
-    nic: str, net: IPv4Network, first: int, last: int, conf: RangeConf
+    nic: str, net: IPv4Network, first: int, last: int, conf: RangeLimits
 ) -> tuple[int, int]:
     where = f"ipam.ranges[{net}] for RDMA NIC {nic}"
     for label, ip in (("rangeStart", conf.range_start), ("rangeEnd", conf.range_end)):
@@ -123,7 +124,7 @@ def build_pool(
     nic_addrs: Sequence[IPv4Interface],
     gateway: IPv4Address | None,
     host_addrs: Iterable[IPv4Address],
-    ranges: Mapping[str, RangeConf],
+    ranges: Mapping[str, RangeLimits],
     shared: bool,
 ) -> Pool:
     """The pool of ``nic``; ``host_addrs`` are all IPv4 addresses on any host interface."""
@@ -131,7 +132,7 @@ def build_pool(
     _check_mask(nic, addr, shared)
     net = addr.network
     first, last = int(addr.ip) + 1, int(net.broadcast_address) - 1
-    conf = _range_conf(net, ranges) or RangeConf()
+    conf = _limits_of(net, ranges) or RangeLimits()
     first, last = _narrow(nic, net, first, last, conf)
     # an empty pool (/31, /32) has first > last; keep both valid IPv4 addresses
     first, last = min(first, _MAX_IP), max(last, 0)

@@ -14,7 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from rdma_cni import defaults
 from rdma_cni.errors import ConfigError, shown
 from rdma_cni.models.blocks import explain
-from rdma_cni.store.core import valid_netdev
+from rdma_cni.node.names import valid_netdev
 
 Mode = Literal["shared", "shared-multi", "shared-host", "exclusive"]
 SHARED_MODES = ("shared", "shared-multi", "shared-host")
@@ -37,7 +37,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class RangeConf(_Strict):
+class IpamRangeConf(_Strict):
     rangeStart: ipaddress.IPv4Address | None = None
     rangeEnd: ipaddress.IPv4Address | None = None
     exclude: list[str] = Field(default_factory=list)
@@ -56,11 +56,11 @@ class RangeConf(_Strict):
 
 class IpamConf(_Strict):
     type: str | None = None
-    ranges: dict[str, RangeConf] = Field(default_factory=dict)
+    ranges: dict[str, IpamRangeConf] = Field(default_factory=dict)
 
     @field_validator("ranges")
     @classmethod
-    def _subnets(cls, value: dict[str, RangeConf]) -> dict[str, RangeConf]:
+    def _subnets(cls, value: dict[str, IpamRangeConf]) -> dict[str, IpamRangeConf]:
         for subnet in value:
             try:
                 ipaddress.IPv4Network(subnet, strict=True)

@@ -111,7 +111,7 @@ def in_cluster() -> bool:
 def core_v1_api() -> Any:
     """A ``kubernetes`` CoreV1Api with the in-cluster config (imported lazily)."""
     try:
-        from kubernetes import client, config  # type: ignore[import-untyped]
+        from kubernetes import client, config
     except ImportError as e:
         raise ConfigError(f"failed to load the kubernetes client: {e} "
                           "(pip install 'rdma-cni[k8s]')") from e

@@ -40,7 +40,7 @@ def wait_gids(plans: Sequence[IfacePlan]) -> None:
         return
     from rdma_cni.node.gids import wait_for_gids
 
-    wait_for_gids(Sysfs(SYSFS_ROOT), wanted, GID_TIMEOUT)  # type: ignore[arg-type]
+    wait_for_gids(Sysfs(SYSFS_ROOT), wanted, GID_TIMEOUT)
 
 
 def rdma_netns(nc: NetConf, plans: list[IfacePlan]) -> list[IfacePlan]:
@@ -48,10 +48,9 @@ def rdma_netns(nc: NetConf, plans: list[IfacePlan]) -> list[IfacePlan]:
     exclusive NIC's RDMA device moves with its netdev (DESIGN section 2)."""
     if not any(p.ibdev for p in plans):
         return plans
-    from rdma_cni.adapters.rdmanl import RdmaNetlink
-    from rdma_cni.node.rdma_mode import check_mode
+    from rdma_cni.node.rdma_mode import check_mode, read_netns_mode
 
-    mode = RdmaNetlink().netns_mode()
+    mode = read_netns_mode()
     check_mode(nc.mode, mode)
     if nc.mode == "exclusive" and mode == "exclusive":
         return [replace(p, rdma_move=True) if p.ibdev else p for p in plans]

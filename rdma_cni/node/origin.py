@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rdma_cni.store.state import AttachmentState
 
 MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 
@@ -80,16 +83,16 @@ def origin_of(netns: str) -> dict[str, Any]:
     return out
 
 
-def recorded_node(state: dict[str, Any]) -> str | None:
+def recorded_node(state: AttachmentState) -> str | None:
     """The node that wrote ``state``; None for records from before ``origin`` existed."""
-    origin = state.get("origin")
-    node = origin.get("node") if isinstance(origin, dict) else None
+    origin = state.origin
+    node = origin.get("node") if origin is not None else None
     return node if isinstance(node, str) and node else None
 
 
-def recorded_netns(state: dict[str, Any]) -> tuple[int, int] | None:
-    origin = state.get("origin")
-    if not isinstance(origin, dict):
+def recorded_netns(state: AttachmentState) -> tuple[int, int] | None:
+    origin = state.origin
+    if origin is None:
         return None
     dev, ino = origin.get("netnsDev"), origin.get("netnsIno")
     if isinstance(dev, int) and isinstance(ino, int) and ino > 0:

@@ -15,7 +15,7 @@ from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from typing import Any
 
 from rdma_cni.errors import CniError
-from rdma_cni.ipam.allocator import Pool, RangeConf, build_pool
+from rdma_cni.ipam.allocator import Pool, RangeLimits, build_pool
 
 log = logging.getLogger("rdma_cni")
 
@@ -29,7 +29,7 @@ class NodeSettings:
     pinned: Sequence[str] | None = None
     slots_per_nic: int = 16
     host_slots: int = 16
-    ranges: Mapping[str, RangeConf] = field(default_factory=dict)
+    ranges: Mapping[str, RangeLimits] = field(default_factory=dict)
 
     @classmethod
     def from_netconf(cls, conf: Any) -> NodeSettings:
@@ -66,10 +66,10 @@ class HostNic:
 HostReader = Callable[[Sequence[str]], tuple[dict[str, HostNic], set[IPv4Address]]]
 
 
-def ranges_of(conf: Any) -> dict[str, RangeConf]:
-    """``ipam.ranges`` of a NetConf as the allocator's RangeConf."""
+def ranges_of(conf: Any) -> dict[str, RangeLimits]:
+    """``ipam.ranges`` of a NetConf (``IpamRangeConf`` entries) as the allocator's RangeLimits."""
     return {
-        subnet: RangeConf(r.rangeStart, r.rangeEnd,
+        subnet: RangeLimits(r.rangeStart, r.rangeEnd,
                           tuple(IPv4Network(x, strict=False) for x in r.exclude))
         for subnet, r in conf.ipam.ranges.items()
     }
@@ -90,7 +90,7 @@ def host_nics(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address
 
 
 def build_pools(facts: Mapping[str, HostNic], host_addrs: set[IPv4Address],
-                ranges: Mapping[str, RangeConf]) -> dict[str, Pool]:
+                ranges: Mapping[str, RangeLimits]) -> dict[str, Pool]:
     """The shared-mode pool of every NIC that has one (a NIC refused by IPAM has none)."""
     pools = {}
     for nic, f in facts.items():
@@ -104,7 +104,7 @@ def build_pools(facts: Mapping[str, HostNic], host_addrs: set[IPv4Address],
 class PoolSizes:
     """``nic -> assignable addresses`` (0 without a pool), read at most every ``ttl`` s."""
 
-    def __init__(self, ranges: Mapping[str, RangeConf], reader: HostReader = host_nics,
+    def __init__(self, ranges: Mapping[str, RangeLimits], reader: HostReader = host_nics,
                  ttl: float = 30.0) -> None:
         self.ranges, self.reader, self.ttl = ranges, reader, ttl
         self._at = -1e18

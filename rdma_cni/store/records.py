@@ -1,38 +1,70 @@
-"""Attachment state records: what ADD made, enough for DEL/CHECK/GC to work from
-the saved state alone. Pure conversion between plans and JSON-able dicts.
+"""One pod interface as ADD planned it and the state record saves it: the typed
+:class:`IfacePlan` and its JSON form. Stdlib only (DEL loads it; no planner, no
+pydantic): :mod:`rdma_cni.datapath.plan` builds these, :mod:`rdma_cni.store.state`
+keeps them.
 
 A record holds what teardown needs, not every route of the node: a sub-interface
 (shared modes) is undone by deleting the link and its rules, so its NIC's
 mirrored fabric routes are not saved at all (a NIC with BGP-learned routes would
 make the record grow with them); an exclusive NIC keeps its host routes (DEL puts
 them back), once (``routes`` is derived from them on load). Records written with
-both lists (releases up to 0.1.0) still load."""
+both lists (releases up to 0.1.0) still load. Keys this release does not know (a
+newer release wrote them) are kept in :attr:`IfacePlan.extra` and written back."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from ipaddress import IPv4Address, IPv4Interface
 from typing import Any
 
-from rdma_cni.datapath.plan import IfacePlan
+#: (dst CIDR, gateway, protocol, metric, onlink): a host route to restore exactly
+HostRoute = tuple[str, str | None, int, int, bool]
+PHYSICAL = "physical"
 
-SCHEMA = 1
-PENDING = "pending"
-READY = "ready"
-CONF_NAME = "cniConfName"
+
+@dataclass(frozen=True)
+class IfacePlan:
+    k: int
+    name: str
+    tmp: str
+    nic: str
+    kind: str
+    mtu: int
+    table: int
+    mac: str | None = None
+    requested_ip: IPv4Address | None = None
+    addresses: tuple[IPv4Interface, ...] = ()
+    gateway: IPv4Address | None = None
+    routes: tuple[tuple[str, str | None], ...] = ()
+    ibdev: str | None = None
+    identity: dict[str, str | None] = field(default_factory=dict)
+    host_mtu: int = 0
+    host_up: bool = True
+    host_routes: tuple[HostRoute, ...] = ()
+    rdma_move: bool = False  # exclusive NIC under RDMA netns mode "exclusive"
+    #: keys of the saved entry this release does not know, written back unchanged
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def address(self) -> IPv4Interface | None:
+        return self.addresses[0] if self.addresses else None
+
+
+_FIELDS = frozenset(IfacePlan.__dataclass_fields__) - {"extra"}
 
 
 def plan_to_dict(p: IfacePlan) -> dict[str, Any]:
     d = asdict(p)
+    del d["extra"]
     d["requested_ip"] = str(p.requested_ip) if p.requested_ip else None
     d["addresses"] = [str(a) for a in p.addresses]
     d["gateway"] = str(p.gateway) if p.gateway else None
-    if p.kind != "physical":  # deleting the sub-interface takes its routes with it
+    if p.kind != PHYSICAL:  # deleting the sub-interface takes its routes with it
         d["routes"], d["host_routes"] = [], []
     else:
         d["host_routes"] = [list(r) for r in p.host_routes]
         d["routes"] = [] if p.host_routes else [list(r) for r in p.routes]
-    return d
+    return {**p.extra, **d}
 
 
 def _routes_of(d: dict[str, Any], host_routes: tuple[Any, ...]) -> tuple[tuple[str, Any], ...]:
@@ -43,6 +75,8 @@ def _routes_of(d: dict[str, Any], host_routes: tuple[Any, ...]) -> tuple[tuple[s
 
 
 def plan_from_dict(d: dict[str, Any]) -> IfacePlan:
+    """Raises KeyError, ValueError, TypeError, IndexError or AttributeError on an
+    entry teardown cannot use."""
     host_routes = tuple((str(r[0]), r[1], int(r[2]), int(r[3]), bool(r[4]))
                         for r in d.get("host_routes") or [])
     return IfacePlan(
@@ -56,27 +90,5 @@ def plan_from_dict(d: dict[str, Any]) -> IfacePlan:
         host_mtu=int(d.get("host_mtu") or 0), host_up=bool(d.get("host_up", True)),
         rdma_move=bool(d.get("rdma_move", False)),
         host_routes=host_routes,
+        extra={k: v for k, v in d.items() if k not in _FIELDS},
     )
-
-
-def make_state(status: str, mode: str, netns: str, pod: str, uid: str, priority: int,
-               plans: list[IfacePlan], result: dict[str, Any] | None = None,
-               origin: dict[str, Any] | None = None, *,
-               conf_name: str = "") -> dict[str, Any]:
-    """``origin`` (:func:`rdma_cni.node.origin.origin_of`): the node and netns identity;
-    ``conf_name``: the entry's cniConfName (records of 0.1.0 have none; see
-    :attr:`rdma_cni.cni.attachment.AttachmentKey.legacy`)."""
-    state = {
-        "schema": SCHEMA, "status": status, "mode": mode, "netns": netns, "pod": pod,
-        "podUID": uid, "rulePriority": priority,
-        "interfaces": [plan_to_dict(p) for p in plans], "result": result,
-    }
-    if origin:
-        state["origin"] = origin
-    if conf_name:
-        state[CONF_NAME] = conf_name
-    return state
-
-
-def plans_of(state: dict[str, Any]) -> list[IfacePlan]:
-    return [plan_from_dict(d) for d in state.get("interfaces") or []]

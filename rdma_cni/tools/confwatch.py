@@ -13,7 +13,7 @@ Where inotify is unavailable (no kernel support, the watch limit reached)
 ``open_watch`` returns None and ``watch_entry`` polls.
 
 ``watch_entry`` re-reads the first conflist on every wake and inserts our entry into
-what the primary wrote (``install.ensure_entry``), so the primary's own changes are
+what the primary wrote (``conflist.ensure_entry``), so the primary's own changes are
 kept; an outcome is said once, not on every wake; and a writer that keeps removing
 the entry is answered at most once a second after a few fast rounds, not in a loop.
 """
@@ -27,16 +27,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from inotify_simple import INotify
-from inotify_simple import flags as F
+from inotify_simple import INotify, flags
 
 from rdma_cni.errors import CniError
-from rdma_cni.tools.install import _say, ensure_entry
+from rdma_cni.tools.conflist import ensure_entry
+from rdma_cni.tools.installfiles import say as _say
 
-DIR_MASK = (F.CREATE | F.DELETE | F.MODIFY | F.CLOSE_WRITE | F.MOVED_FROM | F.MOVED_TO
-            | F.ATTRIB | F.DELETE_SELF | F.MOVE_SELF)
-PARENT_MASK = F.CREATE | F.DELETE | F.MOVED_FROM | F.MOVED_TO | F.ONLYDIR
-GONE = F.IGNORED | F.DELETE_SELF | F.MOVE_SELF | F.UNMOUNT
+DIR_MASK = (flags.CREATE | flags.DELETE | flags.MODIFY | flags.CLOSE_WRITE | flags.MOVED_FROM
+            | flags.MOVED_TO | flags.ATTRIB | flags.DELETE_SELF | flags.MOVE_SELF)
+PARENT_MASK = flags.CREATE | flags.DELETE | flags.MOVED_FROM | flags.MOVED_TO | flags.ONLYDIR
+GONE = flags.IGNORED | flags.DELETE_SELF | flags.MOVE_SELF | flags.UNMOUNT
 SETTLE_MS = 50
 
 

@@ -1,16 +1,16 @@
 """``rdma-cni doctor``: node checks, one line each with a fix (DESIGN §2, §3, §8).
 
 Every path and OS fact is injectable (``Facts``) so tests use fake trees and
-temp files. ``config`` is the plugin's conflist entry as a plain dict.
+temp files. ``config`` is the plugin's conflist entry as a plain dict. The checks
+live by subject: the NICs in ``doctor_nics``, the node's files in ``doctor_files``
+(and ``doctor_integrity``), the kubelet's topology policy here.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from ipaddress import IPv4Interface
@@ -18,38 +18,20 @@ from typing import Any
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import CniError
-from rdma_cni.node.discovery import Nic, discover, missing
-from rdma_cni.node.rdma_mode import SHARED_MODES, check_mode, read_netns_mode
+from rdma_cni.node.rdma_mode import SHARED_MODES, read_netns_mode
 from rdma_cni.store.core import DEFAULT_DATA_DIR
-from rdma_cni.tools.doctor_integrity import netns_propagation, shared_data_dirs
+from rdma_cni.tools.doctor_files import (
+    check_binary,
+    check_conflist,
+    check_data_dirs,
+    check_datadir,
+    check_dev,
+    check_netns_propagation,
+)
+from rdma_cni.tools.doctor_nics import check_netmasks, check_netns, check_nics, ip_addrs
+from rdma_cni.tools.doctor_report import Check, render
 
-PLUGIN_TYPE = "rdma-cni"
 TOPOLOGY_MODES = ("exclusive", "shared", "shared-multi")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str  # ok | warn | fail
-    detail: str
-    fix: str = ""
-
-
-def ip_addrs(netdev: str) -> list[IPv4Interface]:
-    """IPv4 addresses of a host netdev, read over rtnetlink (the netlink adapter)."""
-    from rdma_cni.adapters.netlink import Netlink
-
-    try:
-        nl = Netlink.here()
-    except (CniError, OSError):
-        return []
-    try:
-        link = nl.link(netdev)
-        return [] if link is None else [a for _, a in nl.addresses(link.index)]
-    except CniError:
-        return []
-    finally:
-        nl.close()
 
 
 @dataclass
@@ -63,78 +45,6 @@ class Facts:
     cni_conf_dir: str = "/etc/cni/net.d"
     netns_dir: str = "/var/run/netns"
     mountinfo: str = "/proc/self/mountinfo"
-
-
-def check_nics(config: dict[str, Any], sysfs: Sysfs) -> tuple[Check, list[Nic]]:
-    pinned = config.get("devices") or None
-    nics = discover(sysfs, pinned)
-    gone = missing(sysfs, nics)
-    if gone:
-        return Check(
-            "nics",
-            "fail",
-            f"configured devices missing: {', '.join(gone)}",
-            "fix `devices` in the plugin config or bring the NICs back",
-        ), nics
-    if not nics:
-        return Check(
-            "nics",
-            "fail",
-            "no RoCE NIC found (no netdev with an Ethernet RDMA port)",
-            "load the NIC driver (mlx5_ib) or pin `devices`",
-        ), nics
-    down = [
-        f"{n.netdev} ({n.ibdev}:{n.port} {n.state})"
-        for n in nics
-        if n.ibdev and n.state != "ACTIVE"
-    ]
-    if down:
-        return Check(
-            "nics",
-            "fail",
-            "RDMA ports not ACTIVE: " + ", ".join(down),
-            "check cabling, switch port and `ip link` state",
-        ), nics
-    desc = ", ".join(f"{n.netdev}={n.ibdev or '-'}" for n in nics)
-    return Check("nics", "ok", f"{len(nics)} NIC(s): {desc}"), nics
-
-
-def check_netmasks(
-    mode: str, nics: Sequence[Nic], addrs: Callable[[str], list[IPv4Interface]]
-) -> Check:
-    if mode not in SHARED_MODES:
-        return Check("netmask", "ok", f"not needed in mode {mode or 'unset'}")
-    bad = []
-    for nic in nics:
-        ifs = addrs(nic.netdev)
-        if not ifs:
-            bad.append(f"{nic.netdev} has no IPv4 address")
-        bad += [f"{nic.netdev} {i.with_prefixlen}" for i in ifs if i.network.prefixlen >= 30]
-    if bad:
-        return Check(
-            "netmask", "fail", "; ".join(bad), "give each RDMA NIC an IPv4 subnet shorter than /30"
-        )
-    return Check("netmask", "ok", "every NIC subnet is shorter than /30")
-
-
-def check_netns(mode: str, netns_mode: str | None) -> Check:
-    if netns_mode is None:
-        return Check(
-            "rdma-netns",
-            "warn",
-            "RDMA netns mode unknown (no RDMA netlink: the RDMA subsystem is not loaded)",
-            "load ib_core (modprobe ib_core) and the NIC's RDMA driver",
-        )
-    try:
-        check_mode(mode, netns_mode)
-    except CniError as e:
-        return Check(
-            "rdma-netns",
-            "fail",
-            str(e),
-            "set `options ib_core netns_mode=1` and reboot, or use mode exclusive",
-        )
-    return Check("rdma-netns", "ok", f"RDMA netns mode {netns_mode} fits mode {mode}")
 
 
 def check_kubelet(mode: str, path: str) -> Check:
@@ -160,79 +70,6 @@ def check_kubelet(mode: str, path: str) -> Check:
             f"set topologyManagerPolicy: best-effort in {path} and restart kubelet",
         )
     return Check("topology", "ok", "kubelet topologyManagerPolicy is best-effort")
-
-
-def check_dev(path: str) -> Check:
-    if os.path.isdir(path):
-        return Check("dev-infiniband", "ok", f"{path} present")
-    return Check(
-        "dev-infiniband",
-        "fail",
-        f"{path} missing",
-        "load ib_uverbs / rdma_ucm (modprobe ib_uverbs rdma_ucm)",
-    )
-
-
-def check_binary(path: str) -> Check:
-    if os.path.isfile(path) and os.access(path, os.X_OK):
-        return Check("binary", "ok", f"{path} present")
-    return Check("binary", "fail", f"{path} missing or not executable", "run `rdma-cni install`")
-
-
-def _first_conflist(conf_dir: str) -> str | None:
-    try:
-        names = sorted(os.listdir(conf_dir))
-    except OSError:
-        return None
-    found = [n for n in names if n.endswith((".conf", ".conflist", ".json"))]
-    return os.path.join(conf_dir, found[0]) if found else None
-
-
-def check_conflist(conf_dir: str) -> Check:
-    first = _first_conflist(conf_dir)
-    if first is None:
-        return Check(
-            "conflist",
-            "fail",
-            f"no CNI config in {conf_dir}",
-            "install the primary CNI, then `rdma-cni install`",
-        )
-    try:
-        with open(first, encoding="utf-8") as f:
-            plugins = json.load(f).get("plugins", [])
-        types = [p.get("type") for p in plugins]
-    except (OSError, ValueError, AttributeError) as e:
-        return Check("conflist", "fail", f"cannot read {first}: {e}", "fix the JSON")
-    if PLUGIN_TYPE not in types:
-        return Check(
-            "conflist", "fail", f"no {PLUGIN_TYPE} entry in {first}", "run `rdma-cni install`"
-        )
-    if types.index(PLUGIN_TYPE) == 0:
-        return Check(
-            "conflist",
-            "fail",
-            f"{PLUGIN_TYPE} is the first plugin of {first}",
-            "put it after the primary CNI (`rdma-cni install`)",
-        )
-    return Check("conflist", "ok", f"{PLUGIN_TYPE} chained after {types[0]} in {first}")
-
-
-def check_datadir(path: str) -> Check:
-    probe = path
-    while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
-        probe = os.path.dirname(probe)
-    try:
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as e:
-        return Check(
-            "data-dir",
-            "fail",
-            f"{probe} not writable: {e.strerror or e}",
-            f"make {path} writable by root",
-        )
-    note = "" if probe == path else f" (will be created under {probe})"
-    return Check("data-dir", "ok", f"{path} writable{note}")
 
 
 def run_checks(
@@ -269,19 +106,6 @@ def run_checks(
     return checks
 
 
-def check_netns_propagation(netns_dir: str, mountinfo: str) -> Check:
-    return Check("netns-propagation", *netns_propagation(netns_dir, mountinfo))
-
-
-def check_data_dirs(conf_dir: str) -> Check:
-    shared = shared_data_dirs(conf_dir, DEFAULT_DATA_DIR)
-    if shared:
-        return Check("data-dirs", "fail", "; ".join(shared),
-                     "give each rdma-cni network its own dataDir: networks sharing one "
-                     "free each other's addresses and NICs")
-    return Check("data-dirs", "ok", "one rdma-cni network per data dir")
-
-
 def load_config(path: str | None, conf_dir: str) -> dict[str, Any]:
     """The --config file, else our entry of the runtime's conflist; {} when there is none
     (the checks then report what is missing)."""
@@ -294,15 +118,6 @@ def load_config(path: str | None, conf_dir: str) -> dict[str, Any]:
         if path:
             raise
         return {}
-
-
-def render(checks: Sequence[Check]) -> str:
-    lines = []
-    for c in checks:
-        lines.append(f"[{c.status.upper():4}] {c.name}: {c.detail}")
-        if c.fix and c.status != "ok":
-            lines.append(f"       fix: {c.fix}")
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None, facts: Facts | None = None) -> int:
@@ -328,6 +143,7 @@ def main(argv: Sequence[str] | None = None, facts: Facts | None = None) -> int:
     else:
         sys.stdout.write(render(checks))
     return 1 if any(c.status == "fail" for c in checks) else 0
+
 
 
 if __name__ == "__main__":

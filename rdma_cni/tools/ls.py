@@ -14,13 +14,13 @@ from rdma_cni.errors import CniError
 from rdma_cni.kube.agent import status as agentstatus
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, data_dir_of, load_config
 from rdma_cni.store.core import Store
+from rdma_cni.store.state import AttachmentState
 
 COLUMNS = ("pod", "container", "interface", "nic", "address", "mac", "mode", "status")
 
 
-def _macs(state: dict[str, Any]) -> dict[str, str]:
-    res = state.get("result") or {}
-    ifaces = res.get("interfaces") if isinstance(res, dict) else None
+def _macs(state: AttachmentState) -> dict[str, str]:
+    ifaces = (state.result or {}).get("interfaces")
     out: dict[str, str] = {}
     for i in ifaces if isinstance(ifaces, list) else []:
         if isinstance(i, dict) and isinstance(i.get("name"), str):
@@ -28,27 +28,23 @@ def _macs(state: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def rows(states: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+def rows(states: Sequence[AttachmentState]) -> list[dict[str, str]]:
     """One row per pod interface of every attachment, sorted by pod then interface."""
     out = []
     for st in states:
-        key = st.get("key") or {}
         macs = _macs(st)
-        for iface in st.get("interfaces") or []:
-            if not isinstance(iface, dict):
-                continue
-            name = str(iface.get("name") or "")
+        for iface in st.interfaces:
             out.append({
-                "pod": str(st.get("pod") or ""),
-                "container": str(key.get("containerID") or ""),
-                "network": str(key.get("network") or ""),
-                "interface": name,
-                "nic": str(iface.get("nic") or ""),
-                "address": ",".join(str(a) for a in iface.get("addresses") or []),
-                "mac": macs.get(name, ""),
-                "mode": str(st.get("mode") or ""),
-                "status": str(st.get("status") or ""),
-                "netns": str(st.get("netns") or ""),
+                "pod": st.pod,
+                "container": st.key.container_id if st.key else "",
+                "network": st.key.network if st.key else "",
+                "interface": iface.name,
+                "nic": iface.nic,
+                "address": ",".join(str(a) for a in iface.addresses),
+                "mac": macs.get(iface.name, ""),
+                "mode": st.mode,
+                "status": st.status,
+                "netns": st.netns,
             })
     out.sort(key=lambda r: (r["pod"], r["container"], r["interface"]))
     return out
@@ -95,7 +91,7 @@ def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) ->
     except CniError as e:
         if args.config:
             return fail("rdma-cni ls", e.msg, args.json)
-        print(f"rdma-cni ls: {e.msg}; using the default data dir", file=sys.stderr)
+        sys.stderr.write(f"rdma-cni ls: {e.msg}; using the default data dir\n")
         config = {}
     try:
         table = rows(Store(data_dir_of(config)).list_states())

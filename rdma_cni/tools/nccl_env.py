@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return fail("rdma-cni nccl-env", e.msg, args.json)
     for note in notes:
-        print(f"nccl-env: {note}", file=sys.stderr)
+        sys.stderr.write(f"nccl-env: {note}\n")
     sys.stdout.write(json.dumps(env, indent=2) + "\n" if args.json else format_exports(env))
     return 0
 

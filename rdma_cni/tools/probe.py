@@ -169,8 +169,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         ok = CHECKS[args.component](args)
     except ProbeFailed as e:
-        print(f"rdma-cni probe {args.component}: {e}", file=sys.stderr)
+        sys.stderr.write(f"rdma-cni probe {args.component}: {e}\n")
         return 1
     if not args.quiet:
-        print(f"rdma-cni probe {args.component}: ok: {ok}")
+        sys.stdout.write(f"rdma-cni probe {args.component}: ok: {ok}\n")
     return 0

@@ -22,8 +22,8 @@ from agent_rig import AgentContainer, podman_usable
 
 from rdma_cni.adapters.cri import CriClient
 from rdma_cni.cni.attachment import AttachmentKey
-from rdma_cni.store import records
 from rdma_cni.store.core import Store
+from rdma_cni.store.state import READY, make_state
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(bool(podman_usable()), reason=podman_usable() or "-")]
@@ -47,15 +47,14 @@ def test_agent_in_a_container_trusts_containerd_not_its_netns_view(node: dict[st
         assert client.sandbox_state("0" * 64) is None
         store = Store(str(data))
         states = store.list_states()
-        assert [s["key"]["containerID"] for s in states] == [sid]  # sandbox ID == CNI ID
+        assert [s.key.container_id for s in states if s.key] == [sid]  # sandbox ID == CNI ID
         stale = AttachmentKey("vpc-cni", "f" * 64, "eth0")
-        store.put_state(stale, records.make_state(records.READY, "shared-multi",
-                                                  "/var/run/netns/cni-gone", "e2e/old",
-                                                  "uid-old", 20000, []))
+        store.put_state(stale, make_state(READY, "shared-multi", "/var/run/netns/cni-gone",
+                                          "e2e/old", "uid-old", 20000, []))
         for expected in (["f" * 64, sid], [sid], [sid]):
             run = box.agent_once(cri_socket="containerd.sock")
             assert run.returncode == 0, run.stderr
-            assert sorted(s["key"]["containerID"] for s in store.list_states()) == sorted(
+            assert sorted(s.key.container_id for s in store.list_states() if s.key) == sorted(
                 expected)
             time.sleep(0.3)
         status = json.loads(box.status_file.read_text())

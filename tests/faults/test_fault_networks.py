@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from cnirunner import HPC_NET, rdma_blocks, sh, table_routes, vpc_result
 
-from rdma_cni.tools.install import insert_entry
+from rdma_cni.tools.conflist import insert_entry
 
 GW0, GW1 = "198.51.100.62", "198.51.100.126"
 

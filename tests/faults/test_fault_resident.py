@@ -20,7 +20,7 @@ from fakekubelet import FakeKubelet
 from integration.conftest import Rig, built_binary, rig, runner  # noqa: F401
 from integration.test_resident import Serve
 
-from rdma_cni.tools import install
+from rdma_cni.tools import bundle as layout
 
 pytestmark = pytest.mark.root
 RESOURCE = "vke.volcengine.com/rdma"
@@ -35,8 +35,8 @@ def client(request: pytest.FixtureRequest, tmp_path: Path) -> list[str] | None:
     bundle = Path(request.getfixturevalue("built_binary")[0]).parent
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    install.install_bundle(str(bundle), str(bin_dir))
-    install.install_link(str(bin_dir))
+    layout.install_bundle(str(bundle), str(bin_dir))
+    layout.install_link(str(bin_dir))
     return [str(bin_dir / "rdma-cni")]
 
 

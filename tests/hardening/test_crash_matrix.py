@@ -98,12 +98,14 @@ WRITER = r"""
 import ipaddress, sys, itertools
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.store.core import Store
+from rdma_cni.store.state import AttachmentState
 s = Store(sys.argv[1])
 for i in itertools.count():
     key = AttachmentKey("vpc-cni", f"w{i % 7}", "eth0")
     with s.lock():
-        s.put_state(key, {"status": "pending", "mode": "shared-multi", "netns": "",
-                          "interfaces": [], "result": None, "pad": "x" * (i % 5000)})
+        s.put_state(key, AttachmentState.from_json({
+            "status": "pending", "mode": "shared-multi", "netns": "", "interfaces": [],
+            "result": None, "pad": "x" * (i % 5000)}))
         s.reserve_ip("198.51.100.0/26", ipaddress.IPv4Address(f"198.51.100.{10 + i % 7}"),
                      key, "eth1")
         s.claim_nic(f"rnicw{i % 3}", key, "eth1")

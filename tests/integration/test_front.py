@@ -20,7 +20,7 @@ import pytest
 from cnirunner import rdma_blocks, sh
 from test_resident import Serve
 
-from rdma_cni.tools import install
+from rdma_cni.tools import bundle
 
 pytestmark = pytest.mark.root
 
@@ -29,8 +29,8 @@ pytestmark = pytest.mark.root
 def bin_dir(built_binary: list[str], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A CNI bin dir laid out by install's own functions from the session's bundle."""
     dest = tmp_path_factory.mktemp("cni-bin")
-    install.install_bundle(str(Path(built_binary[0]).parent), str(dest))
-    install.install_link(str(dest))
+    bundle.install_bundle(str(Path(built_binary[0]).parent), str(dest))
+    bundle.install_link(str(dest))
     assert (dest / "rdma-cni").resolve() == (dest / "rdma-cni.d" / "rdma-cni-front").resolve()
     return dest
 

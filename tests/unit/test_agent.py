@@ -14,8 +14,8 @@ from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.kube.agent import reconciler as agent
 from rdma_cni.kube.agent.view import Evidence
-from rdma_cni.store import records
 from rdma_cni.store.core import Store
+from rdma_cni.store.state import PENDING, READY, make_state
 
 POOL = "198.51.100.0/28"
 
@@ -27,7 +27,7 @@ def plan(k: int, nic: str, ip: str | None) -> IfacePlan:
 
 
 def attach(store: Store, cid: str, netns: str, ips: list[str], pod: str = "default/p1",
-           status: str = records.READY, uid: str = "uid-1") -> AttachmentKey:
+           status: str = READY, uid: str = "uid-1") -> AttachmentKey:
     key = AttachmentKey("vpc-cni", cid, "eth0")
     plans = [plan(k, f"rdfake{k}", ip) for k, ip in enumerate(ips)]
     for p in plans:
@@ -35,7 +35,7 @@ def attach(store: Store, cid: str, netns: str, ips: list[str], pod: str = "defau
     result = {"interfaces": [{"name": p.name, "mac": f"02:00:00:00:00:0{p.k}",
                               "sandbox": netns} for p in plans],
               "ips": [{"address": str(p.addresses[0]), "interface": p.k} for p in plans]}
-    store.put_state(key, records.make_state(status, "shared-multi", netns, pod, uid, 20000,
+    store.put_state(key, make_state(status, "shared-multi", netns, pod, uid, 20000,
                                             plans, result))
     return key
 
@@ -90,7 +90,7 @@ def test_main_once_outside_a_cluster(store: Store, tmp_path: Path,
 
 def test_status_payloads(store: Store, tmp_path: Path) -> None:
     attach(store, "c1", "/ns/1", ["198.51.100.2", "198.51.100.3"], pod="team/train-0")
-    attach(store, "c2", "/ns/2", ["198.51.100.4"], pod="team/pending", status=records.PENDING)
+    attach(store, "c2", "/ns/2", ["198.51.100.4"], pod="team/pending", status=PENDING)
     attach(store, "c3", "/ns/3", ["198.51.100.5"], pod="nopodname")
     out = agent.status_payloads(store.list_states())
     assert list(out) == [("team", "train-0", "uid-1")]

@@ -17,6 +17,8 @@ from rdma_cni.kube.agent.podreport import PodInfo, blocks_asked, without_rdma
 from rdma_cni.kube.exporter.agent import AgentCollector
 from rdma_cni.node import origin
 from rdma_cni.node.podgen import pick_generation
+from rdma_cni.store.records import IfacePlan
+from rdma_cni.store.state import AttachmentState
 from rdma_cni.tools import ls
 
 ASK = {"k8s.volcengine.com/pod-networks": json.dumps([{"cniConf": {"name": "rdma"}},
@@ -34,9 +36,12 @@ def test_malformed_annotations_ask_for_nothing(text: str) -> None:
 
 
 def test_without_rdma_matches_by_uid_and_needs_a_ready_sandbox() -> None:
-    states = [{"status": "ready", "interfaces": [{}], "podUID": "uid-served", "pod": "ns/served"},
-              {"status": "pending", "interfaces": [{}], "podUID": "uid-pending"},
-              {"status": "ready", "interfaces": [{}], "pod": "ns/old-record"}]
+    one = (IfacePlan(k=0, name="eth1", tmp="t", nic="rnic0", kind="macvlan", mtu=1500,
+                     table=100),)
+    states = [AttachmentState(status="ready", interfaces=one, pod_uid="uid-served",
+                              pod="ns/served"),
+              AttachmentState(status="pending", interfaces=one, pod_uid="uid-pending"),
+              AttachmentState(status="ready", interfaces=one, pod="ns/old-record")]
     pods = [pod("served", ASK), pod("pending", ASK), pod("old-record", ASK),
             pod("starting", ASK, phase="Pending"),
             pod("netready", ASK, phase="Pending", conds=(("PodReadyToStartContainers", "True"),)),

@@ -9,17 +9,18 @@ import pytest
 
 from rdma_cni.kube.agent import plan as agentplan
 from rdma_cni.kube.agent.view import ALIVE, GONE, UNKNOWN, Evidence, judge, mount_of, propagation
+from rdma_cni.store.state import AttachmentState
 
 ID = (4, 4026532999)
 
 
 def state(cid: str, netns: str = "/var/run/netns/p", origin: dict[str, Any] | None = None,
-          status: str = "ready") -> dict[str, Any]:
+          status: str = "ready") -> AttachmentState:
     st: dict[str, Any] = {"key": {"network": "n", "containerID": cid, "ifname": "eth0"},
                           "netns": netns, "status": status, "pod": "ns/p"}
     if origin is not None:
         st["origin"] = origin
-    return st
+    return AttachmentState.from_json(st)
 
 
 REC = {"node": "node-a", "netnsDev": ID[0], "netnsIno": ID[1]}

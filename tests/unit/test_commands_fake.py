@@ -17,8 +17,8 @@ from rdma_cni.cni.request import Request
 from rdma_cni.datapath import session as session_mod
 from rdma_cni.datapath.teardown import marker_of
 from rdma_cni.errors import CheckMismatch
-from rdma_cni.store import records
 from rdma_cni.store.core import Store
+from rdma_cni.store.state import READY, make_state
 
 BLOCKS: list[tuple[int, Any]] = [(0, {}), (1, {})]
 
@@ -44,8 +44,8 @@ def attach(node: Node, tmp_path: Path) -> Store:
     for p in SHARED:
         assert p.address is not None
         assert store.reserve_ip("198.51.100.0/26", p.address.ip, key, p.name)
-    store.put_state(key, records.make_state(records.READY, "shared-multi", POD, "", "", PRIO,
-                                            SHARED, {"interfaces": []}))
+    store.put_state(key, make_state(READY, "shared-multi", POD, "", "", PRIO,
+                                    SHARED, {"interfaces": []}))
     return store
 
 

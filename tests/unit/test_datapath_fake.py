@@ -17,7 +17,7 @@ from rdma_cni.datapath.plan import SYSCTLS, IfacePlan, with_address
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.teardown import marker_of, teardown
 from rdma_cni.errors import EnvError, IfNameInUse, IOFailure
-from rdma_cni.store.records import make_state
+from rdma_cni.store.state import make_state
 
 DIGEST = "feedc0ffee0011"
 MARK = marker_of(DIGEST)

@@ -116,7 +116,7 @@ def test_slot_cap_is_the_ipam_pool_size() -> None:
     """The device plugin caps slots with the same pool ADD allocates from (rdma_cni.node.pools)."""
     from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
-    from rdma_cni.ipam.allocator import RangeConf
+    from rdma_cni.ipam.allocator import RangeLimits
     from rdma_cni.node.pools import HostNic, PoolSizes
 
     calls: list[tuple[str, ...]] = []
@@ -132,7 +132,7 @@ def test_slot_cap_is_the_ipam_pool_size() -> None:
     assert sizes(Nic("eth1")) == (254 - 11 + 1) - 1  # .11-.254 after the host .10, minus .11
     assert sizes(Nic("eth2")) == 0  # /30 is refused in shared modes
     assert sizes(Nic("eth9")) == 0  # not on the host
-    narrowed = PoolSizes({"192.0.2.0/24": RangeConf(IPv4Address("192.0.2.100"),
+    narrowed = PoolSizes({"192.0.2.0/24": RangeLimits(IPv4Address("192.0.2.100"),
                                                     IPv4Address("192.0.2.109"),
                                                     (IPv4Network("192.0.2.104/30"),))},
                          reader=reader)

@@ -26,6 +26,7 @@ from rdma_cni.kube.exporter.ports import parse_state as parse_port_state
 from rdma_cni.kube.exporter.storeview import StoreView
 from rdma_cni.store import metrics_file
 from rdma_cni.store.core import Store
+from rdma_cni.store.state import AttachmentState
 
 IB = "sys/class/infiniband"
 KEY = AttachmentKey("vpc-cni", "c0ffee" * 4, "eth0")
@@ -75,13 +76,15 @@ def _fake_tree(root: Path) -> Sysfs:
     return Sysfs(str(root))
 
 
-def _state(ifaces: list[dict[str, Any]], mode: str = "shared-multi") -> dict[str, Any]:
-    return {"status": "ready", "mode": mode, "netns": NETNS, "pod": "team-a/trainer-0",
-            "podUID": "u1", "interfaces": ifaces, "result": None}
+def _state(ifaces: list[dict[str, Any]], mode: str = "shared-multi") -> AttachmentState:
+    return AttachmentState.from_json({
+        "status": "ready", "mode": mode, "netns": NETNS, "pod": "team-a/trainer-0",
+        "podUID": "u1", "interfaces": ifaces, "result": None})
 
 
 def _iface(name: str, nic: str, addr: str) -> dict[str, Any]:
-    return {"name": name, "nic": nic, "kind": "macvlan", "addresses": [addr]}
+    return {"name": name, "nic": nic, "kind": "macvlan", "addresses": [addr], "k": 0,
+            "tmp": "t", "mtu": 1500, "table": 100}
 
 
 HOST = {
@@ -269,7 +272,7 @@ def test_store_view_reads_states_tolerantly(tmp_path: Path) -> None:
     assert len(states) == 1
     att = parse_state(states[0])
     assert (att.namespace, att.pod, att.netns) == ("team-a", "trainer-0", NETNS)
-    assert parse_state({"pod": "solo", "key": {}}).pod == "solo"
+    assert parse_state(AttachmentState.from_json({"pod": "solo", "key": {}})).pod == "solo"
 
 
 @pytest.mark.parametrize(("text", "bps"), [

@@ -14,7 +14,7 @@ import pytest
 
 from rdma_cni.errors import ConfigError
 from rdma_cni.models.subconfig import load_config
-from rdma_cni.tools import install
+from rdma_cni.tools import bundle, conflist, install
 
 REPO = Path(__file__).resolve().parents[2]
 CAP = {"io.kubernetes.cri.pod-annotations": True}
@@ -46,7 +46,7 @@ def test_make_entry_sets_type_mode_capability_and_drops_list_keys() -> None:
 def test_insert_after_primary_keeps_the_rest() -> None:
     doc = vpc_cni()
     before = copy.deepcopy(doc)
-    out = install.insert_entry(doc, ENTRY)
+    out = conflist.insert_entry(doc, ENTRY)
     assert doc == before  # pure
     assert [p["type"] for p in out["plugins"]] == ["vpc-cni", "rdma-cni", "portmap"]
     assert out["plugins"][1] == ENTRY
@@ -58,28 +58,28 @@ def test_insert_updates_existing_entry_without_duplicating() -> None:
     doc = vpc_cni()
     doc["plugins"].append({"type": "rdma-cni", "mode": "exclusive"})
     doc["plugins"].append({"type": "rdma-cni", "mode": "shared"})
-    out = install.insert_entry(doc, ENTRY)
+    out = conflist.insert_entry(doc, ENTRY)
     assert [p["type"] for p in out["plugins"]] == ["vpc-cni", "portmap", "rdma-cni"]
     assert out["plugins"][2]["mode"] == "shared"
-    assert install.insert_entry(out, ENTRY) == out  # idempotent
+    assert conflist.insert_entry(out, ENTRY) == out  # idempotent
 
 
 def test_insert_moves_an_entry_that_sits_before_the_primary() -> None:
     doc = vpc_cni()
     doc["plugins"].insert(0, {"type": "rdma-cni"})
-    out = install.insert_entry(doc, ENTRY)
+    out = conflist.insert_entry(doc, ENTRY)
     assert [p["type"] for p in out["plugins"]] == ["vpc-cni", "rdma-cni", "portmap"]
 
 
 def test_refuses_single_plugin_conf_and_empty_lists() -> None:
     with pytest.raises(ConfigError, match="not a conflist"):
-        install.insert_entry({"cniVersion": "0.4.0", "name": "x", "type": "vpc-cni"}, ENTRY)
+        conflist.insert_entry({"cniVersion": "0.4.0", "name": "x", "type": "vpc-cni"}, ENTRY)
     with pytest.raises(ConfigError, match="no primary"):
-        install.insert_entry({"plugins": [{"type": "rdma-cni"}]}, ENTRY)
+        conflist.insert_entry({"plugins": [{"type": "rdma-cni"}]}, ENTRY)
 
 
 def test_remove_entry() -> None:
-    out = install.remove_entry(install.insert_entry(vpc_cni(), ENTRY))
+    out = conflist.remove_entry(conflist.insert_entry(vpc_cni(), ENTRY))
     assert out == vpc_cni()
 
 
@@ -97,6 +97,13 @@ def test_resolve_mode_order() -> None:
 
 
 # -- files ------------------------------------------------------------------------
+def test_source_checkout_defaults_point_at_the_checkout(tmp_path: Path) -> None:
+    """Run from a source checkout, install takes ./dist/rdma-cni and scripts/nccl_env.sh."""
+    repo = Path(__file__).resolve().parents[2]
+    assert bundle.default_bundle() == str(repo / "dist" / "rdma-cni")
+    assert bundle.nccl_env_source(str(tmp_path)) == str(repo / "scripts" / "nccl_env.sh")
+
+
 @pytest.fixture
 def node(tmp_path: Path) -> dict[str, Path]:
     bundle = tmp_path / "bundle"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError, Code, ConfigError, NetmaskError, NicUnavailable
-from rdma_cni.ipam.allocator import Pool, RangeConf, build_pool, choose
+from rdma_cni.ipam.allocator import Pool, RangeLimits, build_pool, choose
 from rdma_cni.ipam.reserve import allocate
 from rdma_cni.store.core import Store
 
@@ -22,7 +22,7 @@ KEY = AttachmentKey("rdma-net", "c1", "eth0")
 
 
 def pool_of(addr: str, *, gw: str | None = None, host: tuple[str, ...] = (),
-            ranges: dict[str, RangeConf] | None = None, shared: bool = True) -> Pool:
+            ranges: dict[str, RangeLimits] | None = None, shared: bool = True) -> Pool:
     return build_pool("eth1", [I(addr)], A(gw) if gw else None, [A(h) for h in host],
                       ranges or {}, shared)
 
@@ -98,31 +98,31 @@ def test_gateway_outside_range_is_not_counted() -> None:
 
 
 def test_ranges_narrow_and_exclude_ips_and_cidrs() -> None:
-    conf = RangeConf(A("192.0.2.4"), A("192.0.2.12"), (N("192.0.2.6/32"), N("192.0.2.8/30")))
-    p = pool_of("192.0.2.1/28", ranges={"192.0.2.0/28": conf, "198.51.100.0/24": RangeConf()})
+    conf = RangeLimits(A("192.0.2.4"), A("192.0.2.12"), (N("192.0.2.6/32"), N("192.0.2.8/30")))
+    p = pool_of("192.0.2.1/28", ranges={"192.0.2.0/28": conf, "198.51.100.0/24": RangeLimits()})
     assert list(p.candidates()) == [A("192.0.2.4"), A("192.0.2.5"), A("192.0.2.7"),
                                     A("192.0.2.12")]
     assert p.size() == 4
 
 
 def test_range_start_below_host_address_cannot_widen() -> None:
-    p = pool_of("192.0.2.5/28", ranges={"192.0.2.0/28": RangeConf(range_start=A("192.0.2.1"))})
+    p = pool_of("192.0.2.5/28", ranges={"192.0.2.0/28": RangeLimits(range_start=A("192.0.2.1"))})
     assert p.first == A("192.0.2.6")
 
 
 def test_partially_overlapping_exclude_supernet_is_clipped() -> None:
-    conf = RangeConf(exclude=(N("192.0.2.0/29"),))
+    conf = RangeLimits(exclude=(N("192.0.2.0/29"),))
     p = pool_of("192.0.2.1/28", ranges={"192.0.2.0/28": conf})
     assert list(p.candidates()) == [A(f"192.0.2.{i}") for i in range(8, 15)]
 
 
 @pytest.mark.parametrize(("conf", "msg"), [
-    (RangeConf(range_start=A("198.51.100.2")), "rangeStart 198.51.100.2 is outside the subnet"),
-    (RangeConf(range_end=A("192.0.2.16")), "rangeEnd 192.0.2.16 is outside the subnet"),
-    (RangeConf(A("192.0.2.9"), A("192.0.2.3")), "rangeStart 192.0.2.9 is after rangeEnd"),
-    (RangeConf(exclude=(N("203.0.113.0/24"),)), "exclude 203.0.113.0/24 is outside"),
+    (RangeLimits(range_start=A("198.51.100.2")), "rangeStart 198.51.100.2 is outside the subnet"),
+    (RangeLimits(range_end=A("192.0.2.16")), "rangeEnd 192.0.2.16 is outside the subnet"),
+    (RangeLimits(A("192.0.2.9"), A("192.0.2.3")), "rangeStart 192.0.2.9 is after rangeEnd"),
+    (RangeLimits(exclude=(N("203.0.113.0/24"),)), "exclude 203.0.113.0/24 is outside"),
 ])
-def test_bad_ranges_are_config_errors_naming_subnet_and_nic(conf: RangeConf, msg: str) -> None:
+def test_bad_ranges_are_config_errors_naming_subnet_and_nic(conf: RangeLimits, msg: str) -> None:
     with pytest.raises(ConfigError) as ei:
         pool_of("192.0.2.1/28", ranges={"192.0.2.0/28": conf})
     assert ei.value.code == 7
@@ -132,7 +132,7 @@ def test_bad_ranges_are_config_errors_naming_subnet_and_nic(conf: RangeConf, msg
 
 def test_invalid_ranges_key_is_config_error() -> None:
     with pytest.raises(ConfigError, match=re.escape("invalid ipam.ranges key")):
-        pool_of("192.0.2.1/28", ranges={"not-a-cidr": RangeConf()})
+        pool_of("192.0.2.1/28", ranges={"not-a-cidr": RangeLimits()})
 
 
 def test_nic_without_ipv4_is_unavailable() -> None:
@@ -192,7 +192,7 @@ def pools_and_taken(draw: st.DrawFn) -> tuple[Pool, set[IPv4Address], IPv4Addres
                  for o in draw(st.lists(offs, max_size=3)))
     gw = draw(st.none() | offs.map(lambda o: net.network_address + o))
     pool = build_pool("eth1", [I(f"{host}/{prefix}")], gw, others,
-                      {str(net): RangeConf(exclude=excl)}, True)
+                      {str(net): RangeLimits(exclude=excl)}, True)
     taken = {net.network_address + o for o in draw(st.lists(offs, max_size=64))}
     req = draw(st.none() | offs.map(lambda o: net.network_address + o))
     return pool, taken, req
@@ -265,7 +265,7 @@ def test_allocate_requested_differs_from_held() -> None:
 
 
 def test_allocate_exhaustion_with_races() -> None:
-    small = pool_of("192.0.2.1/29", ranges={"192.0.2.0/29": RangeConf(range_end=A("192.0.2.3"))})
+    small = pool_of("192.0.2.1/29", ranges={"192.0.2.0/29": RangeLimits(range_end=A("192.0.2.3"))})
     with pytest.raises(AddressError, match=re.escape("all 2 addresses of 192.0.2.2-192.0.2.3")):
         allocate(RacyStore(steal=5), small, KEY, "eth1")
 

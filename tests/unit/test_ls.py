@@ -10,8 +10,8 @@ import pytest
 
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.datapath.plan import IfacePlan
-from rdma_cni.store import records
 from rdma_cni.store.core import Store
+from rdma_cni.store.state import READY, make_state
 from rdma_cni.tools import ls
 
 
@@ -24,8 +24,8 @@ def _fill(store: Store) -> None:
                            table=100 + k, addresses=(IPv4Interface(f"{ip}/28"),))
                  for k, ip in enumerate(ips)]
         result = {"interfaces": [{"name": p.name, "mac": f"02:00:00:00:00:1{p.k}"} for p in plans]}
-        store.put_state(AttachmentKey("vpc-cni", cid, "eth0"), records.make_state(
-            records.READY, mode, "/var/run/netns/x", pod, "u", 20000, plans, result))
+        store.put_state(AttachmentKey("vpc-cni", cid, "eth0"), make_state(
+            READY, mode, "/var/run/netns/x", pod, "u", 20000, plans, result))
 
 
 @pytest.fixture

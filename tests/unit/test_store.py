@@ -16,9 +16,12 @@ import pytest
 
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError, Code, ConfigError, IOFailure, TryAgain
-from rdma_cni.ipam.allocator import Pool, RangeConf, build_pool
+from rdma_cni.ipam.allocator import Pool, RangeLimits, build_pool
 from rdma_cni.ipam.reserve import allocate
 from rdma_cni.store.core import UNKNOWN_OWNER, Store
+from rdma_cni.store.state import AttachmentState
+
+S = AttachmentState.from_json  # a record from its JSON form
 
 A = IPv4Address
 POOL = "192.0.2.0/28"
@@ -41,17 +44,18 @@ def files_under(root: Path) -> set[str]:
 def test_state_roundtrip_layout_and_modes(store: Store) -> None:
     assert store.get_state(OLD) is None
     assert not os.path.exists(store.root)  # reads create nothing
-    store.put_state(OLD, {"ifaces": ["eth1"], "key": "spoof", "schema": 9})
+    store.put_state(OLD, S({"ifaces": ["eth1"], "key": "spoof", "schema": 9}))
     rec = store.get_state(OLD)
-    assert rec == {"schema": 1, "key": OLD.as_dict(), "ifaces": ["eth1"]}
+    assert rec is not None and (rec.schema, rec.key, rec.extra) == (1, OLD, {"ifaces": ["eth1"]})
     path = Path(store.state_dir) / f"{OLD.digest()}.json"
-    assert json.loads(path.read_text()) == rec
+    assert json.loads(path.read_text()) == rec.to_json()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     for d in (store.root, store.state_dir):
         assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
-    store.put_state(OLD, {"ifaces": []})
-    assert store.get_state(OLD)["ifaces"] == []  # type: ignore[index]
-    assert store.list_states() == [{"schema": 1, "key": OLD.as_dict(), "ifaces": []}]
+    store.put_state(OLD, S({"ifaces": []}))
+    assert store.get_state(OLD).extra["ifaces"] == []  # type: ignore[union-attr]
+    assert store.list_states() == [S({"schema": 1, "key": OLD.as_dict(), "ifaces": []})]
+    assert store.list_states()[0].extra == {"ifaces": []}
     store.delete_state(OLD)
     store.delete_state(OLD)  # missing is fine
     assert store.get_state(OLD) is None and store.list_states() == []
@@ -60,20 +64,20 @@ def test_state_roundtrip_layout_and_modes(store: Store) -> None:
 @pytest.mark.parametrize("content", [b'{"schema": 1, "key": {"netw', b"", b"[1,2]", b"\xff\xfe",
                                      b'{"schema": 1, "key": {"network": 1}}'])
 def test_corrupt_or_truncated_state_is_moved_aside(store: Store, content: bytes) -> None:
-    store.put_state(NEW, {"n": 1})
+    store.put_state(NEW, S({"n": 1}))
     path = Path(store.state_dir) / f"{OLD.digest()}.json"
     path.write_bytes(content)  # a torn write / disk corruption
     assert store.get_state(OLD) is None
     assert not path.exists()
     assert len(store.corrupt_records()) == 1
-    store.put_state(OLD, {"n": 2})  # the store stays usable
-    assert store.get_state(OLD)["n"] == 2  # type: ignore[index]
-    assert {r["key"]["containerID"] for r in store.list_states()} == {"sandbox-old",
+    store.put_state(OLD, S({"n": 2}))  # the store stays usable
+    assert store.get_state(OLD).extra["n"] == 2  # type: ignore[union-attr]
+    assert {r.key.container_id for r in store.list_states() if r.key} == {"sandbox-old",
                                                                       "sandbox-new"}
 
 
 def test_misplaced_state_record_is_not_listed(store: Store) -> None:
-    store.put_state(OLD, {})
+    store.put_state(OLD, S({}))
     os.rename(Path(store.state_dir) / f"{OLD.digest()}.json",
               Path(store.state_dir) / f"{NEW.digest()}.json")
     assert store.get_state(NEW) is None
@@ -82,7 +86,7 @@ def test_misplaced_state_record_is_not_listed(store: Store) -> None:
 
 
 def test_orphaned_temp_files_are_ignored_and_cleaned(store: Store) -> None:
-    store.put_state(OLD, {"n": 1})
+    store.put_state(OLD, S({"n": 1}))
     store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
     sdir, idir = Path(store.state_dir), Path(store.addrs_dir)
     dead = SPAWN.Process(target=os.getpid)
@@ -111,7 +115,7 @@ def test_orphaned_temp_files_are_ignored_and_cleaned(store: Store) -> None:
     stale.write_bytes(b"{")
     os.utime(stale, (old, old))
     try:
-        assert [r["key"] for r in store.list_states()] == [OLD.as_dict()]
+        assert [r.key for r in store.list_states()] == [OLD]
         assert store.ip_owners(POOL) == {A("192.0.2.2"): (OLD, "eth1")}
         assert not crash_state.exists() and not crash_ip.exists() and not stale.exists()
         assert not killed.exists()
@@ -232,7 +236,7 @@ def test_hostile_keys_never_escape_the_data_dir(tmp_path: Path) -> None:
     data = tmp_path / "a" / "b" / "data"
     store = Store(str(data))
     for i, key in enumerate(HOSTILE):
-        store.put_state(key, {"i": i})
+        store.put_state(key, S({"i": i}))
         assert store.reserve_ip(POOL, A(f"192.0.2.{i + 2}"), key, "eth1")
         assert store.claim_nic(f"eth{i + 1}", key, "eth1")
     assert {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()} == {
@@ -240,7 +244,7 @@ def test_hostile_keys_never_escape_the_data_dir(tmp_path: Path) -> None:
     assert all(len(Path(f).name) == 45 for f in files_under(data / "state"))
     assert store.owners() == set(HOSTILE)
     for i, key in enumerate(HOSTILE):
-        assert store.get_state(key)["i"] == i  # type: ignore[index]
+        assert store.get_state(key).extra["i"] == i  # type: ignore[union-attr]
         assert store.ips_of(key) == [(POOL, A(f"192.0.2.{i + 2}"), "eth1")]
         store.purge(key)
     assert files_under(data) == {"lock"}
@@ -248,7 +252,7 @@ def test_hostile_keys_never_escape_the_data_dir(tmp_path: Path) -> None:
 
 def test_owners_and_purge(store: Store) -> None:
     k3 = AttachmentKey("other", "c3", "eth0")
-    store.put_state(OLD, {})
+    store.put_state(OLD, S({}))
     store.reserve_ip(POOL, A("192.0.2.2"), NEW, "eth1")
     store.claim_nic("eth2", k3, "eth1")
     assert store.owners() == {OLD, NEW, k3}
@@ -274,7 +278,7 @@ def test_write_failure_is_io_failure(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     bad = Store(str(tmp_path / "file" / "data"))
     with pytest.raises(IOFailure, match="failed to create directory"):
-        bad.put_state(OLD, {})
+        bad.put_state(OLD, S({}))
     with pytest.raises(IOFailure):
         bad.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
     with pytest.raises(IOFailure, match="Not a directory"):
@@ -345,7 +349,7 @@ def _run_allocators(data_dir: str, pool: Pool, n: int, use_lock: bool) -> dict[i
     return results
 
 
-def _pool(cidr_host: str, **ranges: RangeConf) -> Pool:
+def _pool(cidr_host: str, **ranges: RangeLimits) -> Pool:
     return build_pool("eth1", [IPv4Interface(cidr_host)], None, [], dict(ranges), True)
 
 
@@ -365,7 +369,7 @@ def test_processes_allocate_distinct_addresses(store: Store, use_lock: bool, n: 
 
 
 def test_exhaustion_under_concurrency(store: Store) -> None:
-    conf = RangeConf(A("192.0.2.2"), A("192.0.2.6"))
+    conf = RangeLimits(A("192.0.2.2"), A("192.0.2.6"))
     pool = _pool("192.0.2.1/28", **{"192.0.2.0/28": conf})
     n = pool.size()
     assert n == 5

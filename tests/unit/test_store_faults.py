@@ -19,6 +19,9 @@ from rdma_cni.ipam.allocator import build_pool
 from rdma_cni.ipam.reserve import allocate
 from rdma_cni.store import records
 from rdma_cni.store.core import MAX_RECORD, Store
+from rdma_cni.store.state import AttachmentState
+
+S = AttachmentState.from_json  # a record from its JSON form
 
 A = IPv4Address
 OLD = AttachmentKey("net", "sandbox-old", "eth0")
@@ -60,30 +63,31 @@ def test_a_reservation_of_the_old_layout_holds_by_address_and_is_released(store:
 
 def test_a_record_over_the_bound_is_refused_before_anything_is_written(store: Store) -> None:
     with pytest.raises(IOFailure, match="over the 1024 KiB bound"):
-        store.put_state(OLD, {"blob": "x" * MAX_RECORD})
+        store.put_state(OLD, S({"blob": "x" * MAX_RECORD}))
     assert store.get_state(OLD) is None
     assert not os.path.exists(store.state_dir) or os.listdir(store.state_dir) == []
 
 
 def test_a_large_record_of_the_previous_release_still_loads(store: Store) -> None:
-    store.put_state(OLD, {"n": 1})
+    store.put_state(OLD, S({"n": 1}))
     path = Path(store.state_dir) / (OLD.digest() + ".json")
     rec = {"schema": 1, "key": OLD.as_dict(), "interfaces": [], "pad": "r" * (3 << 20)}
     path.write_text(json.dumps(rec))
-    assert store.get_state(OLD) == rec
+    assert store.get_state(OLD) == S(rec)
+    assert store.get_state(OLD).to_json()["pad"] == rec["pad"]  # type: ignore[union-attr]
     assert store.quarantined() == set()
 
 
 def test_an_unreadable_record_keeps_its_reservations_out_of_owners(store: Store) -> None:
     store.reserve_ip("192.0.2.0/26", A("192.0.2.2"), OLD, "eth1")
     store.claim_nic("nic0", OLD, "eth1")
-    store.put_state(OLD, {"n": 1})
+    store.put_state(OLD, S({"n": 1}))
     (Path(store.state_dir) / (OLD.digest() + ".json")).write_bytes(b'{"schema": 1, "ke')
     assert store.get_state(OLD) is None
     assert store.quarantined() == {OLD.digest()}
     assert store.owners() == set()  # nothing may free them on its own (agent, GC)
     assert store.ip_owners("192.0.2.0/26") == {A("192.0.2.2"): (OLD, "eth1")}
-    store.put_state(OLD, {"n": 2})  # the same key written again: listed again
+    store.put_state(OLD, S({"n": 2}))  # the same key written again: listed again
     assert store.owners() == {OLD}
     store.purge(OLD)
     store.forget_quarantined(OLD)

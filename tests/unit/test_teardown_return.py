@@ -20,6 +20,7 @@ from rdma_cni.cni.commands import delete
 from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.datapath.teardown import NicNotBack, _recover_on_host, hardware_of
 from rdma_cni.store.core import Store
+from rdma_cni.store.state import AttachmentState
 
 MARK = "rdma-cni:abc"
 PLAN = IfacePlan(k=0, name="eth1", tmp="t", nic="rnic0", kind="physical", mtu=1500,
@@ -108,13 +109,13 @@ def test_del_keeps_failing_until_the_give_up_horizon(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "data"))
     key = AttachmentKey("net", "c1", "eth0")
     store.claim_nic("rnic0", key, "eth1")
-    store.put_state(key, {"interfaces": []})
+    store.put_state(key, AttachmentState())
     state = store.get_state(key)
     assert state is not None
     assert not delete._give_up(store, key, state, "not back")  # first: marks the time
     marked = store.get_state(key)
-    assert marked is not None and isinstance(marked[delete.PENDING_SINCE], float)
+    assert marked is not None and isinstance(marked.nic_pending_since, float)
     assert not delete._give_up(store, key, marked, "not back")  # within the horizon
-    old = {**marked, delete.PENDING_SINCE: time.time() - delete.GIVE_UP - 1}
+    old = marked.with_(nic_pending_since=time.time() - delete.GIVE_UP - 1)
     assert delete._give_up(store, key, old, "not back")
     assert store.get_state(key) is None and store.nic_claims() == {}

@@ -36,8 +36,8 @@ from rdma_cni.node.allocation import AllocationAnswer, PodRef, assign, kubelet_s
 from rdma_cni.node.hostinfo import host_ipv4, nic_facts
 from rdma_cni.node.origin import origin_of
 from rdma_cni.node.pools import ranges_of
-from rdma_cni.store import records
 from rdma_cni.store.core import Store
+from rdma_cni.store.state import PENDING, READY, AttachmentState, make_state
 
 log = logging.getLogger("rdma_cni")
 KUBELET_TIMEOUT = 3.0
@@ -105,10 +105,10 @@ def _repeat(req: Request, store: Store, session: Session) -> dict[str, Any] | No
     state = store.get_state(req.key)
     if state is None:
         return None
-    if state.get("status") == records.READY and state.get("netns") == req.netns and \
+    if state.status == READY and state.netns == req.netns and \
             _intact(session, state, req.key.digest()):
         _not_twice(req, state)
-        return result.append(req.prev_result, state["result"])
+        return result.append(req.prev_result, state.result or {})
     _still_wanted(req)
     log.info("ADD of %s: replacing the earlier incomplete attachment", req.container_id)
     teardown(session, state, req.key.digest())
@@ -117,25 +117,25 @@ def _repeat(req: Request, store: Store, session: Session) -> dict[str, Any] | No
     return None
 
 
-def _not_twice(req: Request, state: dict[str, Any]) -> None:
+def _not_twice(req: Request, state: AttachmentState) -> None:
     """A repeated ADD gets the primary's result as prevResult, without our interfaces; when
     they are in it, an earlier rdma-cni entry of this conflist made them (same key)."""
-    ours = {i.get("name") for i in (state.get("result") or {}).get("interfaces") or []}
+    ours = {i.get("name") for i in (state.result or {}).get("interfaces") or []}
     prev = {i.get("name") for i in (req.prev_result or {}).get("interfaces") or []
             if isinstance(i, dict) and i.get("sandbox") == req.netns}
     if ours & prev:
-        name = state.get(records.CONF_NAME) or req.netconf.cniConfName
+        name = state.conf_name or req.netconf.cniConfName
         raise ConfigError(
             f"invalid network configuration: another rdma-cni entry of this conflist already "
             f"made {', '.join(sorted(str(n) for n in ours & prev))} with cniConfName "
             f"{name!r}: give each RDMA network its own cniConfName")
 
 
-def _intact(session: Session, state: dict[str, Any], digest: str) -> bool:
+def _intact(session: Session, state: AttachmentState, digest: str) -> bool:
     if session.pod is None:
         return False
     marker = marker_of(digest)
-    for p in records.plans_of(state):
+    for p in state.interfaces:
         link = session.pod.link(p.name)
         if link is None or link.alias != marker:
             return False
@@ -157,9 +157,9 @@ def _first_owner(req: Request, store: Store) -> None:
                        "retry")
 
 
-def _mine(store: Store, req: Request, token: str) -> dict[str, Any] | None:
+def _mine(store: Store, req: Request, token: str) -> AttachmentState | None:
     state = store.get_state(req.key)
-    return state if state is not None and state.get("request") == token else None
+    return state if state is not None and state.request == token else None
 
 
 def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
@@ -185,10 +185,10 @@ def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
                     ip = allocate(store, pool, key, p.name, p.requested_ip)
                     p = with_address(p, ip, pool.network.prefixlen)
                 out.append(p)
-            store.put_state(key, {**records.make_state(
-                records.PENDING, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
+            store.put_state(key, make_state(
+                PENDING, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
                 nc.routing.rulePriority, out, origin=origin_of(req.netns),
-                conf_name=nc.cniConfName), "request": token})
+                conf_name=nc.cniConfName, request=token))
         except BaseException:
             store.purge(key)
             raise
@@ -210,10 +210,10 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
     with store.lock():
         if _mine(store, req, token) is None:
             raise TryAgain(f"ADD of {req.container_id} was replaced by a later ADD meanwhile")
-        store.put_state(req.key, {**records.make_state(
-            records.READY, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
+        store.put_state(req.key, make_state(
+            READY, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
             nc.routing.rulePriority, plans, ours, origin=origin_of(req.netns),
-            conf_name=nc.cniConfName), "request": token})
+            conf_name=nc.cniConfName, request=token))
     return result.append(req.prev_result, ours)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdma_cni import defaults
 from rdma_cni.cni.commands.delete import data_dir
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath.plan import IfacePlan
@@ -13,7 +12,7 @@ from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.teardown import marker_of
 from rdma_cni.errors import CheckMismatch
 from rdma_cni.store.core import Store
-from rdma_cni.store.records import READY, plans_of
+from rdma_cni.store.state import READY
 
 
 def cmd_check(req: Request, blocks: list[tuple[int, Any]]) -> None:
@@ -23,16 +22,14 @@ def cmd_check(req: Request, blocks: list[tuple[int, Any]]) -> None:
         if blocks:
             raise CheckMismatch(f"no RDMA attachment recorded for container {req.container_id}")
         return
-    if state.get("status") != READY:
+    if state.status != READY:
         raise CheckMismatch(f"RDMA attachment of {req.container_id} is incomplete")
-    plans = plans_of(state)
     owned = {(str(ip), ifname) for _, ip, ifname in store.ips_of(req.key)}
     session = Session(req.netns, pod_required=True, fd=req.netns_fd)
     try:
-        for p in plans:
-            _check_one(session, p, marker_of(req.key.digest()),
-                       int(state.get("rulePriority") or defaults.RULE_PRIORITY))
-            if state.get("mode") != "exclusive" and p.address is not None and \
+        for p in state.interfaces:
+            _check_one(session, p, marker_of(req.key.digest()), state.rule_priority)
+            if state.mode != "exclusive" and p.address is not None and \
                     (str(p.address.ip), p.name) not in owned:
                 raise CheckMismatch(f"address {p.address.ip} of {p.name} is not reserved")
     finally:

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.cni.request import Request
 from rdma_cni.errors import ConfigError
 from rdma_cni.log import LazyLogger
 from rdma_cni.store.core import DEFAULT_DATA_DIR, Store
+from rdma_cni.store.state import AttachmentState
 
 #: DEL keeps failing (code 11) for an exclusive NIC the kernel has not returned for
 #: this long after the first such DEL; then it releases the attachment and logs it
 GIVE_UP = 600.0
-PENDING_SINCE = "nicPendingSince"
 
 if TYPE_CHECKING:
     from rdma_cni.datapath.session import Session
@@ -34,7 +34,7 @@ def data_dir(req: Request) -> str:
 def cmd_del(req: Request) -> None:
     store = Store(data_dir(req))
     key = req.key
-    state = _readable(store, key)
+    state = store.get_state(key)  # a record teardown cannot use reads as absent (moved aside)
     if state is None and key.legacy is not None:
         state = _legacy(store, key.legacy)
         key = key.legacy if state is not None else key
@@ -45,32 +45,15 @@ def cmd_del(req: Request) -> None:
             with store.lock():
                 store.purge(key)
         return
-    fd = req.netns_fd if req.netns and req.netns == state.get("netns") else None
-    release(store, req.netns or str(state.get("netns") or ""), state, key, fd)
+    fd = req.netns_fd if req.netns and req.netns == state.netns else None
+    release(store, req.netns or state.netns, state, key, fd)
 
 
-def _readable(store: Store, key: AttachmentKey) -> dict[str, Any] | None:
-    """The key's state if teardown can use it; a record it cannot is moved aside."""
-    from rdma_cni.store.records import plans_of
-
-    state = store.get_state(key)
-    if state is None:
-        return None
-    try:
-        plans_of(state)
-    except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
-        store.quarantine_state(key, f"unusable interfaces: {exc!r}"[:200])
-        return None
-    return state
-
-
-def _legacy(store: Store, key: AttachmentKey) -> dict[str, Any] | None:
+def _legacy(store: Store, key: AttachmentKey) -> AttachmentState | None:
     """The record release 0.1.0 wrote for this attachment (it did not key by
     cniConfName); a record of this release under that key is another network's."""
-    from rdma_cni.store.records import CONF_NAME
-
-    state = _readable(store, key)
-    return state if state is not None and CONF_NAME not in state else None
+    state = store.get_state(key)
+    return state if state is not None and state.legacy else None
 
 
 def salvage(store: Store, req: Request, key: AttachmentKey) -> None:
@@ -79,7 +62,7 @@ def salvage(store: Store, req: Request, key: AttachmentKey) -> None:
 
     priority = req.netconf.routing.rulePriority
 
-    def rebuilt(session: Session) -> dict[str, Any]:
+    def rebuilt(session: Session) -> AttachmentState:
         assert session.host is not None
         return rebuild(store, key, session.pod, session.host, req.netns, priority)
 
@@ -88,11 +71,11 @@ def salvage(store: Store, req: Request, key: AttachmentKey) -> None:
              key.container_id)
 
 
-def release(store: Store, netns_path: str, state: dict[str, Any], key: AttachmentKey,
+def release(store: Store, netns_path: str, state: AttachmentState, key: AttachmentKey,
             fd: int | None = None) -> None:
     from rdma_cni.datapath.teardown import NicNotBack
 
-    same = netns_path == state.get("netns")
+    same = netns_path == state.netns
     try:
         _tear_down(store, key, netns_path if same else "", fd if same else None,
                    lambda _: state)
@@ -100,16 +83,16 @@ def release(store: Store, netns_path: str, state: dict[str, Any], key: Attachmen
         if not _give_up(store, key, state, exc.msg):
             raise
     log.info("DEL of %s/%s released %d interface(s)", key.network, key.container_id,
-             len(state.get("interfaces") or []))
+             len(state.interfaces))
 
 
-def _give_up(store: Store, key: AttachmentKey, state: dict[str, Any], why: str) -> bool:
+def _give_up(store: Store, key: AttachmentKey, state: AttachmentState, why: str) -> bool:
     """An exclusive NIC is not back yet: keep the state (marked with when that was first
     seen) so the runtime retries, or, :data:`GIVE_UP` seconds on, release the rest."""
     now = time.time()
-    since = state.get(PENDING_SINCE)
-    if not isinstance(since, int | float):
-        store.put_state(key, {**state, PENDING_SINCE: now})
+    since = state.nic_pending_since
+    if since is None:
+        store.put_state(key, state.with_(nic_pending_since=now))
         return False
     if now - since < GIVE_UP:
         return False
@@ -121,7 +104,7 @@ def _give_up(store: Store, key: AttachmentKey, state: dict[str, Any], why: str) 
 
 
 def _tear_down(store: Store, key: AttachmentKey, netns_path: str, fd: int | None,
-               state_of: Callable[[Session], dict[str, Any]]) -> None:
+               state_of: Callable[[Session], AttachmentState]) -> None:
     """Undo ``state_of(session)`` in the pod and on the host, then purge the key."""
     from rdma_cni.datapath.session import Session  # netlink only when there is something to undo
     from rdma_cni.log import get

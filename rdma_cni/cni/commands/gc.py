@@ -52,7 +52,7 @@ def collect(store: Store, key: AttachmentKey) -> None:
             with store.lock():
                 store.purge(key)
         else:
-            release(store, str(state.get("netns") or ""), state, key)
+            release(store, state.netns, state, key)
         log.info("GC released %s/%s", key.network, key.container_id)
     except CniError as exc:
         log.warning("GC of %s/%s left for later: %s", key.network, key.container_id, exc.msg)

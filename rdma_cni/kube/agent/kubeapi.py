@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from rdma_cni.kube.agent.podreport import PodInfo
 from rdma_cni.models.subconfig import core_v1_api
+from rdma_cni.store.state import AttachmentState
 
 log = logging.getLogger("rdma_cni.kube.agent.reconciler")
 REPEAT = 3600.0
@@ -24,33 +25,30 @@ STATUS_ANNOTATION = "k8s.volcengine.com/network-status"
 
 
 # -- network-status annotation ---------------------------------------------------
-def _pod_entries(st: dict[str, Any]) -> list[dict[str, Any]]:
-    res = st.get("result") if isinstance(st.get("result"), dict) else {}
-    assert isinstance(res, dict)
-    res_ifaces = res.get("interfaces") or []
+def _pod_entries(st: AttachmentState) -> list[dict[str, Any]]:
+    res_ifaces = (st.result or {}).get("interfaces") or []
     macs = {i.get("name"): i.get("mac") for i in res_ifaces if isinstance(i, dict)}
-    network = str((st.get("key") or {}).get("network") or "")
+    network = st.key.network if st.key else ""
     out = []
-    for iface in st.get("interfaces") or []:
-        name = str(iface.get("name") or "")
+    for iface in st.interfaces:
         out.append({
-            "name": network, "interface": name,
-            "ips": [str(a).split("/")[0] for a in iface.get("addresses") or []],
-            "mac": str(macs.get(name) or iface.get("mac") or ""),
-            "nic": str(iface.get("nic") or ""), "mode": str(st.get("mode") or ""),
+            "name": network, "interface": iface.name,
+            "ips": [str(a.ip) for a in iface.addresses],
+            "mac": str(macs.get(iface.name) or iface.mac or ""),
+            "nic": iface.nic, "mode": st.mode,
         })
     return out
 
 
-def status_payloads(states: Sequence[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
+def status_payloads(states: Sequence[AttachmentState]) -> dict[tuple[str, str, str], str]:
     """(namespace, name, uid) -> annotation value, for every pod with ready attachments."""
     pods: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for st in states:
-        pod = str(st.get("pod") or "")
-        if st.get("status") != "ready" or "/" not in pod:
+        pod = st.pod
+        if st.status != "ready" or "/" not in pod:
             continue
         ns, name = pod.split("/", 1)
-        pods.setdefault((ns, name, str(st.get("podUID") or "")), []).extend(_pod_entries(st))
+        pods.setdefault((ns, name, st.pod_uid), []).extend(_pod_entries(st))
     return {k: json.dumps(sorted(v, key=lambda e: e["interface"]), sort_keys=True)
             for k, v in pods.items() if v}
 
@@ -69,7 +67,7 @@ class KubePodApi:
         self.api = core_v1_api()
 
     def get(self, namespace: str, name: str) -> tuple[str, str | None] | None:
-        from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
+        from kubernetes.client.exceptions import ApiException
 
         try:
             pod = self.api.read_namespaced_pod(name, namespace)
@@ -85,7 +83,7 @@ class KubePodApi:
         self.api.patch_namespaced_pod(name, namespace, body)
 
 
-def publish(states: Sequence[dict[str, Any]], api: PodApi) -> int:
+def publish(states: Sequence[AttachmentState], api: PodApi) -> int:
     """Patch pods whose annotation differs (same UID only); the number patched."""
     patched = 0
     for (ns, name, uid), value in sorted(status_payloads(states).items()):
@@ -128,7 +126,7 @@ class KubeCluster:
         return [pod_info(p) for p in pods.items]
 
     def event(self, obj: dict[str, str], reason: str, message: str, kind: str) -> None:
-        from kubernetes import client  # type: ignore[import-untyped]
+        from kubernetes import client
 
         now = datetime.datetime.now(datetime.UTC)
         namespace = obj.get("namespace") or "default"

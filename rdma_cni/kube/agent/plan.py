@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.kube.agent.view import GONE, UNKNOWN, Evidence, Verdict, judge
 from rdma_cni.node.origin import recorded_node, same_node
+
+if TYPE_CHECKING:
+    from rdma_cni.store.state import AttachmentState
 
 PASSES = 2
 PENDING_GRACE = 300.0
@@ -34,26 +37,28 @@ class PassPlan:
     needs_confirm: bool = False  # each release must be confirmed by the runtime
 
 
-def _ripe(mark: dict[str, float], state: dict[str, Any], now: float, interval: float) -> bool:
+def _ripe(mark: dict[str, float], state: AttachmentState, now: float,
+          interval: float) -> bool:
     waited = now - mark["first"]
     if mark["passes"] < PASSES or waited < 0.9 * interval:
         return False
-    return state.get("status") != "pending" or waited >= PENDING_GRACE
+    return state.status != "pending" or waited >= PENDING_GRACE
 
 
-def _label(state: dict[str, Any]) -> str:
-    key = state.get("key") or {}
-    pod = state.get("pod") or "?"
-    return f"{key.get('network')}/{str(key.get('containerID'))[:12]} (pod {pod})"
+def _label(state: AttachmentState) -> str:
+    key = state.key
+    pod = state.pod or "?"
+    network, cid = (key.network, key.container_id) if key else (None, "None")
+    return f"{network}/{cid[:12]} (pod {pod})"
 
 
-def plan_pass(states: Sequence[dict[str, Any]], ev: Evidence, node: str | set[str],
+def plan_pass(states: Sequence[AttachmentState], ev: Evidence, node: str | set[str],
               marks: dict[str, dict[str, float]], now: float, interval: float,
-              judge_fn: Callable[[dict[str, Any], Evidence], Verdict] = judge) -> PassPlan:
+              judge_fn: Callable[[AttachmentState, Evidence], Verdict] = judge) -> PassPlan:
     """The releases, the new marks and the report of one pass."""
     plan = PassPlan(needs_confirm=ev.sandboxes is not None)
     names = {node} if isinstance(node, str) else set(node)
-    own: list[dict[str, Any]] = []
+    own: list[AttachmentState] = []
     for st in states:
         if not same_node(recorded_node(st), names):
             plan.foreign += 1
@@ -64,7 +69,9 @@ def plan_pass(states: Sequence[dict[str, Any]], ev: Evidence, node: str | set[st
                             "another node (a data dir shared between nodes?): left alone")
     ripe: list[AttachmentKey] = []
     for st in own:
-        key = AttachmentKey.from_dict(st["key"])
+        key = st.key
+        if key is None:  # the store sets it on every record it returns
+            continue
         verdict = judge_fn(st, ev)
         if verdict.kind == UNKNOWN:
             plan.reasons.append(f"{_label(st)}: {verdict.why}")

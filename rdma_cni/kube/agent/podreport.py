@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rdma_cni.errors import CniError
 from rdma_cni.models.annotation import ANNOTATION, parse_blocks
+from rdma_cni.store.state import AttachmentState
 
 SANDBOX_CONDITIONS = ("PodReadyToStartContainers", "PodHasNetwork")
 
@@ -53,19 +53,19 @@ def blocks_asked(pod: PodInfo, conf_name: str) -> int:
     return sum(1 for b in blocks if b["cniConf"]["name"] == conf_name)
 
 
-def _served(states: Sequence[dict[str, Any]]) -> tuple[set[str], set[str]]:
+def _served(states: Sequence[AttachmentState]) -> tuple[set[str], set[str]]:
     uids, refs = set(), set()
     for st in states:
-        if st.get("status") != "ready" or not st.get("interfaces"):
+        if st.status != "ready" or not st.interfaces:
             continue
-        if st.get("podUID"):
-            uids.add(str(st["podUID"]))
+        if st.pod_uid:
+            uids.add(st.pod_uid)
         else:
-            refs.add(str(st.get("pod") or ""))
+            refs.add(st.pod)
     return uids, refs
 
 
-def without_rdma(pods: Sequence[PodInfo], states: Sequence[dict[str, Any]],
+def without_rdma(pods: Sequence[PodInfo], states: Sequence[AttachmentState],
                  conf_name: str) -> list[tuple[PodInfo, int]]:
     """(pod, blocks asked) for each ready pod that asked for RDMA and has no attachment."""
     uids, refs = _served(states)

@@ -54,6 +54,7 @@ from rdma_cni.kube.agent.view import Evidence, held_netns, netns_dirs, propagati
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, data_dir_of, in_cluster, load_config
 from rdma_cni.node.origin import node_identity
 from rdma_cni.store.core import Store
+from rdma_cni.store.state import AttachmentState
 from rdma_cni.tools.probe import beat
 
 log = logging.getLogger("rdma_cni.kube.agent.reconciler")
@@ -62,7 +63,7 @@ __all__ = ["STATUS_ANNOTATION", "Agent", "KubePodApi", "PodApi", "gather", "main
 MAX_REASONS = 20
 
 
-def gather(states: Sequence[dict[str, Any]], cri: CriClient | None,
+def gather(states: Sequence[AttachmentState], cri: CriClient | None,
            proc: str = "/proc", mountinfo: str | None = None) -> Evidence:
     """This pass's evidence: the runtime's sandboxes, held netns, propagated netns dirs."""
     sandboxes, error, present = None, "", False
@@ -123,7 +124,7 @@ def reconcile(store: Store, ev: Evidence, node: str | set[str],
             released.append(key)
             plan.marks.pop(key.digest(), None)
     with store.lock():
-        with_state = {AttachmentKey.from_dict(s["key"]) for s in store.list_states()}
+        with_state = {s.key for s in store.list_states()}
         for key in sorted(store.owners() - with_state):
             log.info("purging reservations of %s/%s: no state record",
                      key.network, key.container_id)

@@ -23,10 +23,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rdma_cni.node.origin import netns_identity as path_identity
 from rdma_cni.node.origin import recorded_netns
+
+if TYPE_CHECKING:
+    from rdma_cni.store.state import AttachmentState
 
 ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
 
@@ -49,11 +52,11 @@ class Verdict:
     why: str
 
 
-def judge(state: dict[str, Any], ev: Evidence,
+def judge(state: AttachmentState, ev: Evidence,
           ident_of: Callable[[str], tuple[int, int] | None] = path_identity) -> Verdict:
     """Alive, gone or unknown for one attachment record (see the module docstring)."""
-    sandbox = str((state.get("key") or {}).get("containerID") or "")
-    netns = str(state.get("netns") or "")
+    sandbox = state.key.container_id if state.key else ""
+    netns = state.netns
     recorded = recorded_netns(state)
     if ev.sandboxes is not None and sandbox in ev.sandboxes:
         return Verdict(ALIVE, "the runtime lists the sandbox")
@@ -88,10 +91,9 @@ def _without_runtime(netns: str, seen: tuple[int, int] | None, ev: Evidence) -> 
     return Verdict(GONE, f"{netns} is gone (propagated view, no process holds it)")
 
 
-def netns_dirs(states: Sequence[dict[str, Any]]) -> set[str]:
-    return {os.path.dirname(str(s.get("netns"))) for s in states
-            if isinstance(s.get("netns"), str) and s.get("netns")
-            and not str(s.get("netns")).startswith("/proc/")}
+def netns_dirs(states: Sequence[AttachmentState]) -> set[str]:
+    return {os.path.dirname(s.netns) for s in states
+            if s.netns and not s.netns.startswith("/proc/")}
 
 
 # -- OS facts ------------------------------------------------------------------------

@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
         plugin = build(args)
         os.makedirs(plugin.dir, exist_ok=True)
     except (CniError, OSError) as err:
-        print(f"rdma-cni device-plugin: {err}", file=sys.stderr)
+        sys.stderr.write(f"rdma-cni device-plugin: {err}\n")
         return 1
 
     def _stop(signum: int, _frame: object) -> None:

@@ -71,7 +71,7 @@ def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
     view = StoreView(conf.dataDir)
     settings = Settings.from_netconf(conf)
     registry = CollectorRegistry()
-    registry.register(NodeCollector([  # type: ignore[arg-type]
+    registry.register(NodeCollector([
         RdmaPortCollector(sysfs),
         AttachmentCollector(view, stats),
         CapacityCollector(settings, sysfs, view, host),
@@ -129,7 +129,7 @@ def main(argv: Sequence[str]) -> int:
                                   args.agent_status or agentstatus.DEFAULT_PATH)
         server = serve(registry, host, port)
     except (CniError, OSError) as err:
-        print(f"rdma-cni exporter: {err}", file=sys.stderr)
+        sys.stderr.write(f"rdma-cni exporter: {err}\n")
         return 1
     log.info("serving metrics on %s:%d/metrics", host, server.server_port)
     stop = threading.Event()

@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from rdma_cni.kube.exporter.storeview import StoreView
+from rdma_cni.store.state import AttachmentState
 
 log = logging.getLogger("rdma_cni.kube.exporter")
 
@@ -46,17 +47,13 @@ def _split_pod(pod: Any) -> tuple[str, str]:
     return (ns, name) if name else ("", ns)
 
 
-def parse_state(rec: dict[str, Any]) -> Attachment:
-    """The exporter's view of one state record (tolerant of missing fields)."""
-    ns, pod = _split_pod(rec.get("pod"))
-    ifaces = []
-    for d in rec.get("interfaces") or []:
-        if isinstance(d, dict) and isinstance(d.get("name"), str):
-            addrs = ",".join(str(a) for a in d.get("addresses") or [])
-            ifaces.append((d["name"], str(d.get("nic") or ""), addrs))
-    key = rec.get("key") or {}
-    return Attachment(ns, pod, str(key.get("containerID", "")), str(rec.get("netns") or ""),
-                      str(rec.get("mode") or ""), str(rec.get("status") or ""), tuple(ifaces))
+def parse_state(st: AttachmentState) -> Attachment:
+    """The exporter's view of one state record."""
+    ns, pod = _split_pod(st.pod)
+    ifaces = tuple((p.name, p.nic, ",".join(str(a) for a in p.addresses))
+                   for p in st.interfaces)
+    return Attachment(ns, pod, st.key.container_id if st.key else "", st.netns, st.mode,
+                      st.status, ifaces)
 
 
 class _Families:

@@ -45,8 +45,8 @@ def allocated(settings: Settings, view: StoreView, nics: Sequence[str]) -> int:
         return len(set(view.nic_claims()) & set(nics))
     states = view.states()
     if settings.mode == "shared-multi":
-        return sum(len(s.get("interfaces") or []) for s in states)
-    return sum(1 for s in states if s.get("interfaces"))
+        return sum(len(s.interfaces) for s in states)
+    return sum(1 for s in states if s.interfaces)
 
 
 class CapacityCollector:

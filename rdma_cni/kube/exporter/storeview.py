@@ -15,8 +15,9 @@ from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
 from rdma_cni.store.core import MAX_READ, Store, pool_dirname
+from rdma_cni.store.files import TMP as _TMP
+from rdma_cni.store.state import AttachmentState, StateError
 
-_TMP = ".tmp-"
 _MAX_RECORD = MAX_READ
 
 
@@ -42,13 +43,16 @@ class StoreView:
     def __init__(self, data_dir: str) -> None:
         self.layout = Store(data_dir)
 
-    def states(self) -> list[dict[str, Any]]:
+    def states(self) -> list[AttachmentState]:
         """Parsable state records (``state/*.json`` with a ``key`` object)."""
         out = []
         for name in _names(self.layout.state_dir):
             rec = _record(os.path.join(self.layout.state_dir, name))
             if name.endswith(".json") and rec is not None and isinstance(rec.get("key"), dict):
-                out.append(rec)
+                try:
+                    out.append(AttachmentState.from_json(rec))
+                except StateError:
+                    continue
         return out
 
     def reserved(self, pool: str) -> set[IPv4Address]:

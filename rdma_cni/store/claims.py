@@ -1,0 +1,215 @@
+"""Address reservations and NIC claims: "owned records", one file per address
+(``addrs/<ip>``, and ``ips/<subnet>/<ip>`` of releases up to 0.1.0, read and released,
+never written) or per claimed netdev (``nics/<netdev>``), each created exclusively and
+holding its owner (attachment key and our interface name). See
+:mod:`rdma_cni.store.core` for the layout, corrupt records and concurrency."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from ipaddress import AddressValueError, IPv4Address, IPv4Network, NetmaskValueError
+from typing import Any
+
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.errors import AddressError, ConfigError, IOFailure, shown
+from rdma_cni.log import LazyLogger
+from rdma_cni.node.names import valid_netdev
+from rdma_cni.store.files import (
+    Corrupt,
+    create_exclusive,
+    encode,
+    ensure_dir,
+    fsync_dir,
+    read_record,
+    remove,
+    scan,
+)
+
+log = LazyLogger(__name__)
+
+#: Owner reported for a reservation or claim whose record cannot be read.
+UNKNOWN_OWNER = AttachmentKey("", "", "")
+
+Owner = tuple[AttachmentKey, str]
+
+
+def pool_dirname(pool: str) -> str:
+    """``192.0.2.0/28`` -> ``192.0.2.0_28``; anything but a real IPv4 network is refused."""
+    try:
+        net = IPv4Network(pool, strict=True)
+    except (AddressValueError, NetmaskValueError, ValueError) as e:
+        raise ConfigError(f"invalid address pool name {shown(pool)}: {e}") from e
+    return str(net).replace("/", "_")
+
+
+def _pool_from_dirname(name: str) -> IPv4Network | None:
+    try:
+        net = IPv4Network(name.replace("_", "/"), strict=True)
+    except ValueError:
+        return None
+    return net if str(net).replace("/", "_") == name else None
+
+
+def key_of(rec: dict[str, Any]) -> AttachmentKey:
+    k = rec.get("key")
+    fields = ("network", "containerID", "ifname")
+    if not isinstance(k, dict) or not all(isinstance(k.get(f), str) for f in fields) or \
+            not isinstance(k.get("instance", ""), str):
+        raise Corrupt("missing or invalid 'key'")
+    return AttachmentKey.from_dict(k)
+
+
+def _owner_of(rec: dict[str, Any]) -> Owner:
+    ifname = rec.get("ifname")
+    if not isinstance(ifname, str):
+        raise Corrupt("missing or invalid 'ifname'")
+    return key_of(rec), ifname
+
+
+class Claims:
+    """The owned-record half of :class:`rdma_cni.store.core.Store`."""
+
+    root: str
+    ips_dir: str
+    addrs_dir: str
+    nics_dir: str
+
+    def lock(self, timeout: float | None = None) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _ensure(self, sub: str | None) -> None:
+        raise NotImplementedError
+
+    # -- owned records (IP reservations and NIC claims) ------------------
+    def _owner_at(self, path: str) -> Owner | None:
+        entry = self._entry_at(path)
+        return None if entry is None else entry[0]
+
+    @staticmethod
+    def _entry_at(path: str) -> tuple[Owner, str] | None:
+        """(owner, recorded pool or "") of the record at ``path``; None if missing."""
+        try:
+            rec = read_record(path)
+            if rec is None:
+                return None
+            pool = rec.get("pool")
+            return _owner_of(rec), pool if isinstance(pool, str) else ""
+        except Corrupt as e:
+            log.warning("unreadable record %s treated as held by an unknown owner: %s", path, e)
+            return (UNKNOWN_OWNER, ""), ""
+
+    def _claim(self, directory: str, name: str, key: AttachmentKey, ifname: str,
+               extra: dict[str, Any] | None = None) -> bool:
+        self._ensure(None)
+        ensure_dir(directory)
+        data = encode({**(extra or {}), "key": key.as_dict(), "ifname": ifname})
+        for _ in range(8):
+            if create_exclusive(directory, name, data):
+                return True
+            owner = self._owner_at(os.path.join(directory, name))
+            if owner is not None:
+                return owner == (key, ifname)
+        raise IOFailure(f"failed to create {os.path.join(directory, name)}: keeps changing")
+
+    # -- IP reservations (by address; see the module docstring) ----------
+    def reserve_ip(self, pool: str, ip: IPv4Address, key: AttachmentKey, ifname: str) -> bool:
+        """Reserve ``ip`` (of ``pool``); True if now (or already) held by (key, ifname).
+
+        Exclusive by address, whatever subnet an earlier reservation was made under.
+        """
+        pool_dirname(pool)
+        if ip not in IPv4Network(pool):
+            raise AddressError(f"failed to reserve {ip}: outside the pool {pool}")
+        with self.lock():
+            legacy = self._legacy_owner(ip)
+            if legacy is not None:
+                return legacy == (key, ifname)
+            return self._claim(self.addrs_dir, str(ip), key, ifname, {"pool": pool})
+
+    def _legacy_owner(self, ip: IPv4Address) -> Owner | None:
+        for sub in scan(self.ips_dir):
+            owner = self._owner_at(os.path.join(self.ips_dir, sub, str(ip)))
+            if owner is not None:
+                return owner
+        return None
+
+    def ip_owners(self, pool: str) -> dict[IPv4Address, Owner]:
+        """Every reserved address inside ``pool``'s network, whatever pool it was made in."""
+        pool_dirname(pool)
+        net = IPv4Network(pool)
+        return {ip: owner for _, ip, owner, _ in self._ip_entries() if ip in net}
+
+    def _dir_owners(self, directory: str) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
+        for name in scan(directory):
+            try:
+                ip = IPv4Address(name)
+            except ValueError:
+                log.warning("ignoring stray file %s", os.path.join(directory, name))
+                continue
+            path = os.path.join(directory, name)
+            entry = self._entry_at(path)
+            if entry is not None:
+                yield entry[1], ip, entry[0], path
+
+    def _ip_entries(self) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
+        """(pool, address, owner, file) of every reservation, both layouts."""
+        yield from self._dir_owners(self.addrs_dir)
+        for sub in scan(self.ips_dir):
+            net = _pool_from_dirname(sub)
+            if net is None:
+                log.warning("ignoring stray entry %s", os.path.join(self.ips_dir, sub))
+                continue
+            for _, ip, owner, path in self._dir_owners(os.path.join(self.ips_dir, sub)):
+                yield str(net), ip, owner, path
+
+    def ips_of(self, key: AttachmentKey) -> list[tuple[str, IPv4Address, str]]:
+        return [(pool, ip, o[1]) for pool, ip, o, _ in self._ip_entries() if o[0] == key]
+
+    def release_ips(self, key: AttachmentKey, ifname: str | None = None) -> int:
+        """Free the addresses held by exactly ``key`` (and ``ifname``); the count freed."""
+        freed = 0
+        if key == UNKNOWN_OWNER:
+            return 0
+        with self.lock():
+            for _, _, owner, path in list(self._ip_entries()):
+                mine = owner[0] == key and (ifname is None or owner[1] == ifname)
+                if mine and remove(path):
+                    fsync_dir(os.path.dirname(path))
+                    freed += 1
+        return freed
+
+    # -- NIC claims --------------------------------------------------------
+    def _nic_path(self, netdev: str) -> str:
+        if not valid_netdev(netdev):
+            raise ConfigError(f"invalid netdev name {shown(netdev)}: need 1-15 of [A-Za-z0-9_.-]")
+        return os.path.join(self.nics_dir, netdev)
+
+    def claim_nic(self, netdev: str, key: AttachmentKey, ifname: str) -> bool:
+        """Claim ``netdev``; True if now (or already) claimed by (key, ifname)."""
+        path = self._nic_path(netdev)
+        return self._claim(self.nics_dir, os.path.basename(path), key, ifname)
+
+    def nic_owner(self, netdev: str) -> Owner | None:
+        return self._owner_at(self._nic_path(netdev))
+
+    def nic_claims(self) -> dict[str, Owner]:
+        out: dict[str, Owner] = {}
+        for name in scan(self.nics_dir):
+            owner = self._owner_at(os.path.join(self.nics_dir, name))
+            if owner is not None:
+                out[name] = owner
+        return out
+
+    def release_nics(self, key: AttachmentKey, ifname: str | None = None) -> int:
+        freed = 0
+        if key == UNKNOWN_OWNER:
+            return 0
+        with self.lock():
+            for netdev, (k, ifn) in self.nic_claims().items():
+                if k == key and (ifname is None or ifn == ifname):
+                    freed += remove(os.path.join(self.nics_dir, netdev))
+            if freed:
+                fsync_dir(self.nics_dir)
+        return freed

@@ -1,0 +1,137 @@
+"""The typed attachment state: what ADD made, enough for DEL/CHECK/GC to work from
+the saved record alone. Stdlib only (DEL loads it on every call; no pydantic).
+
+The JSON form is the record of ``state/<digest>.json`` (see :mod:`rdma_cni.store.core`)::
+
+    {"schema": 1, "key": {...}, "status": "ready", "mode": "shared-multi",
+     "netns": "/var/run/netns/x", "pod": "ns/name", "podUID": "...",
+     "rulePriority": 20000, "interfaces": [...], "result": {...} | null,
+     "origin": {...}, "cniConfName": "rdma", "request": "<token>",
+     "nicPendingSince": 1700000000.0}
+
+``origin``, ``cniConfName`` (release 0.1.0 wrote none), ``request`` and
+``nicPendingSince`` are optional; every other field has its default here, once.
+Keys this release does not know are kept in :attr:`AttachmentState.extra` and
+written back, so a round trip loses nothing a newer release wrote."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rdma_cni import defaults
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.store.records import IfacePlan, plan_from_dict, plan_to_dict
+
+SCHEMA = 1
+PENDING = "pending"
+READY = "ready"
+SALVAGED = "salvaged"
+CONF_NAME = "cniConfName"
+PENDING_SINCE = "nicPendingSince"
+_KNOWN = frozenset({"schema", "key", "status", "mode", "netns", "pod", "podUID",
+                    "rulePriority", "interfaces", "result", "origin", CONF_NAME,
+                    "request", PENDING_SINCE})
+
+
+class StateError(ValueError):
+    """A record whose interfaces teardown cannot use."""
+
+
+@dataclass(frozen=True)
+class AttachmentState:
+    status: str = ""
+    mode: str = ""
+    netns: str = ""
+    pod: str = ""  # "namespace/name"
+    pod_uid: str = ""
+    rule_priority: int = defaults.RULE_PRIORITY
+    interfaces: tuple[IfacePlan, ...] = ()
+    result: dict[str, Any] | None = None  # our part of the CNI result (ready records)
+    origin: dict[str, Any] | None = None  # see rdma_cni.node.origin
+    conf_name: str = ""  # the entry's cniConfName; "" in records of 0.1.0
+    request: str = ""  # the token of the ADD that wrote it
+    nic_pending_since: float | None = None  # DEL first saw an exclusive NIC not back
+    key: AttachmentKey | None = None  # set by the store
+    schema: int = SCHEMA
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def legacy(self) -> bool:
+        """Written by release 0.1.0 (no cniConfName)."""
+        return not self.conf_name
+
+    def with_(self, **changes: Any) -> AttachmentState:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_json(cls, rec: dict[str, Any]) -> AttachmentState:
+        """Tolerant of every record this release and 0.1.0 wrote; :class:`StateError`
+        when an interface entry cannot be used."""
+        try:
+            interfaces = tuple(plan_from_dict(d) for d in rec.get("interfaces") or [])
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+            raise StateError(f"unusable interfaces: {exc!r}"[:200]) from exc
+        since = rec.get(PENDING_SINCE)
+        return cls(
+            status=_str(rec.get("status")), mode=_str(rec.get("mode")),
+            netns=_str(rec.get("netns")), pod=_str(rec.get("pod")),
+            pod_uid=_str(rec.get("podUID")),
+            rule_priority=_int(rec.get("rulePriority")) or defaults.RULE_PRIORITY,
+            interfaces=interfaces, result=_dict(rec.get("result")),
+            origin=_dict(rec.get("origin")), conf_name=_str(rec.get(CONF_NAME)),
+            request=_str(rec.get("request")),
+            nic_pending_since=since if _number(since) else None,
+            key=_key(rec.get("key")),
+            schema=_int(rec.get("schema")) or SCHEMA,
+            extra={k: v for k, v in rec.items() if k not in _KNOWN},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        rec: dict[str, Any] = {
+            **self.extra, "schema": self.schema, "status": self.status, "mode": self.mode,
+            "netns": self.netns, "pod": self.pod, "podUID": self.pod_uid,
+            "rulePriority": self.rule_priority,
+            "interfaces": [plan_to_dict(p) for p in self.interfaces], "result": self.result,
+        }
+        optional = ((CONF_NAME, self.conf_name), ("origin", self.origin),
+                    ("request", self.request), (PENDING_SINCE, self.nic_pending_since))
+        rec.update((k, v) for k, v in optional if v)
+        if self.key is not None:
+            rec["key"] = self.key.as_dict()
+        return rec
+
+
+def make_state(status: str, mode: str, netns: str, pod: str, uid: str, priority: int,
+               plans: list[IfacePlan], result: dict[str, Any] | None = None,
+               origin: dict[str, Any] | None = None, *,
+               conf_name: str = "", request: str = "") -> AttachmentState:
+    """``origin`` (:func:`rdma_cni.node.origin.origin_of`): the node and netns identity;
+    ``conf_name``: the entry's cniConfName (see
+    :attr:`rdma_cni.cni.attachment.AttachmentKey.legacy`)."""
+    return AttachmentState(status=status, mode=mode, netns=netns, pod=pod, pod_uid=uid,
+                           rule_priority=priority, interfaces=tuple(plans), result=result,
+                           origin=origin or None, conf_name=conf_name, request=request)
+
+
+def _str(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _int(v: Any) -> int:
+    return int(v) if _number(v) else 0
+
+
+def _key(v: Any) -> AttachmentKey | None:
+    try:
+        return AttachmentKey.from_dict(v) if isinstance(v, dict) else None
+    except KeyError:
+        return None
+
+
+def _dict(v: Any) -> dict[str, Any] | None:
+    return v if isinstance(v, dict) else None

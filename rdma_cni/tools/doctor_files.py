@@ -1,0 +1,101 @@
+"""``doctor`` checks of the node's files: ``/dev/infiniband``, the installed plugin,
+the runtime's CNI config, the data dir, the netns mount propagation and one network
+per data dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from rdma_cni.models.subconfig import PLUGIN_TYPE
+from rdma_cni.store.core import DEFAULT_DATA_DIR
+from rdma_cni.tools.doctor_integrity import netns_propagation, shared_data_dirs
+from rdma_cni.tools.doctor_report import Check
+
+
+def check_dev(path: str) -> Check:
+    if os.path.isdir(path):
+        return Check("dev-infiniband", "ok", f"{path} present")
+    return Check(
+        "dev-infiniband",
+        "fail",
+        f"{path} missing",
+        "load ib_uverbs / rdma_ucm (modprobe ib_uverbs rdma_ucm)",
+    )
+
+
+def check_binary(path: str) -> Check:
+    if os.path.isfile(path) and os.access(path, os.X_OK):
+        return Check("binary", "ok", f"{path} present")
+    return Check("binary", "fail", f"{path} missing or not executable", "run `rdma-cni install`")
+
+
+def _first_conflist(conf_dir: str) -> str | None:
+    try:
+        names = sorted(os.listdir(conf_dir))
+    except OSError:
+        return None
+    found = [n for n in names if n.endswith((".conf", ".conflist", ".json"))]
+    return os.path.join(conf_dir, found[0]) if found else None
+
+
+def check_conflist(conf_dir: str) -> Check:
+    first = _first_conflist(conf_dir)
+    if first is None:
+        return Check(
+            "conflist",
+            "fail",
+            f"no CNI config in {conf_dir}",
+            "install the primary CNI, then `rdma-cni install`",
+        )
+    try:
+        with open(first, encoding="utf-8") as f:
+            plugins = json.load(f).get("plugins", [])
+        types = [p.get("type") for p in plugins]
+    except (OSError, ValueError, AttributeError) as e:
+        return Check("conflist", "fail", f"cannot read {first}: {e}", "fix the JSON")
+    if PLUGIN_TYPE not in types:
+        return Check(
+            "conflist", "fail", f"no {PLUGIN_TYPE} entry in {first}", "run `rdma-cni install`"
+        )
+    if types.index(PLUGIN_TYPE) == 0:
+        return Check(
+            "conflist",
+            "fail",
+            f"{PLUGIN_TYPE} is the first plugin of {first}",
+            "put it after the primary CNI (`rdma-cni install`)",
+        )
+    return Check("conflist", "ok", f"{PLUGIN_TYPE} chained after {types[0]} in {first}")
+
+
+def check_datadir(path: str) -> Check:
+    probe = path
+    while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        return Check(
+            "data-dir",
+            "fail",
+            f"{probe} not writable: {e.strerror or e}",
+            f"make {path} writable by root",
+        )
+    note = "" if probe == path else f" (will be created under {probe})"
+    return Check("data-dir", "ok", f"{path} writable{note}")
+
+
+def check_netns_propagation(netns_dir: str, mountinfo: str) -> Check:
+    return Check("netns-propagation", *netns_propagation(netns_dir, mountinfo))
+
+
+def check_data_dirs(conf_dir: str) -> Check:
+    shared = shared_data_dirs(conf_dir, DEFAULT_DATA_DIR)
+    if shared:
+        return Check("data-dirs", "fail", "; ".join(shared),
+                     "give each rdma-cni network its own dataDir: networks sharing one "
+                     "free each other's addresses and NICs")
+    return Check("data-dirs", "ok", "one rdma-cni network per data dir")
+

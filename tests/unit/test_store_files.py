@@ -1,0 +1,34 @@
+"""rdma_cni.store.files as install uses it: mode, suffix, directory sync, errors."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from rdma_cni.errors import IOFailure
+from rdma_cni.store import files
+from rdma_cni.tools.install import write_atomic
+
+
+def test_install_writes_through_the_store_helper_with_its_mode(tmp_path: Path) -> None:
+    target = tmp_path / "10-vpc.conflist"
+    target.write_text("old")
+    write_atomic(str(target), b'{"new": 1}\n', 0o640)
+    assert target.read_bytes() == b'{"new": 1}\n'
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert os.listdir(tmp_path) == ["10-vpc.conflist"]  # no temp file left
+
+
+def test_temp_names_end_with_the_suffix_and_are_skipped_by_scans(tmp_path: Path) -> None:
+    tmp = files.write_temp(str(tmp_path), "a.conflist", b"{}", suffix=".part")
+    assert os.path.basename(tmp).startswith(files.TMP) and tmp.endswith("a.conflist.part")
+    assert files.scan(str(tmp_path)) == []  # a live writer's file: young, ours, kept
+    os.unlink(tmp)
+
+
+def test_a_write_into_a_missing_directory_is_an_io_failure(tmp_path: Path) -> None:
+    with pytest.raises(IOFailure, match="failed to write"):
+        write_atomic(str(tmp_path / "missing" / "x.conflist"), b"{}")
