@@ -1,8 +1,10 @@
-"""rtnetlink through pyroute2: the only module that imports it.
+"""rtnetlink through pyroute2: the only module that imports it, and the one
+implementation of :class:`rdma_cni.datapath.port.NetlinkPort` over the kernel.
 
 One :class:`Netlink` is one socket bound to the netns it was created in; every
-step of an invocation in that netns reuses it. Errors become CniError-family
-exceptions naming the action and the object.
+step of an invocation in that netns reuses it. Every call goes through one errno
+filter (:func:`_filtered`): the errnos that mean "already so" are success, every
+other becomes a :class:`NetlinkFailure` naming the action and the object.
 """
 
 from __future__ import annotations
@@ -13,12 +15,23 @@ import importlib.util
 import ipaddress
 import socket
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rdma_cni.adapters import netns
-from rdma_cni.errors import CniError, IOFailure, NicUnavailable
+from rdma_cni.adapters.rtnlmsg import link_of, route_of, route_spec, stats_of
+from rdma_cni.datapath.port import (
+    RT_TABLE_MAIN,
+    Link,
+    LinkStats,
+    NetlinkFailure,
+    Route,
+    Rule,
+    failure,
+    not_found,
+)
+from rdma_cni.errors import NicUnavailable
 
 
 def _light_package() -> None:
@@ -51,57 +64,25 @@ from pyroute2.iproute.linux import IPRoute  # noqa: E402
 from pyroute2.netlink.exceptions import NetlinkError  # noqa: E402
 
 AF_INET = socket.AF_INET
-RT_TABLE_MAIN = 254
-RTNH_F_ONLINK = 4
 IPVLAN_MODE_L2 = 0
+#: the errnos that mean "it is not there" (a delete of it is done)
+ABSENT = (errno.ENODEV, errno.ENOENT, errno.ESRCH, errno.EADDRNOTAVAIL)
+EXISTS = (errno.EEXIST,)
+__all__ = ["RT_TABLE_MAIN", "Link", "LinkStats", "Netlink", "NetlinkFailure", "Route"]
 
 
-@dataclass(frozen=True)
-class Link:
-    index: int
-    name: str
-    mtu: int
-    mac: str
-    kind: str | None
-    up: bool
-    perm_mac: str | None = None
-    parent_dev: str | None = None  # the parent device's name on its bus
-    parent_bus: str | None = None  # that bus: "pci" (a PCI address), "virtio", ...
-    alias: str | None = None
-
-
-@dataclass(frozen=True)
-class Route:
-    dst: str  # CIDR
-    gateway: str | None
-    oif: int | None
-    table: int
-    onlink: bool = False
-    scope: int = 0
-    proto: int = 0  # 0: pyroute2's default (static)
-    priority: int = 0  # the metric
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-
-
-class NetlinkFailure(IOFailure):
-    def __init__(self, msg: str, err: int) -> None:
-        super().__init__(msg)
-        self.errno = err
-
-
-def _fail(action: str, exc: NetlinkError | OSError) -> CniError:
-    err = exc.code if isinstance(exc, NetlinkError) else (exc.errno or 0)
-    reason = os_strerror(err)
-    return NetlinkFailure(f"failed to {action}: {reason}", err)
-
-
-def os_strerror(err: int) -> str:
-    import os
-
+@contextmanager
+def _filtered(action: str, ok: tuple[int, ...] = ()) -> Iterator[None]:
+    """The one errno filter: an errno in ``ok`` ends the block as success (the caller
+    reads that as "absent" or "already so"); any other is a NetlinkFailure."""
     try:
-        return os.strerror(err).lower()
-    except (ValueError, OverflowError):
-        return f"error {err}"
+        yield
+    except NetlinkError as exc:
+        if exc.code not in ok:
+            raise failure(action, exc.code) from None
+    except OSError as exc:
+        if (exc.errno or 0) not in ok:
+            raise failure(action, exc.errno or 0) from None
 
 
 def _socket() -> IPRoute:
@@ -112,28 +93,11 @@ def _socket() -> IPRoute:
     return IPRoute(groups=0)
 
 
-def _link(msg: Any) -> Link:
-    info = msg.get_attr("IFLA_LINKINFO")
-    kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
-    return Link(
-        index=msg["index"],
-        name=msg.get_attr("IFLA_IFNAME"),
-        mtu=msg.get_attr("IFLA_MTU") or 0,
-        mac=(msg.get_attr("IFLA_ADDRESS") or "").lower(),
-        kind=kind,
-        up=bool(msg["flags"] & 1),
-        perm_mac=(msg.get_attr("IFLA_PERM_ADDRESS") or None),
-        parent_dev=msg.get_attr("IFLA_PARENT_DEV_NAME"),
-        parent_bus=msg.get_attr("IFLA_PARENT_DEV_BUS_NAME"),
-        alias=msg.get_attr("IFLA_IFALIAS"),
-    )
-
-
 class Netlink:
-    """A netlink socket in one netns."""
+    """A netlink socket in one netns: the kernel's :class:`NetlinkPort`."""
 
     def __init__(self, ipr: IPRoute, label: str) -> None:
-        self.ipr = ipr
+        self._ipr = ipr
         self.label = label
 
     @classmethod
@@ -146,23 +110,21 @@ class Netlink:
             return cls(_socket(), label)
 
     def close(self) -> None:
-        self.ipr.close()
+        self._ipr.close()
 
-    # links -------------------------------------------------------------
+    # links: reads ------------------------------------------------------
     def links(self) -> list[Link]:
-        try:
-            return [_link(m) for m in self.ipr.get_links()]
-        except NetlinkError as exc:
-            raise _fail(f"list links in {self.label}", exc) from None
+        out: list[Link] = []
+        with _filtered(f"list links in {self.label}"):
+            out = [link_of(m) for m in self._ipr.get_links()]
+        return out
 
     def link(self, name: str) -> Link | None:
-        try:  # one RTM_GETLINK by name (link_lookup + get_links would be two)
-            msgs = list(self.ipr.link("get", ifname=name))
-            return _link(msgs[0]) if msgs else None
-        except NetlinkError as exc:
-            if exc.code == errno.ENODEV:
-                return None
-            raise _fail(f"look up {name} in {self.label}", exc) from None
+        msgs: list[Any] = []
+        with _filtered(f"look up {name} in {self.label}", (errno.ENODEV,)):
+            # one RTM_GETLINK by name (link_lookup + get_links would be two)
+            msgs = list(self._ipr.link("get", ifname=name))
+        return link_of(msgs[0]) if msgs else None
 
     def require(self, name: str) -> Link:
         link = self.link(name)
@@ -170,6 +132,17 @@ class Netlink:
             raise NicUnavailable(f"RDMA NIC {name} not found in {self.label}")
         return link
 
+    def link_stats(self, names: Iterable[str]) -> dict[str, LinkStats]:
+        wanted, out = set(names), {}
+        with _filtered(f"read link counters in {self.label}"):
+            for msg in self._ipr.get_links():
+                name = msg.get_attr("IFLA_IFNAME")
+                st = stats_of(msg) if name in wanted else None
+                if st is not None:
+                    out[name] = st
+        return out
+
+    # links: changes ----------------------------------------------------
     def create_sublink(self, kind: str, name: str, parent: Link, target_fd: int,
                        mtu: int, mac: str | None) -> None:
         spec: dict[str, Any] = {"ifname": name, "kind": kind, "link": parent.index,
@@ -180,40 +153,50 @@ class Netlink:
                 spec["address"] = mac
         else:
             spec["ipvlan_mode"] = IPVLAN_MODE_L2
-        try:
-            self.ipr.link("add", **spec)
-        except NetlinkError as exc:
-            raise _fail(f"create {kind} {name} on {parent.name}", exc) from None
+        with _filtered(f"create {kind} {name} on {parent.name}"):
+            self._ipr.link("add", **spec)
 
-    def set_link(self, name: str, action: str, **kw: Any) -> None:
+    def _set(self, name: str, action: str, **kw: Any) -> None:
         link = self.link(name)
         if link is None:
-            raise NetlinkFailure(f"failed to {action}: {name} not found in {self.label}",
-                                 errno.ENODEV)
-        try:
-            self.ipr.link("set", index=link.index, **kw)
-        except NetlinkError as exc:
-            raise _fail(action, exc) from None
+            raise not_found(action, name, self.label)
+        with _filtered(action):
+            self._ipr.link("set", index=link.index, **kw)
+
+    def move_to_netns(self, name: str, target_fd: int, action: str) -> None:
+        self._set(name, action, net_ns_fd=target_fd)
+
+    def rename(self, name: str, new: str, alias: str, action: str) -> None:
+        self._set(name, action, ifname=new, ifalias=alias)
+
+    def set_up(self, name: str, action: str, mtu: int | None = None) -> None:
+        self._set(name, action, state="up", **({"mtu": mtu} if mtu else {}))
+
+    def set_down(self, name: str, action: str) -> None:
+        self._set(name, action, state="down")
+
+    def set_mtu(self, name: str, mtu: int, action: str) -> None:
+        self._set(name, action, mtu=mtu)
+
+    def set_alias(self, name: str, alias: str, action: str) -> None:
+        self._set(name, action, ifalias=alias)
 
     def delete_link(self, name: str) -> bool:
         link = self.link(name)
         if link is None:
             return False
-        try:
-            self.ipr.link("del", index=link.index)
-        except NetlinkError as exc:
-            if exc.code == errno.ENODEV:
-                return False
-            raise _fail(f"delete {name} in {self.label}", exc) from None
-        return True
+        gone = False
+        with _filtered(f"delete {name} in {self.label}", (errno.ENODEV,)):
+            self._ipr.link("del", index=link.index)
+            gone = True
+        return gone
 
     # addresses ---------------------------------------------------------
     def addresses(self, index: int | None = None) -> list[tuple[int, ipaddress.IPv4Interface]]:
-        try:
-            msgs = self.ipr.get_addr(family=AF_INET, index=index) if index else \
-                self.ipr.get_addr(family=AF_INET)
-        except NetlinkError as exc:
-            raise _fail(f"list addresses in {self.label}", exc) from None
+        msgs: Any = ()
+        with _filtered(f"list addresses in {self.label}"):
+            msgs = self._ipr.get_addr(family=AF_INET, index=index) if index else \
+                self._ipr.get_addr(family=AF_INET)
         out = []
         for m in msgs:
             addr = m.get_attr("IFA_LOCAL") or m.get_attr("IFA_ADDRESS")
@@ -221,89 +204,60 @@ class Netlink:
         return out
 
     def add_address(self, name: str, iface: ipaddress.IPv4Interface) -> None:
+        self._addr("add", name, iface, f"add {iface} to {name} in {self.label}", EXISTS)
+
+    def del_address(self, name: str, iface: ipaddress.IPv4Interface) -> None:
+        self._addr("del", name, iface, f"delete {iface} from {name} in {self.label}", ABSENT)
+
+    def _addr(self, cmd: str, name: str, iface: ipaddress.IPv4Interface, action: str,
+              ok: tuple[int, ...]) -> None:
         link = self.require(name)
-        try:
-            self.ipr.addr("add", index=link.index, address=str(iface.ip),
-                          prefixlen=iface.network.prefixlen)
-        except NetlinkError as exc:
-            if exc.code != errno.EEXIST:
-                raise _fail(f"add {iface} to {name} in {self.label}", exc) from None
+        with _filtered(action, ok):
+            self._ipr.addr(cmd, index=link.index, address=str(iface.ip),
+                           prefixlen=iface.network.prefixlen)
 
     # routes and rules --------------------------------------------------
     def routes(self, table: int = RT_TABLE_MAIN, oif: int | None = None) -> list[Route]:
-        try:
-            msgs = self.ipr.get_routes(family=AF_INET, table=table)
-        except NetlinkError as exc:
-            raise _fail(f"list routes of table {table} in {self.label}", exc) from None
-        out = [_route(m) for m in msgs]
+        msgs: Any = ()
+        with _filtered(f"list routes of table {table} in {self.label}"):
+            msgs = self._ipr.get_routes(family=AF_INET, table=table)
+        out = [route_of(m) for m in msgs]
         return [r for r in out if oif is None or r.oif == oif]
 
     def add_route(self, route: Route) -> None:
-        spec: dict[str, Any] = {"dst": route.dst, "table": route.table, "oif": route.oif,
-                                "scope": route.scope}
-        if route.gateway:
-            spec["gateway"] = route.gateway
-        if route.onlink:
-            spec["flags"] = RTNH_F_ONLINK
-        if route.proto:
-            spec["proto"] = route.proto
-        if route.priority:
-            spec["priority"] = route.priority
-        try:
-            self.ipr.route("add", **spec)
-        except NetlinkError as exc:
-            if exc.code != errno.EEXIST:
-                raise _fail(f"add route {route.dst} to table {route.table} in {self.label}",
-                            exc) from None
+        with _filtered(f"add route {route.dst} to table {route.table} in {self.label}", EXISTS):
+            self._ipr.route("add", **route_spec(route))
 
     def del_route(self, route: Route) -> None:
         spec: dict[str, Any] = {"dst": route.dst, "table": route.table}
         if route.gateway:
             spec["gateway"] = route.gateway
-        try:
-            self.ipr.route("del", **spec)
-        except NetlinkError as exc:
-            if exc.code not in (errno.ESRCH, errno.ENOENT, errno.ENODEV):
-                raise _fail(f"delete route {route.dst} from table {route.table}", exc) from None
+        with _filtered(f"delete route {route.dst} from table {route.table}", ABSENT):
+            self._ipr.route("del", **spec)
 
-    def rules(self) -> Iterator[tuple[int, int, str | None]]:
+    def rules(self) -> list[Rule]:
         """(priority, table, source CIDR) of every IPv4 rule."""
-        try:
-            msgs = self.ipr.get_rules(family=AF_INET)
-        except NetlinkError as exc:
-            raise _fail(f"list rules in {self.label}", exc) from None
+        msgs: Any = ()
+        with _filtered(f"list rules in {self.label}"):
+            msgs = self._ipr.get_rules(family=AF_INET)
+        out: list[Rule] = []
         for m in msgs:
             src = m.get_attr("FRA_SRC")
             table = m.get_attr("FRA_TABLE") or m["table"]
-            yield (m.get_attr("FRA_PRIORITY") or 0, table,
-                   f"{src}/{m['src_len']}" if src else None)
+            out.append((m.get_attr("FRA_PRIORITY") or 0, table,
+                        f"{src}/{m['src_len']}" if src else None))
+        return out
 
     def add_rule(self, src: str, table: int, priority: int) -> None:
-        try:
-            self.ipr.rule("add", family=AF_INET, src=src, src_len=32, table=table,
-                          priority=priority)
-        except NetlinkError as exc:
-            if exc.code != errno.EEXIST:
-                raise _fail(f"add rule from {src} lookup {table} in {self.label}", exc) from None
+        self._rule("add", src, table, priority, f"add rule from {src} lookup {table} in "
+                   f"{self.label}", EXISTS)
 
     def del_rule(self, src: str, table: int, priority: int) -> None:
-        try:
-            self.ipr.rule("del", family=AF_INET, src=src, src_len=32, table=table,
-                          priority=priority)
-        except NetlinkError as exc:
-            if exc.code not in (errno.ENOENT, errno.ESRCH):
-                raise _fail(f"delete rule from {src} lookup {table}", exc) from None
+        self._rule("del", src, table, priority, f"delete rule from {src} lookup {table}",
+                   ABSENT)
 
-
-def _route(m: Any) -> Route:
-    dst = m.get_attr("RTA_DST") or "0.0.0.0"
-    return Route(
-        dst=f"{dst}/{m['dst_len']}",
-        gateway=m.get_attr("RTA_GATEWAY"),
-        oif=m.get_attr("RTA_OIF"),
-        table=m.get_attr("RTA_TABLE") or m["table"],
-        onlink=bool(m["flags"] & RTNH_F_ONLINK),
-        scope=m["scope"],
-        proto=m["proto"],
-        priority=m.get_attr("RTA_PRIORITY") or 0,
-    )
+    def _rule(self, cmd: str, src: str, table: int, priority: int, action: str,
+              ok: tuple[int, ...]) -> None:
+        with _filtered(action, ok):
+            self._ipr.rule(cmd, family=AF_INET, src=src, src_len=32, table=table,
+                           priority=priority)

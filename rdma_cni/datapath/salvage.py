@@ -23,14 +23,14 @@ from __future__ import annotations
 import logging
 from ipaddress import IPv4Address, IPv4Interface
 
-from rdma_cni.adapters.netlink import RT_TABLE_MAIN, Link, Netlink
 from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.datapath.physical import SUBLINK_KINDS
 from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.datapath.port import RT_TABLE_MAIN, Link, NetlinkPort
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import SALVAGED, AttachmentState, make_state
 
 log = logging.getLogger("rdma_cni")
-_SUBLINKS = ("macvlan", "ipvlan", "macvtap", "ipvtap")
 RTPROT_BOOT = 3
 
 
@@ -39,7 +39,7 @@ def _identity(link: Link) -> dict[str, str | None]:
             "mac": link.mac}
 
 
-def _tables(nl: Netlink, priority: int) -> dict[str, int]:
+def _tables(nl: NetlinkPort, priority: int) -> dict[str, int]:
     """source address -> table of our rules (at ``priority``) in ``nl``'s netns."""
     return {src.split("/")[0]: table for prio, table, src in nl.rules()
             if prio == priority and src}
@@ -52,7 +52,7 @@ def _sublink(k: int, link: Link, ips: list[IPv4Interface], tables: dict[str, int
                      mtu=link.mtu, table=table, addresses=tuple(ips))
 
 
-def _physical_in_pod(k: int, pod: Netlink, link: Link, nic: str,
+def _physical_in_pod(k: int, pod: NetlinkPort, link: Link, nic: str,
                      tables: dict[str, int]) -> IfacePlan:
     addrs = tuple(a for idx, a in pod.addresses(link.index) if idx == link.index)
     # ADD applies the NIC's routes in the pod "onlink" with its own protocol; the host's
@@ -75,7 +75,7 @@ def _physical_on_host(k: int, link: Link, nic: str) -> IfacePlan:
                      table=0, identity=_identity(link), host_mtu=0, host_up=link.up)
 
 
-def rebuild(store: Store, key: AttachmentKey, pod: Netlink | None, host: Netlink,
+def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: NetlinkPort,
             netns: str, priority: int) -> AttachmentState:
     """A state record for teardown, built from the store and our marked links."""
     marker = f"rdma-cni:{key.digest()}"
@@ -88,14 +88,14 @@ def rebuild(store: Store, key: AttachmentKey, pod: Netlink | None, host: Netlink
     if pod is not None:
         tables = _tables(pod, priority)
         for link in (lk for lk in pod.links() if lk.alias == marker):
-            if link.kind in _SUBLINKS:
+            if link.kind in SUBLINK_KINDS:
                 plans.append(_sublink(len(plans), link, ips.get(link.name, []), tables))
             else:
                 nic = claims.get(link.name, link.name)
                 plans.append(_physical_in_pod(len(plans), pod, link, nic, tables))
     in_pod = {p.name for p in plans}
     left = [netdev for ifname, netdev in sorted(claims.items()) if ifname not in in_pod]
-    for link in (lk for lk in host.links() if lk.alias == marker and lk.kind not in _SUBLINKS):
+    for link in (lk for lk in host.links() if lk.alias == marker and lk.kind not in SUBLINK_KINDS):
         plans.append(_physical_on_host(len(plans), link, left.pop(0) if left else link.name))
     log.warning("DEL of %s/%s from an unreadable state record: %d interface(s) found by "
                 "their mark", key.network, key.container_id, len(plans))

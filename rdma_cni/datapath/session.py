@@ -4,28 +4,32 @@ reused by every step, closed at the end."""
 from __future__ import annotations
 
 import logging
-import os
 
 from rdma_cni.adapters import netns
-from rdma_cni.adapters.netlink import Netlink
-from rdma_cni.datapath.execute import Ctx
+from rdma_cni.datapath.context import Ctx, NetnsOps
+from rdma_cni.datapath.port import NetlinkPort
 from rdma_cni.errors import EnvError
 
 log = logging.getLogger("rdma_cni")
+#: the netns effects of every Session not given its own: the kernel's (the unit tests of
+#: the command handlers, which make their Sessions themselves, put the fake here)
+default_ops = NetnsOps()
 
 
 class Session:
-    def __init__(self, pod_path: str, *, pod_required: bool, fd: int | None = None) -> None:
+    def __init__(self, pod_path: str, *, pod_required: bool, fd: int | None = None,
+                 ops: NetnsOps | None = None) -> None:
         self.pod_path = pod_path
         self._given_fd = fd
-        self.host_fd = netns.host_fd()
+        self.ops = ops or default_ops
+        self.host_fd = self.ops.host_fd()
         self.pod_fd: int | None = None
-        self.host: Netlink | None = None
-        self.pod: Netlink | None = None
+        self.host: NetlinkPort | None = None
+        self.pod: NetlinkPort | None = None
         self._ctx: Ctx | None = None
         try:
             self._open_pod(pod_required)
-            self.host = Netlink.here("the host")
+            self.host = self.ops.here("the host")
         except BaseException:
             self.close()
             raise
@@ -36,10 +40,7 @@ class Session:
                 raise EnvError("CNI_NETNS is empty")
             return
         try:
-            if self._given_fd is not None:
-                self.pod_fd = netns.adopt_netns(self._given_fd, self.pod_path)
-            else:
-                self.pod_fd = netns.open_netns(self.pod_path)
+            self.pod_fd = self.ops.open(self.pod_path, self._given_fd)
         except netns.NetnsGone:
             if required:
                 raise EnvError(f"CNI_NETNS {self.pod_path} does not exist") from None
@@ -48,16 +49,16 @@ class Session:
             if required:
                 raise
             return
-        if netns.same_netns(self.pod_fd, self.host_fd):
+        if self.ops.same(self.pod_fd, self.host_fd):
             if required:
                 raise EnvError(f"CNI_NETNS {self.pod_path} is the plugin's own (host) netns")
             # DEL: never act on the node's own links as if they were the pod's
             log.warning("CNI_NETNS %s is the plugin's own (host) netns: state-only cleanup",
                         self.pod_path)
-            os.close(self.pod_fd)
+            self.ops.release(self.pod_fd)
             self.pod_fd = None
             return
-        self.pod = Netlink.inside(self.pod_fd, self.host_fd, self.pod_path)
+        self.pod = self.ops.inside(self.pod_fd, self.host_fd, self.pod_path)
 
     @property
     def has_pod(self) -> bool:
@@ -67,7 +68,7 @@ class Session:
         if self._ctx is None:
             assert self.host is not None and self.pod is not None and self.pod_fd is not None
             self._ctx = Ctx(self.host, self.pod, self.host_fd, self.pod_fd, self.pod_path,
-                            marker, priority)
+                            marker, priority, ops=self.ops)
         return self._ctx
 
     def close(self) -> None:
@@ -78,5 +79,5 @@ class Session:
                 nl.close()
         for fd in (self.pod_fd, self.host_fd):
             if fd is not None:
-                os.close(fd)
+                self.ops.release(fd)
         self.pod_fd = None

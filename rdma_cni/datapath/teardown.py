@@ -8,31 +8,21 @@ then keeps the state so a retry can finish.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 
-from rdma_cni.adapters.netlink import Netlink
+from rdma_cni import testhooks
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.datapath.execute import (
-    _delete,
-    fallback_name,
-    find_moved,
-    move_out,
-    rdma_out,
-    restore_host,
-)
+from rdma_cni.datapath import sublinks
+from rdma_cni.datapath.physical import fallback_name, find_moved, move_out, rdma_out, restore_host
 from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.datapath.port import NetlinkPort
 from rdma_cni.datapath.session import Session
 from rdma_cni.errors import CniError, IOFailure, TryAgain
 from rdma_cni.store.state import AttachmentState
 
 log = logging.getLogger("rdma_cni")
 
-#: test-only seam (issue 7): SIGKILL before the k-th teardown action (k from 0: per
-#: interface, last first: rules, link; exclusive: host recovery; then the end of the
-#: teardown, before the caller purges the store); inert unless set
-_CRASH_IN_DEL = "RDMA_CNI_TEST_CRASH_IN_DEL"
 #: how long DEL waits for the kernel to return an exclusive NIC whose pod netns is
 #: going away (the kernel moves physical devices back asynchronously, in its netns
 #: cleanup work); past it DEL fails with code 11 and keeps the state for a retry
@@ -44,20 +34,6 @@ class NicNotBack(TryAgain):
     """An exclusive NIC is in no netns we can see but its device still exists."""
 
 
-def _seam() -> Callable[[], None]:
-    raw = os.environ.get(_CRASH_IN_DEL, "")
-    if not raw:
-        return lambda: None
-    target, seen = int(raw), [0]
-
-    def tick() -> None:
-        if seen[0] == target:
-            os.kill(os.getpid(), 9)
-        seen[0] += 1
-
-    return tick
-
-
 def marker_of(digest: str) -> str:
     return f"rdma-cni:{digest}"
 
@@ -66,7 +42,7 @@ def teardown(session: Session, state: AttachmentState, digest: str) -> None:
     marker = marker_of(digest)
     priority = state.rule_priority
     failures: list[tuple[str, CniError]] = []
-    tick = _seam()
+    tick = testhooks.del_ticker()  # inert unless the test seam is set
     for p in reversed(state.interfaces):
         try:
             if session.has_pod:
@@ -100,10 +76,10 @@ def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,
             rdma_out(ctx, p)  # reverse order of ADD: RDMA device first, then the netdev
         move_out(ctx, p)
     else:
-        _delete(ctx, p)
+        sublinks.delete(ctx, p)
 
 
-def _recover_on_host(host: Netlink, p: IfacePlan, marker: str, sysfs: Sysfs | None = None,
+def _recover_on_host(host: NetlinkPort, p: IfacePlan, marker: str, sysfs: Sysfs | None = None,
                      wait: float | None = None) -> None:
     """The NIC came back by itself (pod netns died) or a move half-finished: fix name and config."""
     if host.link(p.nic) is not None and find_moved(host, p, marker) == p.nic:
@@ -125,7 +101,7 @@ def _recover_on_host(host: Netlink, p: IfacePlan, marker: str, sysfs: Sysfs | No
         log.info("DEL: exclusive NIC %s is back on the host as %s", p.nic, current)
     name = p.nic if host.link(p.nic) is None else fallback_name(p)
     if current != name:
-        host.set_link(current, f"rename {current} to {name}", ifname=name, ifalias="")
+        host.rename(current, name, "", f"rename {current} to {name}")
     restore_host(host, name, p)
 
 
@@ -140,7 +116,7 @@ def hardware_of(p: IfacePlan, sysfs: Sysfs) -> str | None:
     return None
 
 
-def _wait_back(host: Netlink, p: IfacePlan, marker: str, wait: float) -> str | None:
+def _wait_back(host: NetlinkPort, p: IfacePlan, marker: str, wait: float) -> str | None:
     deadline = time.monotonic() + wait
     while True:
         current = find_moved(host, p, marker)

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from ipaddress import IPv4Address, IPv4Interface
 
-from rdma_cni.adapters.netlink import Link, Netlink, Route
 from rdma_cni.datapath.plan import NicFacts
+from rdma_cni.datapath.port import Link, NetlinkPort, Route
 from rdma_cni.errors import NicUnavailable
 from rdma_cni.node.discovery import Nic
 
 RTPROT_KERNEL = 2
 
 
-def nic_facts(nl: Netlink, names: Iterable[str], rdma: dict[str, Nic]) -> dict[str, NicFacts]:
+def nic_facts(nl: NetlinkPort, names: Iterable[str], rdma: dict[str, Nic]) -> dict[str, NicFacts]:
     wanted = list(dict.fromkeys(names))
     # one RTM_GETLINK per NIC: a dump would decode every link of the node (pod veths too)
     found = {n: nl.link(n) for n in wanted}
@@ -50,5 +50,5 @@ def _facts(link: Link, addresses: tuple[IPv4Interface, ...], via: Sequence[Route
     )
 
 
-def host_ipv4(nl: Netlink) -> set[IPv4Address]:
+def host_ipv4(nl: NetlinkPort) -> set[IPv4Address]:
     return {a.ip for _, a in nl.addresses()}

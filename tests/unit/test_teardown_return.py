@@ -50,10 +50,15 @@ class FakeHost:
         assert link is not None
         return link
 
-    def set_link(self, name: str, action: str, **kw: Any) -> None:
+    def rename(self, name: str, new: str, alias: str, action: str) -> None:
         self.calls.append(action)
-        if "ifname" in kw:
-            self.name = kw["ifname"]
+        self.name = new
+
+    def set_mtu(self, name: str, mtu: int, action: str) -> None:
+        self.calls.append(action)
+
+    def set_up(self, name: str, action: str, mtu: int | None = None) -> None:
+        self.calls.append(action)
 
     def add_address(self, name: str, iface: IPv4Interface) -> None:
         self.calls.append(f"add {iface} to {name}")

@@ -14,14 +14,6 @@ from rdma_cni.kube.exporter.attachments import IfStats
 from rdma_cni.node.pools import host_nics
 
 
-def _stats(msg: object) -> IfStats | None:
-    st = msg.get_attr("IFLA_STATS64") or msg.get_attr("IFLA_STATS")  # type: ignore[attr-defined]
-    if st is None:
-        return None
-    return IfStats(int(st["rx_bytes"]), int(st["tx_bytes"]),
-                   int(st["rx_packets"]), int(st["tx_packets"]))
-
-
 def pod_stats(path: str, ifnames: Sequence[str]) -> dict[str, IfStats]:
     """Counters of ``ifnames`` in the netns at ``path`` (NetnsGone if it vanished)."""
     fd = netns.open_netns(path)
@@ -32,14 +24,8 @@ def pod_stats(path: str, ifnames: Sequence[str]) -> dict[str, IfStats]:
         os.close(fd)
         os.close(home)
     try:
-        wanted = set(ifnames)
-        out = {}
-        for msg in nl.ipr.get_links():
-            name = msg.get_attr("IFLA_IFNAME")
-            st = _stats(msg) if name in wanted else None
-            if st is not None:
-                out[name] = st
-        return out
+        return {name: IfStats(st.rx_bytes, st.tx_bytes, st.rx_packets, st.tx_packets)
+                for name, st in nl.link_stats(ifnames).items()}
     finally:
         nl.close()
 

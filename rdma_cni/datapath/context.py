@@ -1,0 +1,90 @@
+"""What every datapath step is given: the netlink ports of the host and the pod,
+their netns fds, our mark and rule priority, and the few netns effects that are not
+netlink (a private netns for moving a NIC, sysctl writes), behind :class:`NetnsOps`
+so that unit tests run the steps over the in-memory fake."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rdma_cni import defaults
+from rdma_cni.adapters import netns
+from rdma_cni.adapters.rdmanl import RdmaNetlink
+from rdma_cni.datapath.port import NetlinkPort
+from rdma_cni.errors import IOFailure
+
+
+class NetnsOps:
+    """The real netns effects: the namespaces of an invocation and a port into each."""
+
+    def host_fd(self) -> int:
+        return netns.host_fd()
+
+    def open(self, path: str, given_fd: int | None) -> int:
+        """The pod's netns (NetnsGone if the path is gone, EnvError if it is no netns)."""
+        return netns.open_netns(path) if given_fd is None else netns.adopt_netns(given_fd, path)
+
+    def same(self, fd_a: int, fd_b: int) -> bool:
+        return netns.same_netns(fd_a, fd_b)
+
+    def here(self, label: str) -> NetlinkPort:
+        from rdma_cni.adapters.netlink import Netlink
+
+        return Netlink.here(label)
+
+    def inside(self, fd: int, home: int, label: str) -> NetlinkPort:
+        from rdma_cni.adapters.netlink import Netlink
+
+        return Netlink.inside(fd, home, label)
+
+    def private(self, host_fd: int) -> tuple[int, NetlinkPort]:
+        """A fresh netns no process lives in, and a port into it."""
+        fd = netns.private_netns(host_fd)
+        return fd, self.inside(fd, host_fd, "a private netns")
+
+    def release(self, fd: int) -> None:
+        os.close(fd)
+
+    def write_sysctls(self, pod_fd: int, host_fd: int, ifname: str,
+                      pairs: Sequence[tuple[str, str]]) -> None:
+        with netns.entered(pod_fd, host_fd):
+            for key, value in pairs:
+                path = f"/proc/sys/net/ipv4/conf/{ifname}/{key}"
+                try:
+                    with open(path, "w") as fh:
+                        fh.write(value)
+                except OSError as exc:
+                    raise IOFailure(f"failed to set {key}={value} on {ifname}: "
+                                    f"{exc.strerror or exc}") from None
+
+
+@dataclass
+class Ctx:
+    host: NetlinkPort
+    pod: NetlinkPort
+    host_fd: int
+    pod_fd: int
+    pod_path: str
+    marker: str
+    priority: int = defaults.RULE_PRIORITY
+    rdma: RdmaNetlink | None = None
+    ops: NetnsOps = field(default_factory=NetnsOps, repr=False)
+    _tmp: tuple[int, NetlinkPort] | None = field(default=None, repr=False)
+
+    def tmpns(self) -> tuple[int, NetlinkPort]:
+        if self._tmp is None:
+            self._tmp = self.ops.private(self.host_fd)
+        return self._tmp
+
+    def rdma_nl(self) -> RdmaNetlink:
+        if self.rdma is None:
+            self.rdma = RdmaNetlink()
+        return self.rdma
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp[1].close()
+            self.ops.release(self._tmp[0])
+            self._tmp = None

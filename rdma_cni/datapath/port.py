@@ -1,0 +1,127 @@
+"""The netlink port: what the datapath, teardown, check, doctor and the exporter ask
+of a network namespace, named by intent. Stdlib only.
+
+One :class:`NetlinkPort` is bound to one netns (its ``label`` names it in errors).
+The real implementation is :class:`rdma_cni.adapters.netlink.Netlink` (pyroute2);
+``tests/fakes/netlink.py`` is an in-memory one, held to the same behaviour by a
+contract test against the kernel. No pyroute2 name crosses this interface.
+
+Errors are of the project's family: :class:`NetlinkFailure` (an ``IOFailure`` with the
+kernel's errno) names the action and the object; what is already absent on a delete,
+or already present on an add of an address, route or rule, is success.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from ipaddress import IPv4Interface
+from typing import Any, Protocol
+
+from rdma_cni.errors import IOFailure
+
+RT_TABLE_MAIN = 254
+SCOPE_UNIVERSE = 0
+SCOPE_LINK = 253
+
+
+@dataclass(frozen=True)
+class Link:
+    index: int
+    name: str
+    mtu: int
+    mac: str
+    kind: str | None
+    up: bool
+    perm_mac: str | None = None
+    parent_dev: str | None = None  # the parent device's name on its bus
+    parent_bus: str | None = None  # that bus: "pci" (a PCI address), "virtio", ...
+    alias: str | None = None
+
+
+@dataclass(frozen=True)
+class Route:
+    dst: str  # CIDR
+    gateway: str | None
+    oif: int | None
+    table: int
+    onlink: bool = False
+    scope: int = 0
+    proto: int = 0  # 0: the default (static)
+    priority: int = 0  # the metric
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    rx_bytes: int
+    tx_bytes: int
+    rx_packets: int
+    tx_packets: int
+
+
+#: (priority, table, source CIDR or None) of an IPv4 policy rule
+Rule = tuple[int, int, str | None]
+
+
+class NetlinkFailure(IOFailure):
+    def __init__(self, msg: str, err: int) -> None:
+        super().__init__(msg)
+        self.errno = err
+
+
+def failure(action: str, err: int) -> NetlinkFailure:
+    """The error of a kernel refusal: "failed to <action>: <strerror>"."""
+    try:
+        reason = os.strerror(err).lower()
+    except (ValueError, OverflowError):
+        reason = f"error {err}"
+    return NetlinkFailure(f"failed to {action}: {reason}", err)
+
+
+def not_found(action: str, name: str, label: str) -> NetlinkFailure:
+    return NetlinkFailure(f"failed to {action}: {name} not found in {label}", errno.ENODEV)
+
+
+class NetlinkPort(Protocol):
+    """rtnetlink of one netns, by intent."""
+
+    label: str
+
+    def close(self) -> None: ...
+
+    # links: reads
+    def links(self) -> list[Link]: ...
+    def link(self, name: str) -> Link | None: ...
+    def require(self, name: str) -> Link: ...
+    def link_stats(self, names: Iterable[str]) -> dict[str, LinkStats]: ...
+
+    # links: changes (``name`` is looked up here; ENODEV if it is not)
+    def create_sublink(self, kind: str, name: str, parent: Link, target_fd: int,
+                       mtu: int, mac: str | None) -> None:
+        """An ipvlan (L2) or macvlan (bridge) ``name`` of ``parent`` (a link of this netns),
+        made directly in the netns ``target_fd``."""
+
+    def move_to_netns(self, name: str, target_fd: int, action: str) -> None: ...
+    def rename(self, name: str, new: str, alias: str, action: str) -> None:
+        """Rename and set the alias in one change ("" clears the alias)."""
+
+    def set_up(self, name: str, action: str, mtu: int | None = None) -> None: ...
+    def set_down(self, name: str, action: str) -> None: ...
+    def set_mtu(self, name: str, mtu: int, action: str) -> None: ...
+    def set_alias(self, name: str, alias: str, action: str) -> None: ...
+    def delete_link(self, name: str) -> bool:
+        """False if there was no such link."""
+
+    # addresses, routes, rules (IPv4)
+    def addresses(self, index: int | None = None) -> list[tuple[int, IPv4Interface]]: ...
+    def add_address(self, name: str, iface: IPv4Interface) -> None: ...
+    def del_address(self, name: str, iface: IPv4Interface) -> None: ...
+    def routes(self, table: int = RT_TABLE_MAIN, oif: int | None = None) -> list[Route]: ...
+    def add_route(self, route: Route) -> None: ...
+    def del_route(self, route: Route) -> None: ...
+    def rules(self) -> Sequence[Rule]: ...
+    def add_rule(self, src: str, table: int, priority: int) -> None: ...
+    def del_rule(self, src: str, table: int, priority: int) -> None: ...

@@ -1,0 +1,44 @@
+"""Sub-links (ipvlan L2 / macvlan of a host RDMA NIC) in the pod: made under a
+temporary name straight into the pod netns, then renamed and marked with the alias
+``rdma-cni:<digest>`` so that DEL and GC can tell ours from anything else."""
+
+from __future__ import annotations
+
+import errno
+
+from rdma_cni.datapath.context import Ctx
+from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.datapath.port import NetlinkFailure
+from rdma_cni.errors import IfNameInUse
+
+#: link kinds we create ourselves: never mistaken for a moved NIC
+KINDS = ("macvlan", "ipvlan", "macvtap", "ipvtap")
+
+
+def check_name(ctx: Ctx, p: IfacePlan) -> None:
+    if ctx.pod.link(p.name) is not None:
+        raise IfNameInUse(f"interface name {p.name} is already in use in {ctx.pod_path}")
+
+
+def create(ctx: Ctx, p: IfacePlan) -> None:
+    parent = ctx.host.require(p.nic)
+    ctx.host.create_sublink(p.kind, p.tmp, parent, ctx.pod_fd, p.mtu, p.mac)
+
+
+def delete(ctx: Ctx, p: IfacePlan) -> None:
+    """Our sub-link of plan ``p`` in the pod, under its temporary or its final name."""
+    for name in (p.tmp, p.name):
+        link = ctx.pod.link(name)
+        if link is not None and (name == p.tmp or link.alias == ctx.marker):
+            ctx.pod.delete_link(name)
+
+
+def rename(ctx: Ctx, p: IfacePlan) -> None:
+    try:
+        ctx.pod.rename(p.tmp, p.name, ctx.marker,
+                       f"rename {p.tmp} to {p.name} in {ctx.pod_path}")
+    except NetlinkFailure as exc:
+        if exc.errno == errno.EEXIST:
+            raise IfNameInUse(f"interface name {p.name} is already in use in {ctx.pod_path}") \
+                from None
+        raise

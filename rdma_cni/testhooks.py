@@ -1,0 +1,54 @@
+"""Every test-only seam of the plugin, in one place. **Inert unless set**: none of
+these variables is part of the configuration, and nothing reads them otherwise.
+
+- ``RDMA_CNI_TEST_CRASH_AT_STEP=k``: ADD kills itself (SIGKILL) at the boundary before
+  step k of the executor (k == number of steps: after the last), to prove that the
+  following DEL cleans up whatever a crash leaves (issue 7).
+- ``RDMA_CNI_TEST_FAIL_AT_STEP=k``: ADD raises an IOFailure at that boundary instead,
+  so that the executor's rollback runs.
+- ``RDMA_CNI_TEST_CRASH_IN_DEL=k``: DEL kills itself before its k-th teardown action
+  (counted from 0: per interface, last first: rules, link; exclusive: host recovery;
+  then the end of the teardown, before the caller purges the store).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from rdma_cni.errors import IOFailure
+
+CRASH_AT_STEP = "RDMA_CNI_TEST_CRASH_AT_STEP"
+FAIL_AT_STEP = "RDMA_CNI_TEST_FAIL_AT_STEP"
+CRASH_IN_DEL = "RDMA_CNI_TEST_CRASH_IN_DEL"
+
+
+def _number(var: str) -> int:
+    return int(os.environ.get(var, "-1") or -1)
+
+
+def _crash() -> None:
+    os.kill(os.getpid(), 9)
+
+
+def at_step(k: int) -> None:
+    """The ADD seams, at the executor's boundary before step k."""
+    if k == _number(CRASH_AT_STEP):
+        _crash()
+    if k == _number(FAIL_AT_STEP):
+        raise IOFailure(f"injected failure at step {k}")
+
+
+def del_ticker() -> Callable[[], None]:
+    """The DEL seam: a function to call before every teardown action."""
+    target = _number(CRASH_IN_DEL)
+    if target < 0:
+        return lambda: None
+    seen = [0]
+
+    def tick() -> None:
+        if seen[0] == target:
+            _crash()
+        seen[0] += 1
+
+    return tick

@@ -1,0 +1,159 @@
+"""The netlink fake (tests/fakes/netlink.py) is held to the kernel: the same sequence
+of port operations runs through the real adapter in throwaway netns (a veth pair
+stands in for the host's RDMA NIC, macvlan for the sub-link) and through the fake;
+what each operation returns or refuses (errno) and the state both show after every
+step must be the same."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from ipaddress import IPv4Interface
+from typing import Any
+
+import pytest
+from fakes.netlink import FakeKernel, observe
+
+from rdma_cni.adapters import netns
+from rdma_cni.adapters.netlink import Netlink
+from rdma_cni.datapath.port import SCOPE_LINK, NetlinkFailure, NetlinkPort, Route
+from rdma_cni.errors import CniError
+
+pytestmark = pytest.mark.root
+MARK = "rdma-cni:contract"
+TABLE, PRIO = 100, 20000
+
+
+@dataclass
+class World:
+    host: NetlinkPort
+    pod: NetlinkPort
+    pod_fd: int
+    host_fd: int
+
+
+def _state(w: World) -> dict[str, Any]:
+    return {"host": observe(w.host, (254, TABLE), PRIO), "pod": observe(w.pod, (254, TABLE), PRIO)}
+
+
+def _ops() -> list[tuple[str, Callable[[World], object]]]:
+    gw_route = Route(dst="198.19.0.0/16", gateway="198.51.100.62", oif=None, table=TABLE)
+
+    def route(w: World, r: Route, name: str = "eth1") -> None:
+        link = w.pod.require(name)
+        w.pod.add_route(Route(dst=r.dst, gateway=r.gateway, oif=link.index, table=r.table,
+                              onlink=r.onlink, scope=r.scope))
+
+    def sub(name: str, mtu: int, mac: str | None = None) -> Callable[[World], object]:
+        return lambda w: w.host.create_sublink("macvlan", name, w.host.require("rnic0"),
+                                               w.pod_fd, mtu, mac)
+
+    return [
+        ("look up a missing link", lambda w: w.host.link("nope")),
+        ("create a macvlan into the pod", sub("rdtx0", 1400, "02:00:00:00:00:aa")),
+        ("create it again", sub("rdtx0", 1400)),
+        ("create one above the parent's MTU", sub("rdtx1", 9000)),
+        ("rename and mark it", lambda w: w.pod.rename("rdtx0", "eth1", MARK, "rename")),
+        ("route through a link that is down",
+         lambda w: route(w, Route("198.51.100.0/26", None, None, TABLE, scope=SCOPE_LINK))),
+        ("bring it up with its MTU", lambda w: w.pod.set_up("eth1", "up", mtu=1300)),
+        ("rename a link that is up", lambda w: w.pod.rename("eth1", "eth9", MARK, "rename")),
+        ("rename it back", lambda w: w.pod.rename("eth9", "eth1", MARK, "rename")),
+        ("rename onto a taken name", lambda w: w.pod.rename("eth1", "lo", MARK, "rename")),
+        ("add an address", lambda w: w.pod.add_address("eth1", IPv4Interface("198.51.100.10/26"))),
+        ("add it again", lambda w: w.pod.add_address("eth1", IPv4Interface("198.51.100.10/26"))),
+        ("connected route in the table",
+         lambda w: route(w, Route("198.51.100.0/26", None, None, TABLE, scope=SCOPE_LINK))),
+        ("gateway route in the table", lambda w: route(w, gw_route)),
+        ("the same again", lambda w: route(w, gw_route)),
+        ("unreachable gateway", lambda w: route(w, Route("198.18.0.0/16", "203.0.113.1", None,
+                                                         TABLE))),
+        ("onlink gateway", lambda w: route(w, Route("198.18.0.0/16", "203.0.113.1", None, TABLE,
+                                                    onlink=True))),
+        ("source rule", lambda w: w.pod.add_rule("198.51.100.10", TABLE, PRIO)),
+        ("the same rule", lambda w: w.pod.add_rule("198.51.100.10", TABLE, PRIO)),
+        ("set the alias", lambda w: w.pod.set_alias("eth1", "other", "alias")),
+        ("set a smaller MTU", lambda w: w.pod.set_mtu("eth1", 1280, "mtu")),
+        ("set down", lambda w: w.pod.set_down("eth1", "down")),
+        ("set up a missing link", lambda w: w.pod.set_up("nope", "up")),
+        ("move the NIC into the pod (down, unconfigured there)",
+         lambda w: w.host.move_to_netns("rnic1", w.pod_fd, "move")),
+        ("move a link onto a name taken there",
+         lambda w: w.host.move_to_netns("rnic0", w.pod_fd, "move") if w.pod.rename(
+             "rnic1", "rnic0", "", "rename") is None else None),
+        ("delete the rule", lambda w: w.pod.del_rule("198.51.100.10", TABLE, PRIO)),
+        ("delete it again", lambda w: w.pod.del_rule("198.51.100.10", TABLE, PRIO)),
+        ("delete a route", lambda w: w.pod.del_route(Route("198.18.0.0/16", None, None, TABLE))),
+        ("delete it again", lambda w: w.pod.del_route(Route("198.18.0.0/16", None, None, TABLE))),
+        ("delete the address",
+         lambda w: w.pod.del_address("eth1", IPv4Interface("198.51.100.10/26"))),
+        ("delete it again",
+         lambda w: w.pod.del_address("eth1", IPv4Interface("198.51.100.10/26"))),
+        ("delete the macvlan", lambda w: w.pod.delete_link("eth1")),
+        ("delete it again", lambda w: w.pod.delete_link("eth1")),
+    ]
+
+
+def _run(w: World) -> list[tuple[str, object, dict[str, Any]]]:
+    trace = []
+    for what, op in _ops():
+        try:
+            outcome: object = op(w)
+        except NetlinkFailure as exc:
+            outcome = f"errno {exc.errno}"
+        except CniError as exc:
+            outcome = f"{type(exc).__name__}: {exc.msg}"
+        trace.append((what, outcome, _state(w)))
+    return trace
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def real() -> Iterator[World]:
+    tag = uuid.uuid4().hex[:6]
+    names = [f"rcct{tag}h", f"rcct{tag}p"]
+    for n in names:
+        _ip("netns", "add", n)
+    try:
+        h = ["-n", names[0]]
+        _ip(*h, "link", "add", "rnic0", "type", "veth", "peer", "name", "rnic1")
+        _ip(*h, "addr", "add", "198.51.100.1/26", "dev", "rnic0")
+        _ip(*h, "addr", "add", "198.51.100.65/26", "dev", "rnic1")
+        _ip(*h, "link", "set", "rnic0", "up")
+        _ip(*h, "link", "set", "rnic1", "up")
+        home = netns.host_fd()
+        fds = [netns.open_netns(f"/run/netns/{n}") for n in names]
+        labels = ("the host", "pod")
+        ports = [Netlink.inside(fd, home, lb) for fd, lb in zip(fds, labels, strict=True)]
+        yield World(ports[0], ports[1], fds[1], fds[0])
+        for nl in ports:
+            nl.close()
+        for fd in [*fds, home]:
+            os.close(fd)
+    finally:
+        for n in names:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def _fake() -> World:
+    kernel = FakeKernel()
+    host, pod = kernel.host, kernel.netns("pod")
+    hp = kernel.port(host)
+    for name, addr in (("rnic0", "198.51.100.1/26"), ("rnic1", "198.51.100.65/26")):
+        kernel.add_nic(host, name, 1500)
+        hp.add_address(name, IPv4Interface(addr))
+    return World(hp, kernel.port(pod), pod.fd, host.fd)
+
+
+def test_the_fake_behaves_as_the_kernel(real: World) -> None:
+    want, got = _run(real), _run(_fake())
+    assert [t[0] for t in want] == [t[0] for t in got]
+    for (what, out_real, st_real), (_, out_fake, st_fake) in zip(want, got, strict=True):
+        assert out_fake == out_real, what
+        assert st_fake == st_real, what
