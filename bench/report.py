@@ -166,7 +166,7 @@ def markdown(record: dict[str, Any]) -> str:
     rounds = ", ".join(f"{SCENARIO_FIGURE.get(k, k)} x{s['rounds']}"
                        for k, s in record["scenarios"].items())
     lines = [
-        f"rdma-cni {v['rdma_cni'].split()[-1]} ({v['git']}) vs Go macvlan+host-local "
+        f"rdma-cni {v['rdma_cni'].split()[1]} ({v['git']}) vs Go macvlan+host-local "
         f"{v['containernetworking_plugins']}; {m['nproc']} x {m['cpu_model']}, "
         f"{m['uname'].split()[2]}; {m['date']}; load average {m['loadavg_at_start'][:1]} at "
         f"start, {m['loadavg_at_end'][:1]} at end. Rounds (fresh pods each): {rounds}; "
