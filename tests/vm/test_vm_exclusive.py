@@ -9,6 +9,7 @@ IFLA_PARENT_DEV_NAME) and restore name, address, routes, MTU and up-state.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import vmkit
@@ -105,7 +106,9 @@ def test_del_before_the_kernel_returns_the_nic_keeps_the_state(
     assert chain.add("c3", pod.path, rdma_blocks(1)).rc == 0
     holder = subprocess.Popen(["ip", "netns", "exec", pod.name, "sleep", "600"])
     try:
-        wait_for(lambda: holder.poll() is None)
+        # holding the netns means being in it, not only running: `ip netns exec` may
+        # not have entered it yet when the path goes
+        assert wait_for(lambda: holder.poll() is None and _in_netns(holder.pid, pod.path))
         rig.delete_pod(pod)  # the path goes; the netns (and the NIC in it) stays
         run = chain.delete("c3")
         assert run.code == 11, run
@@ -119,3 +122,10 @@ def test_del_before_the_kernel_returns_the_nic_keeps_the_state(
     assert run.rc == 0 and run.out is None, run
     assert _ipv4(nic) == [CIDR]
     assert rig.files() == []
+
+
+def _in_netns(pid: int, path: str) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(path).st_ino
+    except OSError:
+        return False
