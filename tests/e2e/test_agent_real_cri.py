@@ -18,14 +18,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 
-from agent_rig import AgentContainer, podman_usable
+from agent_rig import AgentContainer, needs_exec, podman_usable
 
 from rdma_cni.adapters.cri import CriClient
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import READY, make_state
 
-pytestmark = [pytest.mark.root,
+pytestmark = [needs_exec, pytest.mark.root,
               pytest.mark.skipif(bool(podman_usable()), reason=podman_usable() or "-")]
 ASK = {"k8s.volcengine.com/pod-networks": json.dumps([{"cniConf": {"name": "rdma"}}])}
 

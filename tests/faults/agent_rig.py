@@ -26,10 +26,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import pytest
+from chroot import REASON as CHROOT_REASON
+from chroot import under_chroot
 from cnirunner import BINARY, PYTHON, REPO
 
 RUNTIME = "/usr/sbin/runc"
 LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
+
+
+#: every agent pass is a `podman exec`: a test using :class:`AgentContainer` carries this
+needs_exec = pytest.mark.skipif(under_chroot(), reason=CHROOT_REASON)
 
 
 def podman_usable() -> str:

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rig import AgentContainer, Serve, plugin_binary, podman_usable
+from agent_rig import AgentContainer, Serve, needs_exec, plugin_binary, podman_usable
 from cnirunner import BINARY, Chain, Node, plugin_conf, pod_networks, rdma_blocks
 from fakecri import FakeCri
 from fakekubeapi import FakeKubeApi, pod
@@ -32,7 +32,7 @@ from fakekubeapi import FakeKubeApi, pod
 from rdma_cni.kube.exporter.agent import AgentCollector
 from rdma_cni.proto import cri_v1_pb2 as cri_pb
 
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
+pytestmark = [needs_exec, pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
               pytest.mark.skipif(bool(podman_usable()), reason=podman_usable() or "-")]
 
 ASK = pod_networks(rdma_blocks(2))

@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rig import AgentContainer, bundle_dir, podman_usable
+from agent_rig import AgentContainer, bundle_dir, needs_exec, podman_usable
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
@@ -63,6 +63,7 @@ def test_agent_in_another_pid_namespace_keeps_a_live_writers_temp_file(tmp_path:
         os.close(fd)
 
 
+@needs_exec
 @pytest.mark.skipif(bool(podman_usable()), reason=podman_usable() or "-")
 def test_agent_in_a_container_keeps_a_live_writers_temp_file(tmp_path: Path) -> None:
     data, live, orphan, fd = _files(tmp_path)

@@ -23,13 +23,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rig import AgentContainer, Serve, plugin_binary, podman_usable
+from agent_rig import AgentContainer, Serve, needs_exec, plugin_binary, podman_usable
 from cnirunner import BINARY, PYTHON, Chain, Node, plugin_conf, rdma_blocks
 from fakecri import FakeCri
 
 from rdma_cni.proto import cri_v1_pb2 as cri_pb
 
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
+pytestmark = [needs_exec, pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
               pytest.mark.skipif(bool(podman_usable()), reason=podman_usable() or "-")]
 
 SUBNET = "198.51.100.1/26"

@@ -1,8 +1,9 @@
 """Whether this process runs under a chroot (e.g. the fresh-machine rig).
 
 There ``runc exec`` resolves the command in the chroot's filesystem instead of the
-container's, so a check that execs into a running container cannot run; it is
-skipped with that reason (on a machine itself, as in CI, it runs)."""
+container's, so a check that execs into a running container (the node tier's checks,
+the agent passes of the fault suite's agent container) cannot run; it is skipped with
+that reason (on a machine itself, as in CI, it runs)."""
 
 from __future__ import annotations
 
