@@ -26,12 +26,12 @@ from rdma_cni.datapath.port import (
     Link,
     LinkStats,
     NetlinkFailure,
+    NetlinkPort,
     Route,
     Rule,
     failure,
     not_found,
 )
-from rdma_cni.errors import NicUnavailable
 
 
 def _light_package() -> None:
@@ -93,7 +93,7 @@ def _socket() -> IPRoute:
     return IPRoute(groups=0)
 
 
-class Netlink:
+class Netlink(NetlinkPort):
     """A netlink socket in one netns: the kernel's :class:`NetlinkPort`."""
 
     def __init__(self, ipr: IPRoute, label: str) -> None:
@@ -125,12 +125,6 @@ class Netlink:
             # one RTM_GETLINK by name (link_lookup + get_links would be two)
             msgs = list(self._ipr.link("get", ifname=name))
         return link_of(msgs[0]) if msgs else None
-
-    def require(self, name: str) -> Link:
-        link = self.link(name)
-        if link is None:
-            raise NicUnavailable(f"RDMA NIC {name} not found in {self.label}")
-        return link
 
     def link_stats(self, names: Iterable[str]) -> dict[str, LinkStats]:
         wanted, out = set(names), {}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Interface
 from typing import Any, Protocol
 
-from rdma_cni.errors import IOFailure
+from rdma_cni.errors import IOFailure, NicUnavailable
 
 RT_TABLE_MAIN = 254
 SCOPE_UNIVERSE = 0
@@ -95,7 +95,14 @@ class NetlinkPort(Protocol):
     # links: reads
     def links(self) -> list[Link]: ...
     def link(self, name: str) -> Link | None: ...
-    def require(self, name: str) -> Link: ...
+    def require(self, name: str) -> Link:
+        """The link named ``name``; :class:`NicUnavailable` when there is none (shared by
+        every implementation that subclasses the port)."""
+        link = self.link(name)
+        if link is None:
+            raise NicUnavailable(f"RDMA NIC {name} not found in {self.label}")
+        return link
+
     def link_stats(self, names: Iterable[str]) -> dict[str, LinkStats]: ...
 
     # links: changes (``name`` is looked up here; ENODEV if it is not)

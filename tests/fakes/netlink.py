@@ -33,7 +33,6 @@ from rdma_cni.datapath.port import (
     failure,
     not_found,
 )
-from rdma_cni.errors import NicUnavailable
 
 RTPROT_KERNEL = 2
 DEFAULT_RULES: tuple[Rule, ...] = ((0, 255, None), (32766, 254, None), (32767, 253, None))
@@ -141,7 +140,7 @@ class FakeKernel:
             self.sysctls[(pod_fd, ifname, key)] = value
 
 
-class FakeNetlink:
+class FakeNetlink(NetlinkPort):
     """The port into one FakeNetns."""
 
     def __init__(self, kernel: FakeKernel, ns: FakeNetns, label: str) -> None:
@@ -157,12 +156,6 @@ class FakeNetlink:
 
     def link(self, name: str) -> Link | None:
         return self.ns.by_name(name)
-
-    def require(self, name: str) -> Link:
-        link = self.link(name)
-        if link is None:
-            raise NicUnavailable(f"RDMA NIC {name} not found in {self.label}")
-        return link
 
     def link_stats(self, names: Iterable[str]) -> dict[str, LinkStats]:
         wanted = set(names)
