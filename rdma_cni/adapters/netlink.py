@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import os
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -198,6 +199,34 @@ class Netlink(NetlinkPort):
             self._nl.request(_msg(ifinfmsg, [("IFLA_IFNAME", name)]), RTM_DELLINK)
             gone = True
         return gone
+
+    def delete_links(self, names: Sequence[str]) -> None:
+        """Mark the links with a link group of their own, then delete that group in one
+        RTM_DELLINK: the kernel unregisters them together and waits for the network's
+        grace period once, where one delete each waits once each (about 25 ms a link)."""
+        wanted = list(dict.fromkeys(names))
+        if len(wanted) < 2:
+            for name in wanted:
+                self.delete_link(name)
+            return
+        group = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF or 1  # never group 0
+        marked = []
+        for name in wanted:
+            try:
+                self._set(name, f"mark {name} for deletion in {self.label}",
+                          [("IFLA_GROUP", group)])
+            except NetlinkFailure as exc:
+                if exc.errno != errno.ENODEV:
+                    raise
+                continue  # already gone
+            marked.append(name)
+        try:
+            with _filtered(f"delete {', '.join(marked)} in {self.label}", (errno.ENODEV,)):
+                if marked:
+                    self._nl.request(_msg(ifinfmsg, [("IFLA_GROUP", group)]), RTM_DELLINK)
+        except NetlinkFailure:
+            for name in marked:  # e.g. a kernel without group deletion: one by one
+                self.delete_link(name)
 
     # addresses ---------------------------------------------------------
     def addresses(self, index: int | None = None) -> list[tuple[int, ipaddress.IPv4Interface]]:

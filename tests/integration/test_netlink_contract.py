@@ -56,6 +56,7 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
         ("create a macvlan into the pod", sub("rdtx0", 1400, "02:00:00:00:00:aa")),
         ("create it again", sub("rdtx0", 1400)),
         ("create one above the parent's MTU", sub("rdtx1", 9000)),
+        ("create two more", lambda w: (sub("rdtx2", 1400)(w), sub("rdtx3", 1400)(w))),
         ("rename and mark it", lambda w: w.pod.rename("rdtx0", "eth1", MARK, "rename")),
         ("route through a link that is down",
          lambda w: route(w, Route("198.51.100.0/26", None, None, TABLE, scope=SCOPE_LINK))),
@@ -92,6 +93,9 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
          lambda w: w.pod.del_address("eth1", IPv4Interface("198.51.100.10/26"))),
         ("delete it again",
          lambda w: w.pod.del_address("eth1", IPv4Interface("198.51.100.10/26"))),
+        ("delete links together, one of them missing",
+         lambda w: w.pod.delete_links(["rdtx2", "nope", "rdtx3", "rdtx2"])),
+        ("delete them together again", lambda w: w.pod.delete_links(["rdtx2", "rdtx3"])),
         ("delete the macvlan", lambda w: w.pod.delete_link("eth1")),
         ("delete it again", lambda w: w.pod.delete_link("eth1")),
     ]
