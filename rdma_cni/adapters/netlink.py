@@ -18,6 +18,7 @@ import os
 import socket
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from rdma_cni.adapters import netns
@@ -155,10 +156,12 @@ class Netlink(NetlinkPort):
             self._nl.request(_msg(ifinfmsg, attrs), RTM_NEWLINK, NEW)
 
     def _set(self, name: str, action: str, attrs: list[tuple[str, Any]], flags: int = 0,
-             change: int = 0) -> None:
-        """One RTM_SETLINK of the link named ``name`` (the kernel finds it by name)."""
+             change: int = 0, **after: Any) -> None:
+        """One RTM_SETLINK of the link named ``name`` (the kernel finds it by name);
+        ``after``: the fields of a known link that the change sets (it is forgotten when
+        there are none: e.g. a move to another netns)."""
         msg = _msg(ifinfmsg, [("IFLA_IFNAME", name), *attrs], flags=flags, change=change)
-        self._known.pop(name, None)
+        known = self._known.pop(name, None)
         try:
             with _filtered(action):
                 self._nl.request(msg, RTM_SETLINK)
@@ -166,6 +169,8 @@ class Netlink(NetlinkPort):
             if exc.errno == errno.ENODEV:
                 raise not_found(action, name, self.label) from None
             raise
+        if known is not None and after:
+            self._known[name] = replace(known, **after)
 
     def move_to_netns(self, name: str, target_fd: int, action: str) -> None:
         self._set(name, action, [("IFLA_NET_NS_FD", target_fd)])
@@ -179,18 +184,20 @@ class Netlink(NetlinkPort):
         self._known.pop(new, None)
         with _filtered(action):
             self._nl.request(msg, RTM_SETLINK)
+        self._known[new] = replace(link, name=new, alias=alias or None)
 
     def set_up(self, name: str, action: str, mtu: int | None = None) -> None:
-        self._set(name, action, [("IFLA_MTU", mtu)] if mtu else [], flags=IFF_UP, change=IFF_UP)
+        self._set(name, action, [("IFLA_MTU", mtu)] if mtu else [], flags=IFF_UP, change=IFF_UP,
+                  up=True, **({"mtu": mtu} if mtu else {}))
 
     def set_down(self, name: str, action: str) -> None:
-        self._set(name, action, [], flags=0, change=IFF_UP)
+        self._set(name, action, [], flags=0, change=IFF_UP, up=False)
 
     def set_mtu(self, name: str, mtu: int, action: str) -> None:
-        self._set(name, action, [("IFLA_MTU", mtu)])
+        self._set(name, action, [("IFLA_MTU", mtu)], mtu=mtu)
 
     def set_alias(self, name: str, alias: str, action: str) -> None:
-        self._set(name, action, [("IFLA_IFALIAS", alias)])
+        self._set(name, action, [("IFLA_IFALIAS", alias)], alias=alias or None)
 
     def delete_link(self, name: str) -> bool:
         self._known.pop(name, None)

@@ -101,6 +101,18 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
     ]
 
 
+NAMES = ("rnic0", "rnic1", "rdtx0", "rdtx1", "rdtx2", "rdtx3", "eth1", "eth9", "nope")
+
+
+def _lookups_agree(w: World, what: str) -> None:
+    """What a port answers by name (the adapter keeps what it looked up and changed itself
+    during a request) is what a dump of the netns shows."""
+    for port in (w.host, w.pod):
+        dumped = {lk.name: lk for lk in port.links()}
+        for name in NAMES:
+            assert port.link(name) == dumped.get(name), f"{what}: {port.label} {name}"
+
+
 def _run(w: World) -> list[tuple[str, object, dict[str, Any]]]:
     trace = []
     for what, op in _ops():
@@ -110,6 +122,7 @@ def _run(w: World) -> list[tuple[str, object, dict[str, Any]]]:
             outcome = f"errno {exc.errno}"
         except CniError as exc:
             outcome = f"{type(exc).__name__}: {exc.msg}"
+        _lookups_agree(w, what)
         trace.append((what, outcome, _state(w)))
     return trace
 
