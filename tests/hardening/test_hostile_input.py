@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cnirunner import HPC_NET, Node, Pod, pod_networks, sh, vpc_result
+from cnirunner import HPC_NET, Node, Pod, pod_networks, sh, vpc_result, wait_oper_up
 from corpus import ABOUT, CORPUS, DROP, NUL, OK, Case
 from harness import (
     bump,
@@ -133,6 +133,8 @@ def world(built_binary: list[str], tmp_path_factory: pytest.TempPathFactory,
            f"i{pod_b.name}"[-15:], "netns", node.fabric)
         _attach(built_binary, node, tmp, "shared-multi", ["rnic0", "rnic1"], "ca", pod_a)
         _attach(built_binary, node, tmp, "exclusive", ["rnic1"], "cc", pod_c)
+        for pod in (pod_a, pod_c):  # carrier comes late (linkwatch): before the first snapshot
+            wait_oper_up(pod.name, "eth1")
         a_ip = pod_ipv4(pod_a.name)[0][1]
         yield World(tmp, node, pod_a, pod_b, pod_c, a_ip, _dead_netns(), built_binary,
                     str(serve.sock) if serve else "")

@@ -8,6 +8,7 @@ netns the test made is gone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -31,6 +32,7 @@ from cnirunner import (
     plugin_conf,
     sh,
     snapshot,
+    wait_oper_up,
     without,
 )
 
@@ -103,9 +105,17 @@ class Rig:
         return data_files(self.data_dir)
 
     def node_changes(self) -> dict[str, Any]:
-        """What differs from the baseline (empty when the node is as before)."""
+        """What differs from the baseline (empty when the node is as before). A NIC that
+        was up and has just come back gets its carrier within a second (the kernel's
+        linkwatch updates operstate late): it is waited for, up to 2 s."""
         assert self.baseline is not None
-        want, have = without(self.baseline, self.gone), snapshot(self.node.ns)
+        want = without(self.baseline, self.gone)
+        present = set(self.node.links())
+        for lk in want["links"]:
+            if lk["operstate"] == "UP" and lk["ifname"] in present:
+                with contextlib.suppress(RuntimeError):
+                    wait_oper_up(self.node.ns, str(lk["ifname"]), timeout=2.0)
+        have = snapshot(self.node.ns)
         return {k: {"was": [x for x in want[k] if x not in have[k]],
                     "now": [x for x in have[k] if x not in want[k]]}
                 for k in want if want[k] != have[k]}
