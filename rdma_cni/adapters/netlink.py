@@ -1,26 +1,50 @@
-"""rtnetlink through pyroute2: the only module that imports it, and the one
-implementation of :class:`rdma_cni.datapath.port.NetlinkPort` over the kernel.
+"""rtnetlink of one netns: the one implementation of
+:class:`rdma_cni.datapath.port.NetlinkPort` over the kernel.
 
-One :class:`Netlink` is one socket bound to the netns it was created in; every
-step of an invocation in that netns reuses it. Every call goes through one errno
-filter (:func:`_filtered`): the errnos that mean "already so" are success, every
-other becomes a :class:`NetlinkFailure` naming the action and the object.
+One :class:`Netlink` is one socket bound to the netns it was created in
+(:class:`rdma_cni.adapters.rtnl.Channel`); every step of an invocation in that netns
+reuses it. pyroute2's message classes encode each request and decode each answer.
+Links are addressed by name where the kernel allows it (set, move, delete: one
+message, no lookup). Every call goes through one errno filter (:func:`_filtered`):
+the errnos that mean "already so" are success, every other becomes a
+:class:`NetlinkFailure` naming the action and the object.
 """
 
 from __future__ import annotations
 
 import errno
-import importlib
-import importlib.util
 import ipaddress
+import os
 import socket
-import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from rdma_cni.adapters import netns
-from rdma_cni.adapters.rtnlmsg import link_of, route_of, route_spec, stats_of
+from rdma_cni.adapters.rtnl import (
+    NLM_F_CREATE,
+    NLM_F_EXCL,
+    RTM_DELADDR,
+    RTM_DELLINK,
+    RTM_DELROUTE,
+    RTM_DELRULE,
+    RTM_GETADDR,
+    RTM_GETLINK,
+    RTM_GETROUTE,
+    RTM_GETRULE,
+    RTM_NEWADDR,
+    RTM_NEWLINK,
+    RTM_NEWROUTE,
+    RTM_NEWRULE,
+    RTM_SETLINK,
+    Channel,
+    fibmsg,
+    ifaddrmsg,
+    ifinfmsg,
+    rtmsg,
+)
+from rdma_cni.adapters.rtnlmsg import header_table, link_of, route_of, route_request, stats_of
 from rdma_cni.datapath.port import (
     RT_TABLE_MAIN,
     Link,
@@ -33,38 +57,12 @@ from rdma_cni.datapath.port import (
     not_found,
 )
 
-
-def _light_package() -> None:
-    """Import pyroute2's modules without its package ``__init__``, which imports every
-    netlink family it has (NDB, IPDB, conntrack, nftables, wireless, ...: about half
-    the in-process plugin's start-up). The package module stands in with its real
-    ``__path__``; the first attribute asked of it that is not a submodule runs the real
-    ``__init__`` into it, so any other user of ``pyroute2`` still sees all of it."""
-    if "pyroute2" in sys.modules:
-        return
-    spec = importlib.util.find_spec("pyroute2")
-    if spec is None or spec.loader is None or not spec.submodule_search_locations:
-        return
-    pkg = importlib.util.module_from_spec(spec)
-    loader = spec.loader
-
-    def complete(name: str) -> Any:
-        if not name.startswith("__") and importlib.util.find_spec(f"pyroute2.{name}"):
-            return importlib.import_module(f"pyroute2.{name}")  # `from pyroute2 import config`
-        del pkg.__dict__["__getattr__"]
-        loader.exec_module(pkg)
-        return getattr(pkg, name)
-
-    pkg.__dict__["__getattr__"] = complete
-    sys.modules["pyroute2"] = pkg
-
-
-_light_package()
-from pyroute2.iproute.linux import IPRoute  # noqa: E402
-from pyroute2.netlink.exceptions import NetlinkError  # noqa: E402
-
 AF_INET = socket.AF_INET
 IPVLAN_MODE_L2 = 0
+MACVLAN_MODE_BRIDGE = 4
+IFF_UP = 1
+FR_ACT_TO_TBL = 1
+NEW = NLM_F_CREATE | NLM_F_EXCL
 #: the errnos that mean "it is not there" (a delete of it is done)
 ABSENT = (errno.ENODEV, errno.ENOENT, errno.ESRCH, errno.EADDRNOTAVAIL)
 EXISTS = (errno.EEXIST,)
@@ -77,59 +75,64 @@ def _filtered(action: str, ok: tuple[int, ...] = ()) -> Iterator[None]:
     reads that as "absent" or "already so"); any other is a NetlinkFailure."""
     try:
         yield
-    except NetlinkError as exc:
-        if exc.code not in ok:
-            raise failure(action, exc.code) from None
     except OSError as exc:
         if (exc.errno or 0) not in ok:
             raise failure(action, exc.errno or 0) from None
 
 
-def _socket() -> IPRoute:
-    """A request socket in no multicast group: pyroute2 subscribes to link, address and
-    route events by default, and would parse every broadcast of a busy node and of our
-    own changes. (Not ``strict_check``: with it, execs hung at exit holding the store
-    lock under the 64-pod load test.)"""
-    return IPRoute(groups=0)
+def _msg(cls: Any, attrs: Iterable[tuple[str, Any]] = (), **fields: Any) -> Any:
+    msg = cls()
+    for key, value in fields.items():
+        msg[key] = value
+    msg["attrs"] = list(attrs)
+    return msg
 
 
 class Netlink(NetlinkPort):
     """A netlink socket in one netns: the kernel's :class:`NetlinkPort`."""
 
-    def __init__(self, ipr: IPRoute, label: str) -> None:
-        self._ipr = ipr
+    def __init__(self, chan: Channel, label: str) -> None:
+        self._nl = chan
         self.label = label
+        #: links found by name, until this port changes them (a port lives for one request)
+        self._known: dict[str, Link] = {}
 
     @classmethod
     def here(cls, label: str = "host") -> Netlink:
-        return cls(_socket(), label)
+        return cls(Channel(), label)
 
     @classmethod
     def inside(cls, fd: int, home: int, label: str) -> Netlink:
         with netns.entered(fd, home):
-            return cls(_socket(), label)
+            return cls(Channel(), label)
 
     def close(self) -> None:
-        self._ipr.close()
+        self._nl.close()
 
     # links: reads ------------------------------------------------------
     def links(self) -> list[Link]:
         out: list[Link] = []
         with _filtered(f"list links in {self.label}"):
-            out = [link_of(m) for m in self._ipr.get_links()]
+            out = [link_of(m) for m in self._nl.dump(_msg(ifinfmsg), RTM_GETLINK)]
         return out
 
     def link(self, name: str) -> Link | None:
+        known = self._known.get(name)
+        if known is not None:
+            return known
         msgs: list[Any] = []
         with _filtered(f"look up {name} in {self.label}", (errno.ENODEV,)):
-            # one RTM_GETLINK by name (link_lookup + get_links would be two)
-            msgs = list(self._ipr.link("get", ifname=name))
-        return link_of(msgs[0]) if msgs else None
+            # one RTM_GETLINK by name: a dump would decode every link of the node
+            msgs = self._nl.request(_msg(ifinfmsg, [("IFLA_IFNAME", name)]), RTM_GETLINK)
+        if not msgs:
+            return None
+        self._known[name] = found = link_of(msgs[0])
+        return found
 
     def link_stats(self, names: Iterable[str]) -> dict[str, LinkStats]:
         wanted, out = set(names), {}
         with _filtered(f"read link counters in {self.label}"):
-            for msg in self._ipr.get_links():
+            for msg in self._nl.dump(_msg(ifinfmsg), RTM_GETLINK):
                 name = msg.get_attr("IFLA_IFNAME")
                 st = stats_of(msg) if name in wanted else None
                 if st is not None:
@@ -139,101 +142,158 @@ class Netlink(NetlinkPort):
     # links: changes ----------------------------------------------------
     def create_sublink(self, kind: str, name: str, parent: Link, target_fd: int,
                        mtu: int, mac: str | None) -> None:
-        spec: dict[str, Any] = {"ifname": name, "kind": kind, "link": parent.index,
-                                "net_ns_fd": target_fd, "mtu": mtu}
+        attrs: list[tuple[str, Any]] = [("IFLA_IFNAME", name), ("IFLA_LINK", parent.index),
+                                        ("IFLA_NET_NS_FD", target_fd), ("IFLA_MTU", mtu)]
         if kind == "macvlan":
-            spec["macvlan_mode"] = "bridge"
+            data = [("IFLA_MACVLAN_MODE", MACVLAN_MODE_BRIDGE)]
             if mac:
-                spec["address"] = mac
+                attrs.append(("IFLA_ADDRESS", mac))
         else:
-            spec["ipvlan_mode"] = IPVLAN_MODE_L2
+            data = [("IFLA_IPVLAN_MODE", IPVLAN_MODE_L2)]
+        attrs.append(("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", kind),
+                                                  ("IFLA_INFO_DATA", {"attrs": data})]}))
         with _filtered(f"create {kind} {name} on {parent.name}"):
-            self._ipr.link("add", **spec)
+            self._nl.request(_msg(ifinfmsg, attrs), RTM_NEWLINK, NEW)
 
-    def _set(self, name: str, action: str, **kw: Any) -> None:
+    def _set(self, name: str, action: str, attrs: list[tuple[str, Any]], flags: int = 0,
+             change: int = 0, **after: Any) -> None:
+        """One RTM_SETLINK of the link named ``name`` (the kernel finds it by name);
+        ``after``: the fields of a known link that the change sets (it is forgotten when
+        there are none: e.g. a move to another netns)."""
+        msg = _msg(ifinfmsg, [("IFLA_IFNAME", name), *attrs], flags=flags, change=change)
+        known = self._known.pop(name, None)
+        try:
+            with _filtered(action):
+                self._nl.request(msg, RTM_SETLINK)
+        except NetlinkFailure as exc:
+            if exc.errno == errno.ENODEV:
+                raise not_found(action, name, self.label) from None
+            raise
+        if known is not None and after:
+            self._known[name] = replace(known, **after)
+
+    def move_to_netns(self, name: str, target_fd: int, action: str) -> None:
+        self._set(name, action, [("IFLA_NET_NS_FD", target_fd)])
+
+    def rename(self, name: str, new: str, alias: str, action: str) -> None:
         link = self.link(name)
         if link is None:
             raise not_found(action, name, self.label)
+        msg = _msg(ifinfmsg, [("IFLA_IFNAME", new), ("IFLA_IFALIAS", alias)], index=link.index)
+        self._known.pop(name, None)
+        self._known.pop(new, None)
         with _filtered(action):
-            self._ipr.link("set", index=link.index, **kw)
-
-    def move_to_netns(self, name: str, target_fd: int, action: str) -> None:
-        self._set(name, action, net_ns_fd=target_fd)
-
-    def rename(self, name: str, new: str, alias: str, action: str) -> None:
-        self._set(name, action, ifname=new, ifalias=alias)
+            self._nl.request(msg, RTM_SETLINK)
+        self._known[new] = replace(link, name=new, alias=alias or None)
 
     def set_up(self, name: str, action: str, mtu: int | None = None) -> None:
-        self._set(name, action, state="up", **({"mtu": mtu} if mtu else {}))
+        self._set(name, action, [("IFLA_MTU", mtu)] if mtu else [], flags=IFF_UP, change=IFF_UP,
+                  up=True, **({"mtu": mtu} if mtu else {}))
 
     def set_down(self, name: str, action: str) -> None:
-        self._set(name, action, state="down")
+        self._set(name, action, [], flags=0, change=IFF_UP, up=False)
 
     def set_mtu(self, name: str, mtu: int, action: str) -> None:
-        self._set(name, action, mtu=mtu)
+        self._set(name, action, [("IFLA_MTU", mtu)], mtu=mtu)
 
     def set_alias(self, name: str, alias: str, action: str) -> None:
-        self._set(name, action, ifalias=alias)
+        self._set(name, action, [("IFLA_IFALIAS", alias)], alias=alias or None)
 
     def delete_link(self, name: str) -> bool:
-        link = self.link(name)
-        if link is None:
-            return False
+        self._known.pop(name, None)
         gone = False
         with _filtered(f"delete {name} in {self.label}", (errno.ENODEV,)):
-            self._ipr.link("del", index=link.index)
+            self._nl.request(_msg(ifinfmsg, [("IFLA_IFNAME", name)]), RTM_DELLINK)
             gone = True
         return gone
+
+    def delete_links(self, names: Sequence[str]) -> None:
+        """Mark the links with a link group of their own, then delete that group in one
+        RTM_DELLINK: the kernel unregisters them together and waits for the network's
+        grace period once, where one delete each waits once each (about 25 ms a link)."""
+        wanted = list(dict.fromkeys(names))
+        if len(wanted) < 2:
+            for name in wanted:
+                self.delete_link(name)
+            return
+        group = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF or 1  # never group 0
+        marked = []
+        for name in wanted:
+            try:
+                self._set(name, f"mark {name} for deletion in {self.label}",
+                          [("IFLA_GROUP", group)])
+            except NetlinkFailure as exc:
+                if exc.errno != errno.ENODEV:
+                    raise
+                continue  # already gone
+            marked.append(name)
+        try:
+            with _filtered(f"delete {', '.join(marked)} in {self.label}", (errno.ENODEV,)):
+                if marked:
+                    self._nl.request(_msg(ifinfmsg, [("IFLA_GROUP", group)]), RTM_DELLINK)
+        except NetlinkFailure:
+            for name in marked:  # e.g. a kernel without group deletion: one by one
+                self.delete_link(name)
 
     # addresses ---------------------------------------------------------
     def addresses(self, index: int | None = None) -> list[tuple[int, ipaddress.IPv4Interface]]:
         msgs: Any = ()
-        with _filtered(f"list addresses in {self.label}"):
-            msgs = self._ipr.get_addr(family=AF_INET, index=index) if index else \
-                self._ipr.get_addr(family=AF_INET)
+        # the kernel filters by link (strict dumps); a link that is gone has none
+        with _filtered(f"list addresses in {self.label}", (errno.ENODEV,)):
+            msgs = self._nl.dump(_msg(ifaddrmsg, family=AF_INET, index=index or 0),
+                                 RTM_GETADDR)
         out = []
         for m in msgs:
+            if index and m["index"] != index:
+                continue
             addr = m.get_attr("IFA_LOCAL") or m.get_attr("IFA_ADDRESS")
             out.append((m["index"], ipaddress.IPv4Interface(f"{addr}/{m['prefixlen']}")))
         return out
 
     def add_address(self, name: str, iface: ipaddress.IPv4Interface) -> None:
-        self._addr("add", name, iface, f"add {iface} to {name} in {self.label}", EXISTS)
+        self._addr(RTM_NEWADDR, NEW, name, iface, f"add {iface} to {name} in {self.label}",
+                   EXISTS)
 
     def del_address(self, name: str, iface: ipaddress.IPv4Interface) -> None:
-        self._addr("del", name, iface, f"delete {iface} from {name} in {self.label}", ABSENT)
+        self._addr(RTM_DELADDR, 0, name, iface,
+                   f"delete {iface} from {name} in {self.label}", ABSENT)
 
-    def _addr(self, cmd: str, name: str, iface: ipaddress.IPv4Interface, action: str,
-              ok: tuple[int, ...]) -> None:
+    def _addr(self, kind: int, flags: int, name: str, iface: ipaddress.IPv4Interface,
+              action: str, ok: tuple[int, ...]) -> None:
         link = self.require(name)
+        ip = str(iface.ip)
+        msg = _msg(ifaddrmsg, [("IFA_ADDRESS", ip), ("IFA_LOCAL", ip)], family=AF_INET,
+                   prefixlen=iface.network.prefixlen, index=link.index)
         with _filtered(action, ok):
-            self._ipr.addr(cmd, index=link.index, address=str(iface.ip),
-                           prefixlen=iface.network.prefixlen)
+            self._nl.request(msg, kind, flags)
 
     # routes and rules --------------------------------------------------
     def routes(self, table: int = RT_TABLE_MAIN, oif: int | None = None) -> list[Route]:
         msgs: Any = ()
-        with _filtered(f"list routes of table {table} in {self.label}"):
-            msgs = self._ipr.get_routes(family=AF_INET, table=table)
+        attrs = [("RTA_TABLE", table)] + ([("RTA_OIF", oif)] if oif else [])
+        # filtered by the kernel (strict dumps): no such table or link means no routes
+        with _filtered(f"list routes of table {table} in {self.label}",
+                       (errno.ENOENT, errno.ENODEV)):
+            msgs = self._nl.dump(_msg(rtmsg, attrs, family=AF_INET, table=header_table(table)),
+                                 RTM_GETROUTE)
         out = [route_of(m) for m in msgs]
-        return [r for r in out if oif is None or r.oif == oif]
+        return [r for r in out if r.table == table and (oif is None or r.oif == oif)]
 
     def add_route(self, route: Route) -> None:
+        fields, attrs = route_request(route)
         with _filtered(f"add route {route.dst} to table {route.table} in {self.label}", EXISTS):
-            self._ipr.route("add", **route_spec(route))
+            self._nl.request(_msg(rtmsg, attrs, **fields), RTM_NEWROUTE, NEW)
 
     def del_route(self, route: Route) -> None:
-        spec: dict[str, Any] = {"dst": route.dst, "table": route.table}
-        if route.gateway:
-            spec["gateway"] = route.gateway
+        fields, attrs = route_request(route, delete=True)
         with _filtered(f"delete route {route.dst} from table {route.table}", ABSENT):
-            self._ipr.route("del", **spec)
+            self._nl.request(_msg(rtmsg, attrs, **fields), RTM_DELROUTE)
 
     def rules(self) -> list[Rule]:
         """(priority, table, source CIDR) of every IPv4 rule."""
         msgs: Any = ()
         with _filtered(f"list rules in {self.label}"):
-            msgs = self._ipr.get_rules(family=AF_INET)
+            msgs = self._nl.dump(_msg(fibmsg, family=AF_INET), RTM_GETRULE)
         out: list[Rule] = []
         for m in msgs:
             src = m.get_attr("FRA_SRC")
@@ -243,15 +303,16 @@ class Netlink(NetlinkPort):
         return out
 
     def add_rule(self, src: str, table: int, priority: int) -> None:
-        self._rule("add", src, table, priority, f"add rule from {src} lookup {table} in "
-                   f"{self.label}", EXISTS)
+        self._rule(RTM_NEWRULE, NEW, src, table, priority,
+                   f"add rule from {src} lookup {table} in {self.label}", EXISTS)
 
     def del_rule(self, src: str, table: int, priority: int) -> None:
-        self._rule("del", src, table, priority, f"delete rule from {src} lookup {table}",
-                   ABSENT)
+        self._rule(RTM_DELRULE, 0, src, table, priority,
+                   f"delete rule from {src} lookup {table}", ABSENT)
 
-    def _rule(self, cmd: str, src: str, table: int, priority: int, action: str,
+    def _rule(self, kind: int, flags: int, src: str, table: int, priority: int, action: str,
               ok: tuple[int, ...]) -> None:
+        msg = _msg(fibmsg, [("FRA_SRC", src), ("FRA_TABLE", table), ("FRA_PRIORITY", priority)],
+                   family=AF_INET, src_len=32, table=header_table(table), action=FR_ACT_TO_TBL)
         with _filtered(action, ok):
-            self._ipr.rule(cmd, family=AF_INET, src=src, src_len=32, table=table,
-                           priority=priority)
+            self._nl.request(msg, kind, flags)

@@ -49,15 +49,31 @@ def route_of(m: Any) -> Route:
     )
 
 
-def route_spec(route: Route) -> dict[str, Any]:
-    spec: dict[str, Any] = {"dst": route.dst, "table": route.table, "oif": route.oif,
-                            "scope": route.scope}
+RTPROT_STATIC = 4
+RTN_UNICAST = 1
+RT_TABLE_COMPAT = 252
+
+
+def header_table(table: int) -> int:
+    """The header's 8-bit table field (the full number goes in the table attribute)."""
+    return table if table < 256 else RT_TABLE_COMPAT
+
+
+def route_request(route: Route, delete: bool = False) -> tuple[dict[str, Any], list[Any]]:
+    """The header fields and attributes of an RTM_NEWROUTE (or RTM_DELROUTE: matched by
+    destination, table and gateway) for ``route``, as pyroute2 encodes them."""
+    dst, _, plen = route.dst.partition("/")
+    prefixlen = int(plen or 32)
+    attrs: list[Any] = [("RTA_DST", dst)] if prefixlen else []
+    attrs.append(("RTA_TABLE", route.table))
+    if route.oif and not delete:
+        attrs.append(("RTA_OIF", route.oif))
     if route.gateway:
-        spec["gateway"] = route.gateway
-    if route.onlink:
-        spec["flags"] = RTNH_F_ONLINK
-    if route.proto:
-        spec["proto"] = route.proto
-    if route.priority:
-        spec["priority"] = route.priority
-    return spec
+        attrs.append(("RTA_GATEWAY", route.gateway))
+    fields = {"family": 2, "dst_len": prefixlen, "table": header_table(route.table)}
+    if not delete:
+        if route.priority:
+            attrs.append(("RTA_PRIORITY", route.priority))
+        fields.update(proto=route.proto or RTPROT_STATIC, scope=route.scope, type=RTN_UNICAST,
+                      flags=RTNH_F_ONLINK if route.onlink else 0)
+    return fields, attrs

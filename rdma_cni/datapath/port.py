@@ -122,6 +122,13 @@ class NetlinkPort(Protocol):
     def delete_link(self, name: str) -> bool:
         """False if there was no such link."""
 
+    def delete_links(self, names: Sequence[str]) -> None:
+        """Delete these links together (the kernel adapter has the kernel tear them down
+        in one batch, waiting once for all); absent ones are skipped. This default deletes
+        them one by one."""
+        for name in dict.fromkeys(names):
+            self.delete_link(name)
+
     # addresses, routes, rules (IPv4)
     def addresses(self, index: int | None = None) -> list[tuple[int, IPv4Interface]]: ...
     def add_address(self, name: str, iface: IPv4Interface) -> None: ...

@@ -25,12 +25,20 @@ def create(ctx: Ctx, p: IfacePlan) -> None:
     ctx.host.create_sublink(p.kind, p.tmp, parent, ctx.pod_fd, p.mtu, p.mac)
 
 
-def delete(ctx: Ctx, p: IfacePlan) -> None:
-    """Our sub-link of plan ``p`` in the pod, under its temporary or its final name."""
+def ours(ctx: Ctx, p: IfacePlan) -> list[str]:
+    """The names our sub-link of plan ``p`` has in the pod: its temporary name, or its
+    final name when it bears our marker."""
+    out = []
     for name in (p.tmp, p.name):
         link = ctx.pod.link(name)
         if link is not None and (name == p.tmp or link.alias == ctx.marker):
-            ctx.pod.delete_link(name)
+            out.append(name)
+    return out
+
+
+def delete(ctx: Ctx, p: IfacePlan) -> None:
+    """Our sub-link of plan ``p`` in the pod, under its temporary or its final name."""
+    ctx.pod.delete_links(ours(ctx, p))
 
 
 def rename(ctx: Ctx, p: IfacePlan) -> None:

@@ -43,10 +43,11 @@ def teardown(session: Session, state: AttachmentState, digest: str) -> None:
     priority = state.rule_priority
     failures: list[tuple[str, CniError]] = []
     tick = testhooks.del_ticker()  # inert unless the test seam is set
+    doomed: list[str] = []  # our sub-links in the pod, deleted together at the end
     for p in reversed(state.interfaces):
         try:
             if session.has_pod:
-                _in_pod(session, p, marker, priority, tick)
+                doomed += _in_pod(session, p, marker, priority, tick)
             if p.kind == "physical":
                 assert session.host is not None
                 tick()
@@ -57,6 +58,8 @@ def teardown(session: Session, state: AttachmentState, digest: str) -> None:
             else:
                 log.warning("DEL of %s: %s (ignored)", p.name, exc.msg)
     tick()
+    if doomed:
+        _delete_sublinks(session, marker, priority, doomed)
     if failures and all(isinstance(f, NicNotBack) for _, f in failures):
         raise NicNotBack("; ".join(f.msg for _, f in failures))
     if failures:
@@ -65,7 +68,8 @@ def teardown(session: Session, state: AttachmentState, digest: str) -> None:
 
 
 def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,
-            tick: Callable[[], None]) -> None:
+            tick: Callable[[], None]) -> list[str]:
+    """Undo ``p`` in the pod; for a sub-link, the names to delete (at the end, together)."""
     ctx = session.ctx(marker, priority)
     tick()
     for addr in p.addresses:
@@ -75,8 +79,15 @@ def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,
         if p.rdma_move:
             rdma_out(ctx, p)  # reverse order of ADD: RDMA device first, then the netdev
         move_out(ctx, p)
-    else:
-        sublinks.delete(ctx, p)
+        return []
+    return sublinks.ours(ctx, p)
+
+
+def _delete_sublinks(session: Session, marker: str, priority: int, names: list[str]) -> None:
+    try:
+        session.ctx(marker, priority).pod.delete_links(names)
+    except CniError as exc:
+        log.warning("DEL of %s: %s (ignored)", ", ".join(names), exc.msg)
 
 
 def _recover_on_host(host: NetlinkPort, p: IfacePlan, marker: str, sysfs: Sysfs | None = None,

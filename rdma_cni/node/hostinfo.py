@@ -13,7 +13,10 @@ from rdma_cni.node.discovery import Nic
 RTPROT_KERNEL = 2
 
 
-def nic_facts(nl: NetlinkPort, names: Iterable[str], rdma: dict[str, Nic]) -> dict[str, NicFacts]:
+def nic_facts(nl: NetlinkPort, names: Iterable[str],
+              rdma: dict[str, Nic]) -> tuple[dict[str, NicFacts], set[IPv4Address]]:
+    """The planner's facts of each named NIC, and every IPv4 address of the host (one
+    address dump serves both)."""
     wanted = list(dict.fromkeys(names))
     # one RTM_GETLINK per NIC: a dump would decode every link of the node (pod veths too)
     found = {n: nl.link(n) for n in wanted}
@@ -22,16 +25,15 @@ def nic_facts(nl: NetlinkPort, names: Iterable[str], rdma: dict[str, Nic]) -> di
     if missing:
         raise NicUnavailable(f"RDMA NIC {', '.join(missing)} not found on the host")
     addrs = nl.addresses()
-    routes = nl.routes()
     out = {}
     for name in wanted:
         link = links[name]
         own = tuple(sorted((a for i, a in addrs if i == link.index), key=lambda a: a.ip))
-        # the NIC's routes, but not the connected ones the kernel makes from its addresses
-        through = [r for r in routes if r.oif == link.index and
-                   (r.gateway or r.proto != RTPROT_KERNEL)]
+        # the NIC's routes (of the main table, through it: the kernel filters the dump),
+        # but not the connected ones the kernel makes from its addresses
+        through = [r for r in nl.routes(oif=link.index) if r.gateway or r.proto != RTPROT_KERNEL]
         out[name] = _facts(link, own, through, rdma.get(name))
-    return out
+    return out, {a.ip for _, a in addrs}
 
 
 def _facts(link: Link, addresses: tuple[IPv4Interface, ...], via: Sequence[Route],
@@ -48,7 +50,3 @@ def _facts(link: Link, addresses: tuple[IPv4Interface, ...], via: Sequence[Route
         parent_dev=link.parent_dev,
         perm_mac=link.perm_mac, ibdev=nic.ibdev if nic else None,
     )
-
-
-def host_ipv4(nl: NetlinkPort) -> set[IPv4Address]:
-    return {a.ip for _, a in nl.addresses()}

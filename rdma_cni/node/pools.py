@@ -87,13 +87,13 @@ def ranges_of(conf: Any) -> dict[str, RangeLimits]:
 def host_nics(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
     """Addresses and gateway of the named NICs present here, and all host IPv4 addresses."""
     from rdma_cni.adapters.netlink import Netlink
-    from rdma_cni.node.hostinfo import host_ipv4, nic_facts
+    from rdma_cni.node.hostinfo import nic_facts
 
     nl = Netlink.here()
     try:
         present = {link.name for link in nl.links()}
-        facts = nic_facts(nl, [n for n in names if n in present], {})
-        return {n: HostNic(f.addresses, f.gateway) for n, f in facts.items()}, host_ipv4(nl)
+        facts, host_addrs = nic_facts(nl, [n for n in names if n in present], {})
+        return {n: HostNic(f.addresses, f.gateway) for n, f in facts.items()}, host_addrs
     finally:
         nl.close()
 

@@ -56,6 +56,7 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
         ("create a macvlan into the pod", sub("rdtx0", 1400, "02:00:00:00:00:aa")),
         ("create it again", sub("rdtx0", 1400)),
         ("create one above the parent's MTU", sub("rdtx1", 9000)),
+        ("create two more", lambda w: (sub("rdtx2", 1400)(w), sub("rdtx3", 1400)(w))),
         ("rename and mark it", lambda w: w.pod.rename("rdtx0", "eth1", MARK, "rename")),
         ("route through a link that is down",
          lambda w: route(w, Route("198.51.100.0/26", None, None, TABLE, scope=SCOPE_LINK))),
@@ -92,9 +93,24 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
          lambda w: w.pod.del_address("eth1", IPv4Interface("198.51.100.10/26"))),
         ("delete it again",
          lambda w: w.pod.del_address("eth1", IPv4Interface("198.51.100.10/26"))),
+        ("delete links together, one of them missing",
+         lambda w: w.pod.delete_links(["rdtx2", "nope", "rdtx3", "rdtx2"])),
+        ("delete them together again", lambda w: w.pod.delete_links(["rdtx2", "rdtx3"])),
         ("delete the macvlan", lambda w: w.pod.delete_link("eth1")),
         ("delete it again", lambda w: w.pod.delete_link("eth1")),
     ]
+
+
+NAMES = ("rnic0", "rnic1", "rdtx0", "rdtx1", "rdtx2", "rdtx3", "eth1", "eth9", "nope")
+
+
+def _lookups_agree(w: World, what: str) -> None:
+    """What a port answers by name (the adapter keeps what it looked up and changed itself
+    during a request) is what a dump of the netns shows."""
+    for port in (w.host, w.pod):
+        dumped = {lk.name: lk for lk in port.links()}
+        for name in NAMES:
+            assert port.link(name) == dumped.get(name), f"{what}: {port.label} {name}"
 
 
 def _run(w: World) -> list[tuple[str, object, dict[str, Any]]]:
@@ -106,6 +122,7 @@ def _run(w: World) -> list[tuple[str, object, dict[str, Any]]]:
             outcome = f"errno {exc.errno}"
         except CniError as exc:
             outcome = f"{type(exc).__name__}: {exc.msg}"
+        _lookups_agree(w, what)
         trace.append((what, outcome, _state(w)))
     return trace
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from ipaddress import IPv4Address
 from typing import Any
 
 from rdma_cni.cni import result
@@ -33,7 +34,7 @@ from rdma_cni.models.blocks import validate_blocks
 from rdma_cni.models.netconf import NetConf
 from rdma_cni.node import nics as nic_select
 from rdma_cni.node.allocation import AllocationAnswer, PodRef, assign, kubelet_sources, lookup
-from rdma_cni.node.hostinfo import host_ipv4, nic_facts
+from rdma_cni.node.hostinfo import nic_facts
 from rdma_cni.node.origin import origin_of
 from rdma_cni.node.pools import ranges_of
 from rdma_cni.store.core import Store
@@ -65,12 +66,12 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
             names = assign(nc.mode, rdma.nics, answer.ids, n_ifaces, resolve=rdma.resolve,
                            pod=req.args.pod, resource=nc.resource, busy=busy)
         assert session.host is not None
-        facts = nic_facts(session.host, names, rdma.by_netdev)
+        facts, host_addrs = nic_facts(session.host, names, rdma.by_netdev)
         plans = plan_interfaces(nc, blocks, [facts[n] for n in names], req.key.digest())
         plans = nic_select.rdma_netns(nc, plans)
         plans = _free_tables(session, nc, plans)
         token = os.urandom(8).hex()
-        plans = _reserve(req, nc, store, session, plans, facts, token)
+        plans = _reserve(req, nc, store, plans, facts, host_addrs, token)
         return _apply(req, nc, store, session, plans, token)
     finally:
         session.close()
@@ -162,13 +163,12 @@ def _mine(store: Store, req: Request, token: str) -> AttachmentState | None:
     return state if state is not None and state.request == token else None
 
 
-def _reserve(req: Request, nc: NetConf, store: Store, session: Session,
-             plans: list[IfacePlan], facts: dict[str, NicFacts],
+def _reserve(req: Request, nc: NetConf, store: Store, plans: list[IfacePlan],
+             facts: dict[str, NicFacts], host_addrs: set[IPv4Address],
              token: str) -> list[IfacePlan]:
-    """Claim NICs and reserve addresses, then save the pending state (all under the lock)."""
+    """Claim NICs and reserve addresses (none of the host's ``host_addrs``), then save the
+    pending state (all under the lock)."""
     key = req.key
-    assert session.host is not None
-    host_addrs = host_ipv4(session.host) if nc.mode.traits.pod_ipam else set()
     ranges = ranges_of(nc)
     out: list[IfacePlan] = []
     with store.lock():

@@ -1,0 +1,140 @@
+"""A synchronous rtnetlink channel: one raw ``NETLINK_ROUTE`` socket in the netns it
+was made in, and pyroute2's message classes to encode every request and decode every
+answer (the request/response layer of pyroute2's ``IPRoute`` runs each call through
+an asyncio loop and argument filters, which cost more than the message itself).
+
+Dumps are filtered by the kernel (``NETLINK_GET_STRICT_CHK``, Linux >= 4.20): a
+node's address or route dump for one link or table then carries only what was asked;
+callers still filter what they read, so an older kernel that ignores the filter
+gives the same answer, only slower.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+import socket
+import struct
+import sys
+from typing import Any
+
+
+def _light_package() -> None:
+    """Import pyroute2's modules without its package ``__init__``, which imports every
+    netlink family it has (NDB, IPDB, conntrack, nftables, wireless, ...: about half
+    the in-process plugin's start-up). The package module stands in with its real
+    ``__path__``; the first attribute asked of it that is not a submodule runs the real
+    ``__init__`` into it, so any other user of ``pyroute2`` still sees all of it."""
+    if "pyroute2" in sys.modules:
+        return
+    spec = importlib.util.find_spec("pyroute2")
+    if spec is None or spec.loader is None or not spec.submodule_search_locations:
+        return
+    pkg = importlib.util.module_from_spec(spec)
+    loader = spec.loader
+
+    def complete(name: str) -> Any:
+        if not name.startswith("__") and importlib.util.find_spec(f"pyroute2.{name}"):
+            return importlib.import_module(f"pyroute2.{name}")  # `from pyroute2 import config`
+        del pkg.__dict__["__getattr__"]
+        loader.exec_module(pkg)
+        return getattr(pkg, name)
+
+    pkg.__dict__["__getattr__"] = complete
+    sys.modules["pyroute2"] = pkg
+
+
+_light_package()
+from pyroute2.netlink.rtnl.fibmsg import fibmsg  # noqa: E402
+from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg  # noqa: E402
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg  # noqa: E402
+from pyroute2.netlink.rtnl.rtmsg import rtmsg  # noqa: E402
+
+NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
+NLM_F_EXCL = 0x200
+NLM_F_CREATE = 0x400
+NLM_F_DUMP = 0x300
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+SOL_NETLINK = 270
+NETLINK_GET_STRICT_CHK = 12
+
+RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK, RTM_SETLINK = 16, 17, 18, 19
+RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
+RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
+RTM_NEWRULE, RTM_DELRULE, RTM_GETRULE = 32, 33, 34
+#: the answers a request can carry, by message type
+_ANSWERS: dict[int, Any] = {RTM_NEWLINK: ifinfmsg, RTM_NEWADDR: ifaddrmsg,
+                            RTM_NEWROUTE: rtmsg, RTM_NEWRULE: fibmsg}
+_HDR = struct.Struct("=IHHII")
+_ERR = struct.Struct("=i")
+
+__all__ = ["Channel", "fibmsg", "ifaddrmsg", "ifinfmsg", "rtmsg"]
+
+
+class Channel:
+    """One socket, one request at a time; answers matched by sequence number."""
+
+    def __init__(self) -> None:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                             socket.NETLINK_ROUTE)
+        with contextlib.suppress(OSError):  # an older kernel: dumps come unfiltered
+            sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
+        sock.bind((0, 0))
+        self._sock = sock
+        self._seq = 0
+        self._peek = bytearray(1)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def request(self, msg: Any, kind: int, flags: int = 0) -> list[Any]:
+        """Send ``msg`` (a pyroute2 message) as ``kind`` with NLM_F_REQUEST|ACK|``flags``;
+        the decoded answers. A refusal raises OSError with the kernel's errno."""
+        self._seq = self._seq % 0x7FFFFFFF + 1
+        header = msg["header"]
+        header["type"], header["flags"] = kind, NLM_F_REQUEST | NLM_F_ACK | flags
+        header["sequence_number"], header["pid"] = self._seq, 0
+        msg.encode()
+        self._sock.send(msg.data)
+        return self._collect(self._seq)
+
+    def dump(self, msg: Any, kind: int) -> list[Any]:
+        return self.request(msg, kind, NLM_F_DUMP)
+
+    def _collect(self, seq: int) -> list[Any]:
+        out: list[Any] = []
+        while True:
+            data = self._recv()
+            off = 0
+            while off + _HDR.size <= len(data):
+                length, kind, _flags, mseq, _pid = _HDR.unpack_from(data, off)
+                if length < _HDR.size:
+                    break
+                if mseq == seq:
+                    if kind in (NLMSG_DONE, NLMSG_ERROR):
+                        # an ACK ends a request, DONE a dump; either may carry an errno
+                        (err,) = _ERR.unpack_from(data, off + _HDR.size) \
+                            if length >= _HDR.size + _ERR.size else (0,)
+                        if err:
+                            raise OSError(-err, os.strerror(-err))
+                        return out
+                    cls = _ANSWERS.get(kind)
+                    if cls is not None:
+                        msg = cls(data, offset=off)
+                        msg.decode()
+                        out.append(msg)
+                off += (length + 3) & ~3
+
+    def _recv(self) -> bytes:
+        """One datagram, whatever its size (a NIC with many VFs answers in more than
+        the usual 32 KiB)."""
+        while True:
+            try:
+                size = self._sock.recv_into(self._peek, 0, socket.MSG_PEEK | socket.MSG_TRUNC)
+                return self._sock.recv(max(size, 1))
+            except InterruptedError:
+                continue
