@@ -44,7 +44,15 @@ from rdma_cni.adapters.rtnl import (
     ifinfmsg,
     rtmsg,
 )
-from rdma_cni.adapters.rtnlmsg import header_table, link_of, route_of, route_request, stats_of
+from rdma_cni.adapters.rtnlmsg import (
+    address_of,
+    header_table,
+    link_of,
+    route_of,
+    route_request,
+    rule_of,
+    stats_of,
+)
 from rdma_cni.datapath.port import (
     RT_TABLE_MAIN,
     Link,
@@ -242,13 +250,8 @@ class Netlink(NetlinkPort):
         with _filtered(f"list addresses in {self.label}", (errno.ENODEV,)):
             msgs = self._nl.dump(_msg(ifaddrmsg, family=AF_INET, index=index or 0),
                                  RTM_GETADDR)
-        out = []
-        for m in msgs:
-            if index and m["index"] != index:
-                continue
-            addr = m.get_attr("IFA_LOCAL") or m.get_attr("IFA_ADDRESS")
-            out.append((m["index"], ipaddress.IPv4Interface(f"{addr}/{m['prefixlen']}")))
-        return out
+        pairs = (address_of(m) for m in msgs if not index or m["index"] == index)
+        return [(i, ipaddress.IPv4Interface(a)) for i, a in pairs]
 
     def add_address(self, name: str, iface: ipaddress.IPv4Interface) -> None:
         self._addr(RTM_NEWADDR, NEW, name, iface, f"add {iface} to {name} in {self.label}",
@@ -294,13 +297,7 @@ class Netlink(NetlinkPort):
         msgs: Any = ()
         with _filtered(f"list rules in {self.label}"):
             msgs = self._nl.dump(_msg(fibmsg, family=AF_INET), RTM_GETRULE)
-        out: list[Rule] = []
-        for m in msgs:
-            src = m.get_attr("FRA_SRC")
-            table = m.get_attr("FRA_TABLE") or m["table"]
-            out.append((m.get_attr("FRA_PRIORITY") or 0, table,
-                        f"{src}/{m['src_len']}" if src else None))
-        return out
+        return [rule_of(m) for m in msgs]
 
     def add_rule(self, src: str, table: int, priority: int) -> None:
         self._rule(RTM_NEWRULE, NEW, src, table, priority,

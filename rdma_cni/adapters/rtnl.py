@@ -12,6 +12,7 @@ gives the same answer, only slower.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import importlib.util
 import os
@@ -57,6 +58,10 @@ NLM_F_ACK = 0x4
 NLM_F_EXCL = 0x200
 NLM_F_CREATE = 0x400
 NLM_F_DUMP = 0x300
+NLM_F_DUMP_INTR = 0x10
+#: a dump the kernel marks interrupted (the table changed under it) is read again, this
+#: many times at most, before the request fails
+DUMP_TRIES = 5
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
 SOL_NETLINK = 270
@@ -78,12 +83,13 @@ __all__ = ["Channel", "fibmsg", "ifaddrmsg", "ifinfmsg", "rtmsg"]
 class Channel:
     """One socket, one request at a time; answers matched by sequence number."""
 
-    def __init__(self) -> None:
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                             socket.NETLINK_ROUTE)
-        with contextlib.suppress(OSError):  # an older kernel: dumps come unfiltered
-            sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
-        sock.bind((0, 0))
+    def __init__(self, sock: socket.socket | None = None) -> None:
+        if sock is None:
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                                 socket.NETLINK_ROUTE)
+            with contextlib.suppress(OSError):  # an older kernel: dumps come unfiltered
+                sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
+            sock.bind((0, 0))
         self._sock = sock
         self._seq = 0
         self._peek = bytearray(1)
@@ -94,34 +100,46 @@ class Channel:
     def request(self, msg: Any, kind: int, flags: int = 0) -> list[Any]:
         """Send ``msg`` (a pyroute2 message) as ``kind`` with NLM_F_REQUEST|ACK|``flags``;
         the decoded answers. A refusal raises OSError with the kernel's errno."""
+        return self._exchange(msg, kind, NLM_F_REQUEST | NLM_F_ACK | flags)[0]
+
+    def dump(self, msg: Any, kind: int) -> list[Any]:
+        """Every object of a dump request, from one consistent pass of the kernel."""
+        for _ in range(DUMP_TRIES):
+            out, interrupted = self._exchange(msg, kind, NLM_F_REQUEST | NLM_F_DUMP)
+            if not interrupted:
+                return out
+        raise OSError(errno.EAGAIN, "the kernel's table kept changing during the dump")
+
+    def _exchange(self, msg: Any, kind: int, flags: int) -> tuple[list[Any], bool]:
         self._seq = self._seq % 0x7FFFFFFF + 1
         header = msg["header"]
-        header["type"], header["flags"] = kind, NLM_F_REQUEST | NLM_F_ACK | flags
+        header["type"], header["flags"] = kind, flags
         header["sequence_number"], header["pid"] = self._seq, 0
         msg.encode()
         self._sock.send(msg.data)
         return self._collect(self._seq)
 
-    def dump(self, msg: Any, kind: int) -> list[Any]:
-        return self.request(msg, kind, NLM_F_DUMP)
-
-    def _collect(self, seq: int) -> list[Any]:
+    def _collect(self, seq: int) -> tuple[list[Any], bool]:
+        """The answers to request ``seq`` and whether the kernel marked any of them
+        interrupted; answers to earlier requests (left by a failed read) are skipped."""
         out: list[Any] = []
+        interrupted = False
         while True:
             data = self._recv()
             off = 0
             while off + _HDR.size <= len(data):
-                length, kind, _flags, mseq, _pid = _HDR.unpack_from(data, off)
+                length, kind, flags, mseq, _pid = _HDR.unpack_from(data, off)
                 if length < _HDR.size:
                     break
                 if mseq == seq:
+                    interrupted = interrupted or bool(flags & NLM_F_DUMP_INTR)
                     if kind in (NLMSG_DONE, NLMSG_ERROR):
                         # an ACK ends a request, DONE a dump; either may carry an errno
                         (err,) = _ERR.unpack_from(data, off + _HDR.size) \
                             if length >= _HDR.size + _ERR.size else (0,)
                         if err:
                             raise OSError(-err, os.strerror(-err))
-                        return out
+                        return out, interrupted
                     cls = _ANSWERS.get(kind)
                     if cls is not None:
                         msg = cls(data, offset=off)

@@ -10,20 +10,38 @@ from rdma_cni.datapath.port import Link, LinkStats, Route
 RTNH_F_ONLINK = 4
 
 
+class _Attrs:
+    """The attributes of one message by name, read in one pass (``get_attr`` scans the
+    whole list again for every name); each value is decoded when asked for."""
+
+    __slots__ = ("_first",)
+
+    def __init__(self, msg: Any) -> None:
+        first: dict[str, Any] = {}
+        for slot in msg["attrs"]:
+            first.setdefault(slot.name, slot)
+        self._first = first
+
+    def __getitem__(self, name: str) -> Any:
+        slot = self._first.get(name)
+        return None if slot is None else slot.value
+
+
 def link_of(msg: Any) -> Link:
-    info = msg.get_attr("IFLA_LINKINFO")
+    a = _Attrs(msg)
+    info = a["IFLA_LINKINFO"]
     kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
     return Link(
         index=msg["index"],
-        name=msg.get_attr("IFLA_IFNAME"),
-        mtu=msg.get_attr("IFLA_MTU") or 0,
-        mac=(msg.get_attr("IFLA_ADDRESS") or "").lower(),
+        name=a["IFLA_IFNAME"],
+        mtu=a["IFLA_MTU"] or 0,
+        mac=(a["IFLA_ADDRESS"] or "").lower(),
         kind=kind,
         up=bool(msg["flags"] & 1),
-        perm_mac=(msg.get_attr("IFLA_PERM_ADDRESS") or None),
-        parent_dev=msg.get_attr("IFLA_PARENT_DEV_NAME"),
-        parent_bus=msg.get_attr("IFLA_PARENT_DEV_BUS_NAME"),
-        alias=msg.get_attr("IFLA_IFALIAS"),
+        perm_mac=(a["IFLA_PERM_ADDRESS"] or None),
+        parent_dev=a["IFLA_PARENT_DEV_NAME"],
+        parent_bus=a["IFLA_PARENT_DEV_BUS_NAME"],
+        alias=a["IFLA_IFALIAS"],
     )
 
 
@@ -36,17 +54,31 @@ def stats_of(msg: Any) -> LinkStats | None:
 
 
 def route_of(m: Any) -> Route:
-    dst = m.get_attr("RTA_DST") or "0.0.0.0"
+    a = _Attrs(m)
     return Route(
-        dst=f"{dst}/{m['dst_len']}",
-        gateway=m.get_attr("RTA_GATEWAY"),
-        oif=m.get_attr("RTA_OIF"),
-        table=m.get_attr("RTA_TABLE") or m["table"],
+        dst=f"{a['RTA_DST'] or '0.0.0.0'}/{m['dst_len']}",
+        gateway=a["RTA_GATEWAY"],
+        oif=a["RTA_OIF"],
+        table=a["RTA_TABLE"] or m["table"],
         onlink=bool(m["flags"] & RTNH_F_ONLINK),
         scope=m["scope"],
         proto=m["proto"],
-        priority=m.get_attr("RTA_PRIORITY") or 0,
+        priority=a["RTA_PRIORITY"] or 0,
     )
+
+
+def address_of(m: Any) -> tuple[int, str]:
+    """(link index, "address/prefix length") of an RTM_NEWADDR."""
+    a = _Attrs(m)
+    return m["index"], f"{a['IFA_LOCAL'] or a['IFA_ADDRESS']}/{m['prefixlen']}"
+
+
+def rule_of(m: Any) -> tuple[int, int, str | None]:
+    """(priority, table, source CIDR or None) of an RTM_NEWRULE."""
+    a = _Attrs(m)
+    src = a["FRA_SRC"]
+    return (a["FRA_PRIORITY"] or 0, a["FRA_TABLE"] or m["table"],
+            f"{src}/{m['src_len']}" if src else None)
 
 
 RTPROT_STATIC = 4
