@@ -1,5 +1,6 @@
 """Faults of the resident path (issue 14 item 4): a request the client abandoned
-must not act, and a rollback must only undo what its own request did.
+must not act, and a rollback must only undo what its own request did; a request
+that stalls in the server does not hold up the next one.
 
 The client's deadline is cut to 1 s and the kubelet's first answer (the one the
 resident server waits for) takes 2.5 s; the client gives up, runs the ADD
@@ -98,5 +99,44 @@ def test_late_resident_add_leaves_the_finished_pod_alone(
         assert chain.check("c1").rc == 0
         assert chain.delete("c1").rc == 0
         assert sorted(pod.links()) == ["eth0", "lo"]
+    finally:
+        serve.stop()
+
+
+def test_a_stalled_request_does_not_hold_up_the_next(
+        rig: Rig, kubelet: FakeKubelet, tmp_path: Path) -> None:  # noqa: F811
+    """One server process, busy with an ADD whose kubelet answer takes 2 s: it leaves the
+    next connection to an idle sibling for a moment only (there is none), then serves
+    it too, while the first still waits."""
+    rig.nic()
+    slow_pod, next_pod = rig.pod(), rig.pod()
+    kubelet.set_pod("default", "p1", {RESOURCE: ["rnic0@0"]})
+    serve = Serve(rig.node.ns, tmp_path / "r.sock", tmp_path / "serve.log",
+                  options=["--workers", "1"])
+    try:
+        slow = rig.chain("shared-multi", residentSocket=str(serve.sock),
+                         kubelet={"podResourcesSocket": kubelet.pr_socket,
+                                  "checkpointFile": str(tmp_path / "no-checkpoint"),
+                                  "devicePluginDir": str(tmp_path)})
+        other = rig.chain("shared-multi", residentSocket=str(serve.sock))
+        watcher = _slow_first_answer(kubelet, 2.0)
+        first: list = []
+        t = threading.Thread(target=lambda: first.append(slow.add("c1", slow_pod.path,
+                                                                  rdma_blocks(1))))
+        t.start()
+        deadline = time.monotonic() + 20
+        while not kubelet.calls:  # the first ADD is in the server, waiting for the kubelet
+            assert time.monotonic() < deadline, "the first ADD never asked the kubelet"
+            time.sleep(0.01)
+        add = other.add("c2", next_pod.path, rdma_blocks(1))
+        assert add.rc == 0, add.out
+        assert t.is_alive(), "the second ADD was answered only after the stalled one"
+        assert serve.served("ADD") == 1, "the second ADD did not go through the server"
+        t.join()
+        watcher.join()
+        assert first[0].rc == 0, first[0].out
+        assert serve.served("ADD") == 2
+        for chain, cid in ((slow, "c1"), (other, "c2")):
+            assert chain.delete(cid).rc == 0
     finally:
         serve.stop()

@@ -23,11 +23,12 @@ class Serve:
     """``rdma-cni serve`` in ``ns``; ``argv`` runs it (default: python -m rdma_cni)."""
 
     def __init__(self, ns: str, sock: Path, log: Path,
-                 argv: Sequence[str] = (str(PYTHON), "-m", "rdma_cni")) -> None:
+                 argv: Sequence[str] = (str(PYTHON), "-m", "rdma_cni"),
+                 options: Sequence[str] = ()) -> None:
         self.sock, self.log = sock, log
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", ns, *argv, "serve",
-             "--socket", str(sock), "--log-file", str(log)],
+             "--socket", str(sock), "--log-file", str(log), *options],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
         while not sock.exists():
