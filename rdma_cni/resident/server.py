@@ -31,9 +31,10 @@ logger = logging.getLogger("rdma_cni")
 #: a process with a request in hand leaves the next connection to an idle sibling
 #: (``serve --workers``: the kernel hands each connection to one of the processes in
 #: accept) for this long, then takes it on itself, so a slow request (a kubelet that
-#: stalls, a DEL waiting for an exclusive NIC) never holds up the others. Pods started
-#: at once spread over the processes instead of queueing as threads behind one GIL
-#: (32 at once on 2 CPUs: about 0.3 s instead of 0.45, bench figure 4).
+#: stalls) never holds up the others. Pods started at once spread over the processes
+#: instead of queueing as threads behind one GIL (32 at once on 2 CPUs: about 0.26 s
+#: instead of 0.45, bench figure 4). Only an ADD holds its process so: the other
+#: commands mostly wait for the kernel (a DEL's link deletion), and run side by side.
 HANDOFF = 0.05
 PRELOAD = ("rdma_cni.cni.commands.add", "rdma_cni.cni.commands.delete",
            "rdma_cni.cni.commands.check", "rdma_cni.cni.commands.status",
@@ -86,14 +87,14 @@ class Server:
                 if self.stopping.is_set():
                     break
                 raise
-            threading.Thread(target=self._handle_in, args=(conn, slot), daemon=True).start()
+            held = _Held(self.idle if slot else None)
+            threading.Thread(target=self._handle_in, args=(conn, held), daemon=True).start()
 
-    def _handle_in(self, conn: socket.socket, slot: bool) -> None:
+    def _handle_in(self, conn: socket.socket, held: _Held) -> None:
         try:
-            self.handle(conn)
+            self.handle(conn, held)
         finally:
-            if slot:
-                self.idle.release()
+            held.release()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -107,12 +108,12 @@ class Server:
         except OSError:
             pass
 
-    def handle(self, conn: socket.socket) -> None:
+    def handle(self, conn: socket.socket, held: _Held | None = None) -> None:
         fds: list[int] = []
         try:
             conn.settimeout(10.0)
             data, fds = _receive(conn)
-            conn.sendall(protocol.encode_reply(self._answer(conn, data, fds)))
+            conn.sendall(protocol.encode_reply(self._answer(conn, data, fds, held)))
         except (OSError, ValueError) as exc:
             logger.warning("resident request failed: %s", exc)
         finally:
@@ -120,8 +121,11 @@ class Server:
                 os.close(fd)
             conn.close()
 
-    def _answer(self, conn: socket.socket, data: bytes, fds: list[int]) -> dict[str, Any]:
+    def _answer(self, conn: socket.socket, data: bytes, fds: list[int],
+                held: _Held | None = None) -> dict[str, Any]:
         env, stdin = protocol.decode_request(data)
+        if held is not None and env.get("CNI_COMMAND") != "ADD":
+            held.release()
         if not fds or _ino(fds[0]) != self.netns:
             return {"refuse": "client is in another network namespace"}
         if env.get("CNI_NETNS") and len(fds) < 2:
@@ -138,6 +142,18 @@ class Server:
         logger.info("resident %s %s exit %d in %.1f ms", env.get("CNI_COMMAND"),
                     env.get("CNI_CONTAINERID", "")[:12], code, (time.monotonic() - start) * 1e3)
         return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+class _Held:
+    """This process's busy mark while it serves a request (see HANDOFF); released once."""
+
+    def __init__(self, sem: threading.Semaphore | None) -> None:
+        self._sem = sem
+
+    def release(self) -> None:
+        sem, self._sem = self._sem, None
+        if sem is not None:
+            sem.release()
 
 
 def _abandoned(conn: socket.socket) -> bool:
