@@ -221,9 +221,7 @@ class Netlink(NetlinkPort):
         grace period once, where one delete each waits once each (about 25 ms a link)."""
         wanted = list(dict.fromkeys(names))
         if len(wanted) < 2:
-            for name in wanted:
-                self.delete_link(name)
-            return
+            return super().delete_links(wanted)
         group = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF or 1  # never group 0
         marked = []
         for name in wanted:
@@ -235,13 +233,14 @@ class Netlink(NetlinkPort):
                     raise
                 continue  # already gone
             marked.append(name)
+        if not marked:
+            return None
         try:
             with _filtered(f"delete {', '.join(marked)} in {self.label}", (errno.ENODEV,)):
-                if marked:
-                    self._nl.request(_msg(ifinfmsg, [("IFLA_GROUP", group)]), RTM_DELLINK)
-        except NetlinkFailure:
-            for name in marked:  # e.g. a kernel without group deletion: one by one
-                self.delete_link(name)
+                self._nl.request(_msg(ifinfmsg, [("IFLA_GROUP", group)]), RTM_DELLINK)
+        except NetlinkFailure:  # e.g. a kernel without group deletion: one by one
+            super().delete_links(marked)
+        return None
 
     # addresses ---------------------------------------------------------
     def addresses(self, index: int | None = None) -> list[tuple[int, ipaddress.IPv4Interface]]:

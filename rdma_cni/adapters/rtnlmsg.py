@@ -8,6 +8,9 @@ from typing import Any
 from rdma_cni.datapath.port import Link, LinkStats, Route
 
 RTNH_F_ONLINK = 4
+RTPROT_STATIC = 4
+RTN_UNICAST = 1
+RT_TABLE_COMPAT = 252
 
 
 class _Attrs:
@@ -79,11 +82,6 @@ def rule_of(m: Any) -> tuple[int, int, str | None]:
     src = a["FRA_SRC"]
     return (a["FRA_PRIORITY"] or 0, a["FRA_TABLE"] or m["table"],
             f"{src}/{m['src_len']}" if src else None)
-
-
-RTPROT_STATIC = 4
-RTN_UNICAST = 1
-RT_TABLE_COMPAT = 252
 
 
 def header_table(table: int) -> int:

@@ -32,7 +32,7 @@ logger = logging.getLogger("rdma_cni")
 #: (``serve --workers``: the kernel hands each connection to one of the processes in
 #: accept) for this long, then takes it on itself, so a slow request (a kubelet that
 #: stalls) never holds up the others. Pods started at once spread over the processes
-#: instead of queueing as threads behind one GIL (32 at once on 2 CPUs: about 0.26 s
+#: instead of queueing as threads behind one GIL (32 at once on 2 CPUs: about 0.24 s
 #: instead of 0.45, bench figure 4). Only an ADD holds its process so: the other
 #: commands mostly wait for the kernel (a DEL's link deletion), and run side by side.
 HANDOFF = 0.05
@@ -74,20 +74,17 @@ class Server:
         assert self.sock is not None
         self.sock.settimeout(0.5)
         while not self.stopping.is_set():
-            slot = self.idle.acquire(timeout=HANDOFF)
+            held = _Held(self.idle if self.idle.acquire(timeout=HANDOFF) else None)
             try:
                 conn, _ = self.sock.accept()
             except TimeoutError:
-                if slot:
-                    self.idle.release()
+                held.release()
                 continue
             except OSError:
-                if slot:
-                    self.idle.release()
+                held.release()
                 if self.stopping.is_set():
                     break
                 raise
-            held = _Held(self.idle if slot else None)
             threading.Thread(target=self._handle_in, args=(conn, held), daemon=True).start()
 
     def _handle_in(self, conn: socket.socket, held: _Held) -> None:
@@ -108,7 +105,7 @@ class Server:
         except OSError:
             pass
 
-    def handle(self, conn: socket.socket, held: _Held | None = None) -> None:
+    def handle(self, conn: socket.socket, held: _Held) -> None:
         fds: list[int] = []
         try:
             conn.settimeout(10.0)
@@ -122,9 +119,9 @@ class Server:
             conn.close()
 
     def _answer(self, conn: socket.socket, data: bytes, fds: list[int],
-                held: _Held | None = None) -> dict[str, Any]:
+                held: _Held) -> dict[str, Any]:
         env, stdin = protocol.decode_request(data)
-        if held is not None and env.get("CNI_COMMAND") != "ADD":
+        if env.get("CNI_COMMAND") != "ADD":
             held.release()
         if not fds or _ino(fds[0]) != self.netns:
             return {"refuse": "client is in another network namespace"}
