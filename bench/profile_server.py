@@ -3,7 +3,7 @@
 `rdma-cni serve` makes, in this process, under cProfile, for N one-interface (or
 ``--ifaces``) ADD+DEL pairs on fresh pods in a throwaway node netns.
 
-    sudo .venv/bin/python bench/profile_server.py [--rounds 50] [--ifaces 1] [--top 25]
+    sudo .venv/bin/python bench/profile_server.py [--rounds 50] [--ifaces 1] [--top 25] [--cmd ADD]
 
 Prints the top entries by own time and by cumulative time, and the CPU ms per ADD
 and per DEL. Everything made here is deleted at the end.
@@ -48,7 +48,7 @@ def inner(args: argparse.Namespace) -> int:
             for cmd in ("ADD", "DEL"):
                 out, err = io.StringIO(), io.StringIO()
                 t0 = time.process_time()
-                if r:
+                if r and cmd in args.cmds:
                     prof.enable()
                 rc = dispatch.run(inv.environ(cmd), inv.stdin(cmd), out, err)
                 prof.disable()
@@ -78,9 +78,12 @@ def main() -> int:
     p.add_argument("--ifaces", type=int, default=1)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--only", default="", help="a regex of the entries to show, e.g. rdma_cni")
+    p.add_argument("--cmd", dest="cmds", choices=("ADD", "DEL"), action="append",
+                   help="profile only this command (repeatable; default both)")
     p.add_argument("--prefix", help=argparse.SUPPRESS)
     p.add_argument("--tmp", help=argparse.SUPPRESS)
     args = p.parse_args()
+    args.cmds = args.cmds or ["ADD", "DEL"]
     if args.prefix:
         return inner(args)
     names = lab.Names(f"rcp{os.getpid() % 100000}")

@@ -12,6 +12,18 @@ import json
 from typing import Any
 
 
+def copied(doc: Any) -> Any:
+    """A deep copy of a JSON value (what ``decode`` gives, or built of the same types)
+    by json's C codec, several times faster than ``copy.deepcopy``; a value that is not
+    plain JSON is copied by ``copy.deepcopy``."""
+    try:
+        return json.loads(json.dumps(doc))
+    except (TypeError, ValueError, RecursionError):
+        import copy
+
+        return copy.deepcopy(doc)
+
+
 class JsonRefused(ValueError):  # noqa: N818 - a reason, wrapped by each caller's error
     """Why a document was refused; ``str()`` is a short reason for a message."""
 

@@ -13,6 +13,7 @@ the errnos that mean "already so" are success, every other becomes a
 from __future__ import annotations
 
 import errno
+import functools
 import ipaddress
 import os
 import socket
@@ -74,6 +75,9 @@ NEW = NLM_F_CREATE | NLM_F_EXCL
 #: the errnos that mean "it is not there" (a delete of it is done)
 ABSENT = (errno.ENODEV, errno.ENOENT, errno.ESRCH, errno.EADDRNOTAVAIL)
 EXISTS = (errno.EEXIST,)
+#: "address/prefix length" -> IPv4Interface (immutable; a node's addresses recur in every
+#: request the resident process serves)
+_interface = functools.lru_cache(maxsize=4096)(ipaddress.IPv4Interface)
 __all__ = ["RT_TABLE_MAIN", "Link", "LinkStats", "Netlink", "NetlinkFailure", "Route"]
 
 
@@ -86,14 +90,6 @@ def _filtered(action: str, ok: tuple[int, ...] = ()) -> Iterator[None]:
     except OSError as exc:
         if (exc.errno or 0) not in ok:
             raise failure(action, exc.errno or 0) from None
-
-
-def _msg(cls: Any, attrs: Iterable[tuple[str, Any]] = (), **fields: Any) -> Any:
-    msg = cls()
-    for key, value in fields.items():
-        msg[key] = value
-    msg["attrs"] = list(attrs)
-    return msg
 
 
 class Netlink(NetlinkPort):
@@ -121,7 +117,7 @@ class Netlink(NetlinkPort):
     def links(self) -> list[Link]:
         out: list[Link] = []
         with _filtered(f"list links in {self.label}"):
-            out = [link_of(m) for m in self._nl.dump(_msg(ifinfmsg), RTM_GETLINK)]
+            out = [link_of(m) for m in self._nl.dump(ifinfmsg, RTM_GETLINK)]
         return out
 
     def link(self, name: str) -> Link | None:
@@ -131,7 +127,7 @@ class Netlink(NetlinkPort):
         msgs: list[Any] = []
         with _filtered(f"look up {name} in {self.label}", (errno.ENODEV,)):
             # one RTM_GETLINK by name: a dump would decode every link of the node
-            msgs = self._nl.request(_msg(ifinfmsg, [("IFLA_IFNAME", name)]), RTM_GETLINK)
+            msgs = self._nl.request(ifinfmsg, RTM_GETLINK, 0, [("IFLA_IFNAME", name)])
         if not msgs:
             return None
         self._known[name] = found = link_of(msgs[0])
@@ -140,7 +136,7 @@ class Netlink(NetlinkPort):
     def link_stats(self, names: Iterable[str]) -> dict[str, LinkStats]:
         wanted, out = set(names), {}
         with _filtered(f"read link counters in {self.label}"):
-            for msg in self._nl.dump(_msg(ifinfmsg), RTM_GETLINK):
+            for msg in self._nl.dump(ifinfmsg, RTM_GETLINK):
                 name = msg.get_attr("IFLA_IFNAME")
                 st = stats_of(msg) if name in wanted else None
                 if st is not None:
@@ -161,18 +157,18 @@ class Netlink(NetlinkPort):
         attrs.append(("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", kind),
                                                   ("IFLA_INFO_DATA", {"attrs": data})]}))
         with _filtered(f"create {kind} {name} on {parent.name}"):
-            self._nl.request(_msg(ifinfmsg, attrs), RTM_NEWLINK, NEW)
+            self._nl.request(ifinfmsg, RTM_NEWLINK, NEW, attrs)
 
     def _set(self, name: str, action: str, attrs: list[tuple[str, Any]], flags: int = 0,
              change: int = 0, **after: Any) -> None:
         """One RTM_SETLINK of the link named ``name`` (the kernel finds it by name);
         ``after``: the fields of a known link that the change sets (it is forgotten when
         there are none: e.g. a move to another netns)."""
-        msg = _msg(ifinfmsg, [("IFLA_IFNAME", name), *attrs], flags=flags, change=change)
         known = self._known.pop(name, None)
         try:
             with _filtered(action):
-                self._nl.request(msg, RTM_SETLINK)
+                self._nl.request(ifinfmsg, RTM_SETLINK, 0, [("IFLA_IFNAME", name), *attrs],
+                                 flags=flags, change=change)
         except NetlinkFailure as exc:
             if exc.errno == errno.ENODEV:
                 raise not_found(action, name, self.label) from None
@@ -187,11 +183,11 @@ class Netlink(NetlinkPort):
         link = self.link(name)
         if link is None:
             raise not_found(action, name, self.label)
-        msg = _msg(ifinfmsg, [("IFLA_IFNAME", new), ("IFLA_IFALIAS", alias)], index=link.index)
         self._known.pop(name, None)
         self._known.pop(new, None)
         with _filtered(action):
-            self._nl.request(msg, RTM_SETLINK)
+            self._nl.request(ifinfmsg, RTM_SETLINK, 0,
+                             [("IFLA_IFNAME", new), ("IFLA_IFALIAS", alias)], index=link.index)
         self._known[new] = replace(link, name=new, alias=alias or None)
 
     def set_up(self, name: str, action: str, mtu: int | None = None) -> None:
@@ -211,7 +207,7 @@ class Netlink(NetlinkPort):
         self._known.pop(name, None)
         gone = False
         with _filtered(f"delete {name} in {self.label}", (errno.ENODEV,)):
-            self._nl.request(_msg(ifinfmsg, [("IFLA_IFNAME", name)]), RTM_DELLINK)
+            self._nl.request(ifinfmsg, RTM_DELLINK, 0, [("IFLA_IFNAME", name)])
             gone = True
         return gone
 
@@ -237,7 +233,7 @@ class Netlink(NetlinkPort):
             return None
         try:
             with _filtered(f"delete {', '.join(marked)} in {self.label}", (errno.ENODEV,)):
-                self._nl.request(_msg(ifinfmsg, [("IFLA_GROUP", group)]), RTM_DELLINK)
+                self._nl.request(ifinfmsg, RTM_DELLINK, 0, [("IFLA_GROUP", group)])
         except NetlinkFailure:  # e.g. a kernel without group deletion: one by one
             super().delete_links(marked)
         return None
@@ -247,10 +243,9 @@ class Netlink(NetlinkPort):
         msgs: Any = ()
         # the kernel filters by link (strict dumps); a link that is gone has none
         with _filtered(f"list addresses in {self.label}", (errno.ENODEV,)):
-            msgs = self._nl.dump(_msg(ifaddrmsg, family=AF_INET, index=index or 0),
-                                 RTM_GETADDR)
+            msgs = self._nl.dump(ifaddrmsg, RTM_GETADDR, family=AF_INET, index=index or 0)
         pairs = (address_of(m) for m in msgs if not index or m["index"] == index)
-        return [(i, ipaddress.IPv4Interface(a)) for i, a in pairs]
+        return [(i, _interface(a)) for i, a in pairs]
 
     def add_address(self, name: str, iface: ipaddress.IPv4Interface) -> None:
         self._addr(RTM_NEWADDR, NEW, name, iface, f"add {iface} to {name} in {self.label}",
@@ -264,10 +259,10 @@ class Netlink(NetlinkPort):
               action: str, ok: tuple[int, ...]) -> None:
         link = self.require(name)
         ip = str(iface.ip)
-        msg = _msg(ifaddrmsg, [("IFA_ADDRESS", ip), ("IFA_LOCAL", ip)], family=AF_INET,
-                   prefixlen=iface.network.prefixlen, index=link.index)
         with _filtered(action, ok):
-            self._nl.request(msg, kind, flags)
+            self._nl.request(ifaddrmsg, kind, flags, [("IFA_ADDRESS", ip), ("IFA_LOCAL", ip)],
+                             family=AF_INET, prefixlen=iface.network.prefixlen,
+                             index=link.index)
 
     # routes and rules --------------------------------------------------
     def routes(self, table: int = RT_TABLE_MAIN, oif: int | None = None) -> list[Route]:
@@ -276,26 +271,26 @@ class Netlink(NetlinkPort):
         # filtered by the kernel (strict dumps): no such table or link means no routes
         with _filtered(f"list routes of table {table} in {self.label}",
                        (errno.ENOENT, errno.ENODEV)):
-            msgs = self._nl.dump(_msg(rtmsg, attrs, family=AF_INET, table=header_table(table)),
-                                 RTM_GETROUTE)
+            msgs = self._nl.dump(rtmsg, RTM_GETROUTE, attrs, family=AF_INET,
+                                 table=header_table(table))
         out = [route_of(m) for m in msgs]
         return [r for r in out if r.table == table and (oif is None or r.oif == oif)]
 
     def add_route(self, route: Route) -> None:
         fields, attrs = route_request(route)
         with _filtered(f"add route {route.dst} to table {route.table} in {self.label}", EXISTS):
-            self._nl.request(_msg(rtmsg, attrs, **fields), RTM_NEWROUTE, NEW)
+            self._nl.request(rtmsg, RTM_NEWROUTE, NEW, attrs, **fields)
 
     def del_route(self, route: Route) -> None:
         fields, attrs = route_request(route, delete=True)
         with _filtered(f"delete route {route.dst} from table {route.table}", ABSENT):
-            self._nl.request(_msg(rtmsg, attrs, **fields), RTM_DELROUTE)
+            self._nl.request(rtmsg, RTM_DELROUTE, 0, attrs, **fields)
 
     def rules(self) -> list[Rule]:
         """(priority, table, source CIDR) of every IPv4 rule."""
         msgs: Any = ()
         with _filtered(f"list rules in {self.label}"):
-            msgs = self._nl.dump(_msg(fibmsg, family=AF_INET), RTM_GETRULE)
+            msgs = self._nl.dump(fibmsg, RTM_GETRULE, family=AF_INET)
         return [rule_of(m) for m in msgs]
 
     def add_rule(self, src: str, table: int, priority: int) -> None:
@@ -308,7 +303,8 @@ class Netlink(NetlinkPort):
 
     def _rule(self, kind: int, flags: int, src: str, table: int, priority: int, action: str,
               ok: tuple[int, ...]) -> None:
-        msg = _msg(fibmsg, [("FRA_SRC", src), ("FRA_TABLE", table), ("FRA_PRIORITY", priority)],
-                   family=AF_INET, src_len=32, table=header_table(table), action=FR_ACT_TO_TBL)
         with _filtered(action, ok):
-            self._nl.request(msg, kind, flags)
+            self._nl.request(fibmsg, kind, flags,
+                             [("FRA_SRC", src), ("FRA_TABLE", table), ("FRA_PRIORITY", priority)],
+                             family=AF_INET, src_len=32, table=header_table(table),
+                             action=FR_ACT_TO_TBL)

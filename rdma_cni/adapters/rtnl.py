@@ -1,7 +1,9 @@
 """A synchronous rtnetlink channel: one raw ``NETLINK_ROUTE`` socket in the netns it
-was made in, and pyroute2's message classes to encode every request and decode every
-answer (the request/response layer of pyroute2's ``IPRoute`` runs each call through
-an asyncio loop and argument filters, which cost more than the message itself).
+was made in; requests and answers in pyroute2's message classes' layouts
+(:mod:`rdma_cni.adapters.rtnlcodec`: packed in one pass, answers read attribute by
+attribute when asked; what that module does not pack, pyroute2 encodes). The
+request/response layer of pyroute2's ``IPRoute`` runs each call through an asyncio
+loop and argument filters, which cost more than the message itself.
 
 Dumps are filtered by the kernel (``NETLINK_GET_STRICT_CHK``, Linux >= 4.20): a
 node's address or route dump for one link or table then carries only what was asked;
@@ -13,45 +15,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib
-import importlib.util
 import os
 import socket
 import struct
-import sys
+from collections.abc import Sequence
 from typing import Any
 
+from pyroute2.netlink.rtnl.fibmsg import fibmsg
+from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-def _light_package() -> None:
-    """Import pyroute2's modules without its package ``__init__``, which imports every
-    netlink family it has (NDB, IPDB, conntrack, nftables, wireless, ...: about half
-    the in-process plugin's start-up). The package module stands in with its real
-    ``__path__``; the first attribute asked of it that is not a submodule runs the real
-    ``__init__`` into it, so any other user of ``pyroute2`` still sees all of it."""
-    if "pyroute2" in sys.modules:
-        return
-    spec = importlib.util.find_spec("pyroute2")
-    if spec is None or spec.loader is None or not spec.submodule_search_locations:
-        return
-    pkg = importlib.util.module_from_spec(spec)
-    loader = spec.loader
-
-    def complete(name: str) -> Any:
-        if not name.startswith("__") and importlib.util.find_spec(f"pyroute2.{name}"):
-            return importlib.import_module(f"pyroute2.{name}")  # `from pyroute2 import config`
-        del pkg.__dict__["__getattr__"]
-        loader.exec_module(pkg)
-        return getattr(pkg, name)
-
-    pkg.__dict__["__getattr__"] = complete
-    sys.modules["pyroute2"] = pkg
-
-
-_light_package()
-from pyroute2.netlink.rtnl.fibmsg import fibmsg  # noqa: E402
-from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg  # noqa: E402
-from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg  # noqa: E402
-from pyroute2.netlink.rtnl.rtmsg import rtmsg  # noqa: E402
+import rdma_cni.adapters.pyroute2pkg  # noqa: F401  (before any pyroute2 import)
+from rdma_cni.adapters.rtnlcodec import Answer, encode
 
 NLM_F_REQUEST = 0x1
 NLM_F_ACK = 0x4
@@ -77,7 +53,7 @@ _ANSWERS: dict[int, Any] = {RTM_NEWLINK: ifinfmsg, RTM_NEWADDR: ifaddrmsg,
 _HDR = struct.Struct("=IHHII")
 _ERR = struct.Struct("=i")
 
-__all__ = ["Channel", "fibmsg", "ifaddrmsg", "ifinfmsg", "rtmsg"]
+__all__ = ["Answer", "Channel", "fibmsg", "ifaddrmsg", "ifinfmsg", "rtmsg"]
 
 
 class Channel:
@@ -97,32 +73,37 @@ class Channel:
     def close(self) -> None:
         self._sock.close()
 
-    def request(self, msg: Any, kind: int, flags: int = 0) -> list[Any]:
-        """Send ``msg`` (a pyroute2 message) as ``kind`` with NLM_F_REQUEST|ACK|``flags``;
-        the decoded answers. A refusal raises OSError with the kernel's errno."""
-        return self._exchange(msg, kind, NLM_F_REQUEST | NLM_F_ACK | flags)[0]
+    def request(self, cls: type, kind: int, nl_flags: int = 0,
+                attrs: Sequence[tuple[str, Any]] = (), /, **fields: Any) -> list[Answer]:
+        """Send a ``cls`` message (pyroute2's class; ``fields``: its fixed fields,
+        ``attrs``: its attributes) as ``kind`` with NLM_F_REQUEST|ACK|``nl_flags``; the
+        answers. A refusal raises OSError with the kernel's errno."""
+        return self._exchange(cls, attrs, fields, kind,
+                              NLM_F_REQUEST | NLM_F_ACK | nl_flags)[0]
 
-    def dump(self, msg: Any, kind: int) -> list[Any]:
+    def dump(self, cls: type, kind: int, attrs: Sequence[tuple[str, Any]] = (), /,
+             **fields: Any) -> list[Answer]:
         """Every object of a dump request, from one consistent pass of the kernel."""
         for _ in range(DUMP_TRIES):
-            out, interrupted = self._exchange(msg, kind, NLM_F_REQUEST | NLM_F_DUMP)
+            out, interrupted = self._exchange(cls, attrs, fields, kind,
+                                              NLM_F_REQUEST | NLM_F_DUMP)
             if not interrupted:
                 return out
         raise OSError(errno.EAGAIN, "the kernel's table kept changing during the dump")
 
-    def _exchange(self, msg: Any, kind: int, flags: int) -> tuple[list[Any], bool]:
+    def _exchange(self, cls: type, attrs: Sequence[tuple[str, Any]], fields: dict[str, Any],
+                  kind: int, flags: int) -> tuple[list[Answer], bool]:
         self._seq = self._seq % 0x7FFFFFFF + 1
-        header = msg["header"]
-        header["type"], header["flags"] = kind, flags
-        header["sequence_number"], header["pid"] = self._seq, 0
-        msg.encode()
-        self._sock.send(msg.data)
+        data = encode(cls, kind, flags, self._seq, fields, list(attrs))
+        if data is None:
+            data = _pyroute2_encoded(cls, attrs, fields, kind, flags, self._seq)
+        self._sock.send(data)
         return self._collect(self._seq)
 
-    def _collect(self, seq: int) -> tuple[list[Any], bool]:
+    def _collect(self, seq: int) -> tuple[list[Answer], bool]:
         """The answers to request ``seq`` and whether the kernel marked any of them
         interrupted; answers to earlier requests (left by a failed read) are skipped."""
-        out: list[Any] = []
+        out: list[Answer] = []
         interrupted = False
         while True:
             data = self._recv()
@@ -142,9 +123,7 @@ class Channel:
                         return out, interrupted
                     cls = _ANSWERS.get(kind)
                     if cls is not None:
-                        msg = cls(data, offset=off)
-                        msg.decode()
-                        out.append(msg)
+                        out.append(Answer(cls, data, off, length))
                 off += (length + 3) & ~3
 
     def _recv(self) -> bytes:
@@ -156,3 +135,15 @@ class Channel:
                 return self._sock.recv(max(size, 1))
             except InterruptedError:
                 continue
+
+
+def _pyroute2_encoded(cls: type, attrs: Sequence[tuple[str, Any]], fields: dict[str, Any],
+                      kind: int, flags: int, seq: int) -> bytes:
+    """The request encoded by pyroute2 itself (an attribute the codec does not pack)."""
+    msg = cls()
+    for key, value in fields.items():
+        msg[key] = value
+    msg["attrs"] = list(attrs)
+    msg["header"].update(type=kind, flags=flags, sequence_number=seq, pid=0)
+    msg.encode()
+    return bytes(msg.data)

@@ -1,4 +1,5 @@
-"""Decoding of rtnetlink messages (as pyroute2 parses them) into the port's plain
+"""Reading rtnetlink answers (:class:`rdma_cni.adapters.rtnlcodec.Answer`: fixed fields
+by name, attributes by ``attr``, values as pyroute2 gives them) into the port's plain
 values, and the reverse for a route. Imports nothing of pyroute2."""
 
 from __future__ import annotations
@@ -13,38 +14,21 @@ RTN_UNICAST = 1
 RT_TABLE_COMPAT = 252
 
 
-class _Attrs:
-    """The attributes of one message by name, read in one pass (``get_attr`` scans the
-    whole list again for every name); each value is decoded when asked for."""
-
-    __slots__ = ("_first",)
-
-    def __init__(self, msg: Any) -> None:
-        first: dict[str, Any] = {}
-        for slot in msg["attrs"]:
-            first.setdefault(slot.name, slot)
-        self._first = first
-
-    def __getitem__(self, name: str) -> Any:
-        slot = self._first.get(name)
-        return None if slot is None else slot.value
-
-
 def link_of(msg: Any) -> Link:
-    a = _Attrs(msg)
-    info = a["IFLA_LINKINFO"]
+    a = msg.attr
+    info = a("IFLA_LINKINFO")
     kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
     return Link(
         index=msg["index"],
-        name=a["IFLA_IFNAME"],
-        mtu=a["IFLA_MTU"] or 0,
-        mac=(a["IFLA_ADDRESS"] or "").lower(),
+        name=a("IFLA_IFNAME"),
+        mtu=a("IFLA_MTU") or 0,
+        mac=(a("IFLA_ADDRESS") or "").lower(),
         kind=kind,
         up=bool(msg["flags"] & 1),
-        perm_mac=(a["IFLA_PERM_ADDRESS"] or None),
-        parent_dev=a["IFLA_PARENT_DEV_NAME"],
-        parent_bus=a["IFLA_PARENT_DEV_BUS_NAME"],
-        alias=a["IFLA_IFALIAS"],
+        perm_mac=(a("IFLA_PERM_ADDRESS") or None),
+        parent_dev=a("IFLA_PARENT_DEV_NAME"),
+        parent_bus=a("IFLA_PARENT_DEV_BUS_NAME"),
+        alias=a("IFLA_IFALIAS"),
     )
 
 
@@ -57,30 +41,30 @@ def stats_of(msg: Any) -> LinkStats | None:
 
 
 def route_of(m: Any) -> Route:
-    a = _Attrs(m)
+    a = m.attr
     return Route(
-        dst=f"{a['RTA_DST'] or '0.0.0.0'}/{m['dst_len']}",
-        gateway=a["RTA_GATEWAY"],
-        oif=a["RTA_OIF"],
-        table=a["RTA_TABLE"] or m["table"],
+        dst=f"{a('RTA_DST') or '0.0.0.0'}/{m['dst_len']}",
+        gateway=a("RTA_GATEWAY"),
+        oif=a("RTA_OIF"),
+        table=a("RTA_TABLE") or m["table"],
         onlink=bool(m["flags"] & RTNH_F_ONLINK),
         scope=m["scope"],
         proto=m["proto"],
-        priority=a["RTA_PRIORITY"] or 0,
+        priority=a("RTA_PRIORITY") or 0,
     )
 
 
 def address_of(m: Any) -> tuple[int, str]:
     """(link index, "address/prefix length") of an RTM_NEWADDR."""
-    a = _Attrs(m)
-    return m["index"], f"{a['IFA_LOCAL'] or a['IFA_ADDRESS']}/{m['prefixlen']}"
+    a = m.attr
+    return m["index"], f"{a('IFA_LOCAL') or a('IFA_ADDRESS')}/{m['prefixlen']}"
 
 
 def rule_of(m: Any) -> tuple[int, int, str | None]:
     """(priority, table, source CIDR or None) of an RTM_NEWRULE."""
-    a = _Attrs(m)
-    src = a["FRA_SRC"]
-    return (a["FRA_PRIORITY"] or 0, a["FRA_TABLE"] or m["table"],
+    a = m.attr
+    src = a("FRA_SRC")
+    return (a("FRA_PRIORITY") or 0, a("FRA_TABLE") or m["table"],
             f"{src}/{m['src_len']}" if src else None)
 
 

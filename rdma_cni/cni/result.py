@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from rdma_cni import jsondoc
 from rdma_cni.cni import versions
 from rdma_cni.datapath.plan import IfacePlan
 
@@ -24,10 +24,10 @@ def our_part(plans: list[IfacePlan], macs: dict[str, str], sandbox: str) -> dict
 
 def append(prev: dict[str, Any] | None, ours: dict[str, Any]) -> dict[str, Any]:
     """Append ``ours`` (indices relative to our own interfaces) after prevResult's entries."""
-    out = copy.deepcopy(prev) if prev is not None else versions.empty_result()
+    out = jsondoc.copied(prev) if prev is not None else versions.empty_result()
     out["cniVersion"] = versions.LATEST
     base = len(out.setdefault("interfaces", []))
-    out["interfaces"] = out["interfaces"] + copy.deepcopy(ours["interfaces"])
+    out["interfaces"] = out["interfaces"] + jsondoc.copied(ours["interfaces"])
     shifted = []
     for ip in ours["ips"]:
         ip = dict(ip)

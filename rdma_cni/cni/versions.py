@@ -8,9 +8,9 @@ does not know are dropped, and ``version`` is added to or removed from IPs.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from rdma_cni import jsondoc
 from rdma_cni.errors import DecodeError, VersionError, shown
 
 SUPPORTED = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
@@ -56,7 +56,7 @@ def normalize_prev_result(prev: object) -> dict[str, Any]:
     """Validate the shape of a prevResult (any supported version) and return it in 1.1.0 form."""
     if not isinstance(prev, dict):
         raise DecodeError(f"failed to decode prevResult: expected an object, got {_kind(prev)}")
-    out = copy.deepcopy(prev)
+    out = jsondoc.copied(prev)
     for key in ("interfaces", "ips", "routes"):
         value = out.get(key)
         if value is None:
@@ -87,7 +87,7 @@ def _check_index(ip: dict[str, Any], n_interfaces: int) -> None:
 def convert(result: dict[str, Any], to_version: str) -> dict[str, Any]:
     """Convert a 1.1.0-form result to ``to_version`` (one of SUPPORTED)."""
     check_supported(to_version)
-    out = copy.deepcopy(result)
+    out = jsondoc.copied(result)
     out["cniVersion"] = to_version
     if to_version == LATEST:
         return out

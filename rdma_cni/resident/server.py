@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import gc
 import io
 import json
 import logging
@@ -225,6 +226,12 @@ def main(argv: list[str]) -> int:
     for name in PRELOAD:
         importlib.import_module(name)
     from rdma_cni.resident import workers
+
+    # what start-up made lives as long as the process: out of the collector's sight, a
+    # full collection walks only what requests leave behind (and forked workers keep
+    # sharing those pages: a collection writes to every object it walks)
+    gc.collect()
+    gc.freeze()
 
     server = Server(args.socket)
     server.bind()

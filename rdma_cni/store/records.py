@@ -13,7 +13,7 @@ newer release wrote them) are kept in :attr:`IfacePlan.extra` and written back."
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface
 from typing import Any
 
@@ -50,12 +50,14 @@ class IfacePlan:
         return self.addresses[0] if self.addresses else None
 
 
-_FIELDS = frozenset(IfacePlan.__dataclass_fields__) - {"extra"}
+#: the saved fields, in declaration order
+_SAVED = tuple(f for f in IfacePlan.__dataclass_fields__ if f != "extra")
+_FIELDS = frozenset(_SAVED)
 
 
 def plan_to_dict(p: IfacePlan) -> dict[str, Any]:
-    d = asdict(p)
-    del d["extra"]
+    d = {name: getattr(p, name) for name in _SAVED}
+    d["identity"] = dict(p.identity)
     d["requested_ip"] = str(p.requested_ip) if p.requested_ip else None
     d["addresses"] = [str(a) for a in p.addresses]
     d["gateway"] = str(p.gateway) if p.gateway else None

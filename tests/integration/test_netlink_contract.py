@@ -174,3 +174,47 @@ def test_the_fake_behaves_as_the_kernel(real: World) -> None:
     for (what, out_real, st_real), (_, out_fake, st_fake) in zip(want, got, strict=True):
         assert out_fake == out_real, what
         assert st_fake == st_real, what
+
+
+def test_requests_and_answers_are_pyroute2s_own(real: World,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every request the adapter sends in the sequence above is byte for byte what
+    pyroute2 encodes, and every attribute of every answer the kernel gives reads as
+    pyroute2 decodes it (the codec packs and reads without pyroute2's objects)."""
+    from rdma_cni.adapters import rtnl
+
+    sent: list[tuple[bytes | None, bytes]] = []
+    answers: list[rtnl.Answer] = []
+    encode, collect = rtnl.encode, rtnl.Channel._collect
+
+    def checked_encode(cls: type, kind: int, flags: int, seq: int, fields: dict[str, Any],
+                       attrs: list[tuple[str, Any]]) -> bytes | None:
+        ours = encode(cls, kind, flags, seq, fields, attrs)
+        sent.append((ours, rtnl._pyroute2_encoded(cls, attrs, fields, kind, flags, seq)))
+        return ours
+
+    def kept(self: rtnl.Channel, seq: int) -> tuple[list[rtnl.Answer], bool]:
+        out = collect(self, seq)
+        answers.extend(out[0])
+        return out
+
+    monkeypatch.setattr(rtnl, "encode", checked_encode)
+    monkeypatch.setattr(rtnl.Channel, "_collect", kept)
+    _run(real)
+    for port in (real.host, real.pod):  # and a dump of everything left
+        port.links(), port.addresses(), port.routes(), port.routes(TABLE), port.rules()
+    assert sent and answers
+    packed = [ref for ours, ref in sent if ours is not None]
+    assert len(packed) >= len(sent) - 2, "the codec packs all but the sub-link creations"
+    assert [ours for ours, ref in sent if ours is not None] == packed
+    read = 0
+    for a in answers:
+        full = a.full()
+        for name, _value in full["attrs"]:
+            if name != "UNKNOWN":
+                assert a.attr(name) == full.get_attr(name), name
+                read += 1
+        for field in full:
+            if field not in ("attrs", "header", "value", "state") and not field.startswith("__"):
+                assert a[field] == full[field], field
+    assert read > 100

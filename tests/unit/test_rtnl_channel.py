@@ -69,9 +69,7 @@ def ips(msgs: list) -> list[str]:
 
 
 def dump(sock: Scripted) -> list[str]:
-    m = ifaddrmsg()
-    m["family"] = 2
-    return ips(Channel(sock).dump(m, RTM_GETADDR))  # type: ignore[arg-type]
+    return ips(Channel(sock).dump(ifaddrmsg, RTM_GETADDR, family=2))  # type: ignore[arg-type]
 
 
 def test_a_dump_spans_datagrams_and_skips_answers_to_earlier_requests() -> None:
@@ -101,12 +99,11 @@ def test_a_dump_that_never_settles_fails() -> None:
 
 def test_a_refusal_carries_the_kernels_errno() -> None:
     sock = Scripted(lambda n, seq: [end(seq, NLMSG_ERROR, -errno.ENODEV)])
-    m = ifaddrmsg()
     with pytest.raises(OSError) as info:
-        Channel(sock).request(m, RTM_GETADDR)  # type: ignore[arg-type]
+        Channel(sock).request(ifaddrmsg, RTM_GETADDR)  # type: ignore[arg-type]
     assert info.value.errno == errno.ENODEV
 
 
 def test_an_ack_ends_a_request() -> None:
     sock = Scripted(lambda n, seq: [addr(seq, "192.0.2.5"), end(seq, NLMSG_ERROR, 0)])
-    assert ips(Channel(sock).request(ifaddrmsg(), RTM_GETADDR)) == ["192.0.2.5"]  # type: ignore[arg-type]
+    assert ips(Channel(sock).request(ifaddrmsg, RTM_GETADDR)) == ["192.0.2.5"]  # type: ignore[arg-type]

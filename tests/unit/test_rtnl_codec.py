@@ -1,0 +1,148 @@
+"""The rtnetlink codec (rdma_cni/adapters/rtnlcodec.py) against pyroute2 itself: every
+request shape the adapter sends packs to pyroute2's bytes, and answers read as
+pyroute2 decodes them. (Against the kernel: tests/integration/test_netlink_contract.py.)"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from rdma_cni.adapters import rtnl
+from rdma_cni.adapters.rtnlcodec import Answer, encode
+from rdma_cni.adapters.rtnlmsg import address_of, link_of, route_of, route_request, rule_of
+from rdma_cni.datapath.port import Route
+
+MACVLAN = {"attrs": [("IFLA_INFO_KIND", "macvlan"),
+                     ("IFLA_INFO_DATA", {"attrs": [("IFLA_MACVLAN_MODE", 4)]})]}
+IPVLAN = {"attrs": [("IFLA_INFO_KIND", "ipvlan"),
+                    ("IFLA_INFO_DATA", {"attrs": [("IFLA_IPVLAN_MODE", 0)]})]}
+ROUTES = [Route("198.51.100.0/26", "198.51.100.1", 5, 100),
+          Route("0.0.0.0/0", "198.51.100.1", 5, 1001, onlink=True),
+          Route("198.51.100.0/26", None, 5, 1001, scope=253, proto=2, priority=7)]
+
+#: (class, fixed fields, attributes) of every request shape of rdma_cni/adapters/netlink.py
+REQUESTS: list[tuple[Any, dict[str, Any], list[tuple[str, Any]]]] = [
+    (rtnl.ifinfmsg, {}, []),
+    (rtnl.ifinfmsg, {}, [("IFLA_IFNAME", "eth1")]),
+    (rtnl.ifinfmsg, {"flags": 1, "change": 1}, [("IFLA_IFNAME", "eth1"), ("IFLA_MTU", 9000)]),
+    (rtnl.ifinfmsg, {"flags": 0, "change": 1}, [("IFLA_IFNAME", "eth1")]),
+    (rtnl.ifinfmsg, {"index": 7}, [("IFLA_IFNAME", "net1"), ("IFLA_IFALIAS", "rdma-cni:ab")]),
+    (rtnl.ifinfmsg, {"index": 7}, [("IFLA_IFNAME", "net1"), ("IFLA_IFALIAS", "")]),
+    (rtnl.ifinfmsg, {}, [("IFLA_IFNAME", "eth1"), ("IFLA_NET_NS_FD", 5)]),
+    (rtnl.ifinfmsg, {}, [("IFLA_IFNAME", "eth1"), ("IFLA_GROUP", 0x7FFFFFFF)]),
+    (rtnl.ifinfmsg, {}, [("IFLA_GROUP", 12345)]),
+    (rtnl.ifinfmsg, {}, [("IFLA_IFNAME", "rdtx0"), ("IFLA_LINK", 3), ("IFLA_NET_NS_FD", 5),
+                         ("IFLA_MTU", 1500), ("IFLA_ADDRESS", "02:AA:bb:cc:dd:ee"),
+                         ("IFLA_LINKINFO", MACVLAN)]),
+    (rtnl.ifinfmsg, {}, [("IFLA_IFNAME", "rdtx0"), ("IFLA_LINK", 3), ("IFLA_NET_NS_FD", 5),
+                         ("IFLA_MTU", 4200), ("IFLA_LINKINFO", IPVLAN)]),
+    (rtnl.ifaddrmsg, {"family": 2, "index": 0}, []),
+    (rtnl.ifaddrmsg, {"family": 2, "prefixlen": 26, "index": 9},
+     [("IFA_ADDRESS", "192.0.2.7"), ("IFA_LOCAL", "192.0.2.7")]),
+    (rtnl.rtmsg, {"family": 2, "table": 254}, [("RTA_TABLE", 254), ("RTA_OIF", 4)]),
+    (rtnl.rtmsg, {"family": 2, "table": 252}, [("RTA_TABLE", 1001)]),
+    (rtnl.fibmsg, {"family": 2}, []),
+    (rtnl.fibmsg, {"family": 2, "src_len": 32, "table": 252, "action": 1},
+     [("FRA_SRC", "192.0.2.7"), ("FRA_TABLE", 1001), ("FRA_PRIORITY", 32000)]),
+    *[(rtnl.rtmsg, *route_request(r, delete=d)) for r in ROUTES for d in (False, True)],
+]
+
+
+def pyroute2_bytes(cls: Any, fields: dict[str, Any], attrs: list[tuple[str, Any]],
+                   kind: int = 16, flags: int = 0x605, seq: int = 77) -> bytes:
+    return rtnl._pyroute2_encoded(cls, attrs, fields, kind, flags, seq)
+
+
+@pytest.mark.parametrize(("cls", "fields", "attrs"), REQUESTS)
+def test_every_request_packs_to_pyroute2s_bytes(cls: Any, fields: dict[str, Any],
+                                                attrs: list[tuple[str, Any]]) -> None:
+    assert encode(cls, 16, 0x605, 77, fields, attrs) == pyroute2_bytes(cls, fields, attrs)
+
+
+@pytest.mark.parametrize("attrs", [
+    [("IFLA_NET_NS_FD", "/run/netns/x")],  # a path: pyroute2 opens it
+    [("IFLA_NO_SUCH_ATTRIBUTE", 1)],
+    [("IFLA_MTU", "1500")],
+    [("IFLA_AF_SPEC", {"attrs": []})],
+    [("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", "macvlan"),
+                                  ("IFLA_INFO_DATA", {"attrs": [("IFLA_MACVLAN_MODE",
+                                                                 "bridge")]})]})],
+])
+def test_what_the_codec_does_not_pack_is_left_to_pyroute2(attrs: list[tuple[str, Any]]) -> None:
+    assert encode(rtnl.ifinfmsg, 16, 5, 1, {}, attrs) is None
+
+
+def answer(cls: Any, fields: dict[str, Any], attrs: list[tuple[str, Any]]) -> Answer:
+    data = pyroute2_bytes(cls, fields, attrs, kind=16, flags=2, seq=9)
+    return Answer(cls, data, 0, len(data))
+
+
+def reads_as_pyroute2(a: Answer) -> None:
+    full = a.full()
+    assert full["attrs"]
+    for name, _value in full["attrs"]:
+        assert a.attr(name) == full.get_attr(name), name
+    for field in full:
+        if field not in ("attrs", "header", "value", "state") and not field.startswith("__"):
+            assert a[field] == full[field], field
+
+
+LINK = [("IFLA_IFNAME", "rdtx0"), ("IFLA_MTU", 4200), ("IFLA_LINK", 3),
+        ("IFLA_ADDRESS", "02:aa:bb:cc:dd:ee"), ("IFLA_IFALIAS", "rdma-cni:ab"),
+        ("IFLA_PERM_ADDRESS", bytes.fromhex("02aabbccddef")),
+        ("IFLA_PARENT_DEV_NAME", "0000:3b:00.0"),
+        ("IFLA_PARENT_DEV_BUS_NAME", "pci"), ("IFLA_GROUP", 7), ("IFLA_LINKINFO", MACVLAN)]
+
+
+def test_a_link_reads_as_pyroute2_reads_it() -> None:
+    a = answer(rtnl.ifinfmsg, {"index": 12, "flags": 0x1003}, LINK)
+    reads_as_pyroute2(a)
+    link = link_of(a)
+    assert (link.index, link.name, link.mtu, link.mac, link.kind, link.up, link.alias) == \
+        (12, "rdtx0", 4200, "02:aa:bb:cc:dd:ee", "macvlan", True, "rdma-cni:ab")
+    assert (link.perm_mac, link.parent_dev, link.parent_bus) == \
+        ("02:aa:bb:cc:dd:ef", "0000:3b:00.0", "pci")
+    assert a.attr("IFLA_OPERSTATE") is None  # absent
+
+
+def test_addresses_routes_and_rules_read_as_pyroute2_reads_them() -> None:
+    addr = answer(rtnl.ifaddrmsg, {"family": 2, "prefixlen": 26, "index": 9},
+                  [("IFA_ADDRESS", "198.51.100.9"), ("IFA_LOCAL", "198.51.100.9"),
+                   ("IFA_LABEL", "rnic0")])
+    reads_as_pyroute2(addr)
+    assert address_of(addr) == (9, "198.51.100.9/26")
+    fields, attrs = route_request(ROUTES[1])
+    route = answer(rtnl.rtmsg, fields, attrs)
+    reads_as_pyroute2(route)
+    assert route_of(route) == replace(ROUTES[1], proto=4)  # the request sets RTPROT_STATIC
+    rule = answer(rtnl.fibmsg, {"family": 2, "src_len": 32, "table": 252},
+                  [("FRA_SRC", "198.51.100.9"), ("FRA_TABLE", 1001), ("FRA_PRIORITY", 32000)])
+    reads_as_pyroute2(rule)
+    assert rule_of(rule) == (32000, 1001, "198.51.100.9/32")
+
+
+def test_an_attribute_of_the_wrong_size_reads_as_pyroute2_reads_it() -> None:
+    data = bytearray(pyroute2_bytes(rtnl.ifinfmsg, {}, [("IFLA_IFNAME", "eth1")]))
+    # append an IFLA_MTU (4) of 2 bytes and a MAC of 3: pyroute2 cannot decode them
+    for kind, payload in ((4, b"\x05\xdc"), (1, b"\x02\xaa\xbb")):
+        data += struct.pack("=HH", 4 + len(payload), kind) + payload + b"\0" * (-len(payload) % 4)
+    struct.pack_into("=I", data, 0, len(data))
+    a = Answer(rtnl.ifinfmsg, bytes(data), 0, len(data))
+    full = a.full()
+    for name in ("IFLA_IFNAME", "IFLA_MTU", "IFLA_ADDRESS"):
+        assert a.attr(name) == full.get_attr(name), name
+
+
+def test_a_message_is_read_within_its_own_length() -> None:
+    one = pyroute2_bytes(rtnl.ifinfmsg, {"index": 1}, [("IFLA_IFNAME", "lo")])
+    two = pyroute2_bytes(rtnl.ifinfmsg, {"index": 2}, [("IFLA_IFNAME", "eth1"),
+                                                       ("IFLA_MTU", 1500)])
+    data = one + two
+    first, second = Answer(rtnl.ifinfmsg, data, 0, len(one)), \
+        Answer(rtnl.ifinfmsg, data, len(one), len(two))
+    assert (first["index"], first.attr("IFLA_IFNAME"), first.attr("IFLA_MTU")) == (1, "lo", None)
+    assert (second["index"], second.attr("IFLA_IFNAME"), second.attr("IFLA_MTU")) == \
+        (2, "eth1", 1500)
