@@ -7,7 +7,12 @@ which is most of the Python time of a netlink request. Here a request is packed 
 the same layout in one pass, and an answer is a :class:`Answer`: its fixed fields
 unpacked at once, its attributes indexed by type and each one decoded only when read.
 
-Only the attribute classes in ``_SCALARS``/``_TEXT`` are packed and read here; a
+It is used where a process serves many requests (``rdma-cni serve`` calls
+:func:`enable`); the in-process plugin leaves it off, and pyroute2 encodes and decodes
+every message whole, as its own classes do.
+
+Only the attribute classes in ``_SCALARS`` and the text and address classes below are
+packed and read here; a
 nested attribute is packed here when its own attributes are, and read by pyroute2's
 class for it. Anything else (a class chosen by a function, a struct) goes through
 pyroute2 whole: :func:`encode` answers None and the caller encodes the pyroute2
@@ -47,6 +52,17 @@ _TARGET = _atoms.target  # family from the message
 _HEX = _atoms.hex
 _NETNS_FD = ifinfbase.netns_fd  # an int is the descriptor itself (a name: pyroute2 opens it)
 _FIELD_CHARS = set("xBHIiQqbh")
+_enabled = False
+
+
+def enable(on: bool = True) -> None:
+    """Pack requests and read answers here (off: pyroute2 does both, whole)."""
+    global _enabled
+    _enabled = on
+
+
+def enabled() -> bool:
+    return _enabled
 
 
 def _pad(n: int) -> int:
@@ -95,7 +111,10 @@ class Unsupported(Exception):  # noqa: N818 - a reason to hand the request to py
 def encode(cls: type, kind: int, flags: int, seq: int, fields: dict[str, Any],
            attrs: list[tuple[str, Any]]) -> bytes | None:
     """The request's bytes (as pyroute2 encodes ``cls`` with these fields and
-    attributes), or None when an attribute is one only pyroute2 packs."""
+    attributes), or None when the codec is off or an attribute is one only pyroute2
+    packs."""
+    if not _enabled:
+        return None
     lay = layout(cls)
     if not lay.supported:
         return None
@@ -114,14 +133,19 @@ def _pad_to(b: bytes) -> bytes:
 
 def _attrs(lay: _Layout, attrs: list[tuple[str, Any]], family: int) -> bytes:
     out = bytearray()
-    for name, value in attrs:
-        prime = lay.by_name.get(name)
-        if prime is None:
-            raise Unsupported(name)
-        payload = _payload(prime, value, family)
-        out += _NLA.pack(_NLA.size + len(payload), prime["type"] | prime["nla_flags"])
-        out += _pad_to(payload)
+    for cell in attrs:
+        prime = lay.by_name.get(cell[0])
+        if prime is None or len(cell) != 2:  # a third item: flags for pyroute2
+            raise Unsupported(cell[0])
+        out += _attr(prime, cell[1], family)
     return bytes(out)
+
+
+def _attr(prime: dict[str, Any], value: Any, family: int) -> bytes:
+    """One attribute: header (the type with pyroute2's flags for it) and padded payload."""
+    payload = _payload(prime, value, family)
+    flags = prime["nla_flags"] | getattr(prime["class"], "nla_flags", 0)
+    return _NLA.pack(_NLA.size + len(payload), prime["type"] | flags) + _pad_to(payload)
 
 
 def _payload(prime: dict[str, Any], value: Any, family: int) -> bytes:
@@ -160,18 +184,16 @@ def _nested(lay: _Layout, attrs: list[tuple[str, Any]], family: int) -> bytes:
     """A nested attribute's attributes; one whose class pyroute2 picks with a function
     of the earlier ones (IFLA_INFO_DATA by IFLA_INFO_KIND) gets the class it picks."""
     out = bytearray()
-    for i, (name, value) in enumerate(attrs):
-        prime = lay.by_name.get(name)
-        if prime is None:
-            raise Unsupported(name)
+    for i, cell in enumerate(attrs):
+        prime = lay.by_name.get(cell[0])
+        if prime is None or len(cell) != 2:
+            raise Unsupported(cell[0])
         cls = prime["class"]
         if not isinstance(cls, type):
             probe = lay.cls()
             probe["attrs"] = list(attrs[:i])
-            prime = {**prime, "class": cls(probe, value=value)}
-        payload = _payload(prime, value, family)
-        out += _NLA.pack(_NLA.size + len(payload), prime["type"] | prime["nla_flags"])
-        out += _pad_to(payload)
+            prime = {**prime, "class": cls(probe, value=cell[1])}
+        out += _attr(prime, cell[1], family)
     return bytes(out)
 
 
@@ -195,10 +217,10 @@ class Answer:
         self._cache: dict[str, Any] = {}
 
     def __getitem__(self, name: str) -> Any:
-        return self._fields[name]
+        return self._fields[name] if _enabled else self.full()[name]
 
     def get(self, name: str, default: Any = None) -> Any:
-        return self._fields.get(name, default)
+        return self._fields.get(name, default) if _enabled else self.full().get(name, default)
 
     def _attr_index(self) -> dict[int, tuple[int, int, int]]:
         """type -> (offset, length, flags) of each attribute's first occurrence."""
@@ -215,6 +237,8 @@ class Answer:
 
     def attr(self, name: str) -> Any:
         """The value of the first attribute called ``name`` (pyroute2's value), or None."""
+        if not _enabled:
+            return self.full().get_attr(name)
         if name in self._cache:
             return self._cache[name]
         value = self._cache[name] = self._decode(name)

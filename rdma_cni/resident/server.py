@@ -225,7 +225,10 @@ def main(argv: list[str]) -> int:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    from rdma_cni.adapters import rtnlcodec
     from rdma_cni.resident import workers
+
+    rtnlcodec.enable()  # requests packed here, not by pyroute2 (rdma_cni/adapters/rtnlcodec.py)
 
     # what start-up made lives as long as the process: out of the collector's sight, a
     # full collection walks only what requests leave behind (and forked workers keep

@@ -168,7 +168,18 @@ def _fake() -> World:
     return World(hp, kernel.port(pod), pod.fd, host.fd)
 
 
-def test_the_fake_behaves_as_the_kernel(real: World) -> None:
+@pytest.fixture(params=["pyroute2", "codec"])
+def codec(request: pytest.FixtureRequest) -> Iterator[str]:
+    """In-process the plugin leaves every message to pyroute2; `serve` packs and reads
+    them with rdma_cni/adapters/rtnlcodec.py. Both are held to the kernel."""
+    from rdma_cni.adapters import rtnlcodec
+
+    rtnlcodec.enable(request.param == "codec")
+    yield request.param
+    rtnlcodec.enable(False)
+
+
+def test_the_fake_behaves_as_the_kernel(codec: str, real: World) -> None:
     want, got = _run(real), _run(_fake())
     assert [t[0] for t in want] == [t[0] for t in got]
     for (what, out_real, st_real), (_, out_fake, st_fake) in zip(want, got, strict=True):
@@ -181,8 +192,9 @@ def test_requests_and_answers_are_pyroute2s_own(real: World,
     """Every request the adapter sends in the sequence above is byte for byte what
     pyroute2 encodes, and every attribute of every answer the kernel gives reads as
     pyroute2 decodes it (the codec packs and reads without pyroute2's objects)."""
-    from rdma_cni.adapters import rtnl
+    from rdma_cni.adapters import rtnl, rtnlcodec
 
+    monkeypatch.setattr(rtnlcodec, "_enabled", True)
     sent: list[tuple[bytes | None, bytes]] = []
     answers: list[rtnl.Answer] = []
     encode, collect = rtnl.encode, rtnl.Channel._collect

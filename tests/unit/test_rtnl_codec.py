@@ -5,12 +5,13 @@ pyroute2 decodes them. (Against the kernel: tests/integration/test_netlink_contr
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from rdma_cni.adapters import rtnl
+from rdma_cni.adapters import rtnl, rtnlcodec
 from rdma_cni.adapters.rtnlcodec import Answer, encode
 from rdma_cni.adapters.rtnlmsg import address_of, link_of, route_of, route_request, rule_of
 from rdma_cni.datapath.port import Route
@@ -22,6 +23,13 @@ IPVLAN = {"attrs": [("IFLA_INFO_KIND", "ipvlan"),
 ROUTES = [Route("198.51.100.0/26", "198.51.100.1", 5, 100),
           Route("0.0.0.0/0", "198.51.100.1", 5, 1001, onlink=True),
           Route("198.51.100.0/26", None, 5, 1001, scope=253, proto=2, priority=7)]
+
+@pytest.fixture(autouse=True)
+def codec_on() -> Iterator[None]:
+    rtnlcodec.enable()
+    yield
+    rtnlcodec.enable(False)
+
 
 #: (class, fixed fields, attributes) of every request shape of rdma_cni/adapters/netlink.py
 REQUESTS: list[tuple[Any, dict[str, Any], list[tuple[str, Any]]]] = [
@@ -146,3 +154,17 @@ def test_a_message_is_read_within_its_own_length() -> None:
     assert (first["index"], first.attr("IFLA_IFNAME"), first.attr("IFLA_MTU")) == (1, "lo", None)
     assert (second["index"], second.attr("IFLA_IFNAME"), second.attr("IFLA_MTU")) == \
         (2, "eth1", 1500)
+
+
+def test_off_pyroute2_encodes_and_decodes_every_message_whole() -> None:
+    rtnlcodec.enable(False)
+    cls, fields, attrs = REQUESTS[1]
+    assert encode(cls, 16, 0x605, 77, fields, attrs) is None
+    a = answer(rtnl.ifinfmsg, {"index": 12, "flags": 0x1003}, LINK)
+    assert a._full is None
+    assert a["index"] == 12 and a.attr("IFLA_IFNAME") == "rdtx0"
+    assert a._full is not None  # read from pyroute2's message
+
+
+def test_a_third_item_of_an_attribute_is_left_to_pyroute2() -> None:
+    assert encode(rtnl.ifinfmsg, 16, 5, 1, {}, [("IFLA_IFNAME", "eth1", 0x8000)]) is None
