@@ -172,12 +172,17 @@ def _payload(prime: dict[str, Any], value: Any, family: int) -> bytes:
     raise Unsupported(prime["name"])
 
 
+_SCALAR_OF: dict[type, struct.Struct | None] = {}
+
+
 def _scalar_base(cls: type) -> struct.Struct | None:
-    for base in cls.__mro__:
-        found = _SCALARS.get(base)
-        if found is not None:
-            return found
-    return None
+    """The struct of the integer class ``cls`` is or derives from (None: not one)."""
+    try:
+        return _SCALAR_OF[cls]
+    except KeyError:
+        found = next((_SCALARS[b] for b in cls.__mro__ if b in _SCALARS), None)
+        _SCALAR_OF[cls] = found
+        return found
 
 
 def _nested(lay: _Layout, attrs: list[tuple[str, Any]], family: int) -> bytes:

@@ -20,7 +20,6 @@ from rdma_cni.store.files import (
     Corrupt,
     create_exclusive,
     encode,
-    ensure_dir,
     fsync_dir,
     read_record,
     remove,
@@ -102,8 +101,7 @@ class Claims:
 
     def _claim(self, directory: str, name: str, key: AttachmentKey, ifname: str,
                extra: dict[str, Any] | None = None) -> bool:
-        self._ensure(None)
-        ensure_dir(directory)
+        self._ensure(directory)
         data = encode({**(extra or {}), "key": key.as_dict(), "ifname": ifname})
         for _ in range(8):
             if create_exclusive(directory, name, data):

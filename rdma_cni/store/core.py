@@ -104,6 +104,8 @@ class Store(Claims):
         self.addrs_dir = os.path.join(self.root, "addrs")
         self.nics_dir = os.path.join(self.root, "nics")
         self.corrupt_dir = os.path.join(self.root, "corrupt")
+        #: directories this instance (one request) made sure of: the store never removes one
+        self._made: set[str] = set()
 
     # -- locking ---------------------------------------------------------
     @contextmanager
@@ -136,9 +138,12 @@ class Store(Claims):
             raise ioerr("open lock file", self.lock_path, e) from e
 
     def _ensure(self, sub: str | None) -> None:
-        ensure_dir(self.root, parents=True)
-        if sub is not None:
+        if self.root not in self._made:
+            ensure_dir(self.root, parents=True)
+            self._made.add(self.root)
+        if sub is not None and sub not in self._made:
             ensure_dir(sub)
+            self._made.add(sub)
 
     # -- attachment state -----------------------------------------------
     def _state_path(self, key: AttachmentKey) -> str:
