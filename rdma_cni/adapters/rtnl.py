@@ -21,12 +21,12 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+import rdma_cni.adapters.pyroute2pkg  # isort: skip  # noqa: F401 - before any pyroute2 import
 from pyroute2.netlink.rtnl.fibmsg import fibmsg
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-import rdma_cni.adapters.pyroute2pkg  # noqa: F401  (before any pyroute2 import)
 from rdma_cni.adapters.rtnlcodec import Answer, encode
 
 NLM_F_REQUEST = 0x1

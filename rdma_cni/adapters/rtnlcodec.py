@@ -27,10 +27,9 @@ import socket
 import struct
 from typing import Any
 
+import rdma_cni.adapters.pyroute2pkg  # isort: skip  # noqa: F401 - before any pyroute2 import
 from pyroute2.netlink import nlmsg_atoms as _atoms
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfbase
-
-import rdma_cni.adapters.pyroute2pkg  # noqa: F401  (before any pyroute2 import)
 
 _HDR = struct.Struct("=IHHII")
 _NLA = struct.Struct("=HH")

@@ -168,3 +168,19 @@ def test_off_pyroute2_encodes_and_decodes_every_message_whole() -> None:
 
 def test_a_third_item_of_an_attribute_is_left_to_pyroute2() -> None:
     assert encode(rtnl.ifinfmsg, 16, 5, 1, {}, [("IFLA_IFNAME", "eth1", 0x8000)]) is None
+
+
+def test_the_netlink_adapter_imports_pyroute2_without_its_package_init() -> None:
+    """pyroute2's package __init__ imports every netlink family it has (IPRoute, NDB, ...),
+    about half the in-process plugin's start-up; rdma_cni/adapters/pyroute2pkg.py keeps it
+    out, however the imports of the adapter's modules are ordered."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; import rdma_cni.adapters.rtnlcodec, rdma_cni.adapters.netlink; "
+             "print(sorted(m for m in ('pyroute2.iproute', 'pyroute2.ndb', 'pyroute2.ipset') "
+             "if m in sys.modules))")
+    for first in ("rdma_cni.adapters.rtnlcodec", "rdma_cni.adapters.netlink"):
+        proc = subprocess.run([sys.executable, "-c", f"import {first}; {probe}"],
+                              capture_output=True, text=True, timeout=60, check=True)
+        assert proc.stdout.strip() == "[]", (first, proc.stdout, proc.stderr)
