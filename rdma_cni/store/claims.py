@@ -21,9 +21,12 @@ from rdma_cni.store.files import (
     create_exclusive,
     encode,
     fsync_dir,
+    link_exclusive,
     read_record,
     remove,
     scan,
+    unlink_quietly,
+    write_temp,
 )
 
 log = LazyLogger(__name__)
@@ -75,6 +78,9 @@ class Claims:
     addrs_dir: str
     nics_dir: str
 
+    #: (directory, record) -> its temp file written ahead of the lock (:meth:`prepare_ip`)
+    _prepared: dict[tuple[str, bytes], str]
+
     def lock(self, timeout: float | None = None) -> AbstractContextManager[None]:
         raise NotImplementedError
 
@@ -102,14 +108,31 @@ class Claims:
     def _claim(self, directory: str, name: str, key: AttachmentKey, ifname: str,
                extra: dict[str, Any] | None = None) -> bool:
         self._ensure(directory)
-        data = encode({**(extra or {}), "key": key.as_dict(), "ifname": ifname})
+        data = _claim_record(key, ifname, extra)
+        prepared = self._prepared.get((directory, data))
         for _ in range(8):
-            if create_exclusive(directory, name, data):
+            if link_exclusive(directory, name, prepared) if prepared else \
+                    create_exclusive(directory, name, data):
                 return True
             owner = self._owner_at(os.path.join(directory, name))
             if owner is not None:
                 return owner == (key, ifname)
         raise IOFailure(f"failed to create {os.path.join(directory, name)}: keeps changing")
+
+    # -- records written ahead of the lock --------------------------------
+    def prepare_ip(self, pool: str, key: AttachmentKey, ifname: str) -> None:
+        """Write (and fsync) the record a reservation in ``pool`` for (key, ifname) links
+        into place, before the caller takes the lock: under it, :meth:`reserve_ip` only
+        links that file to the address's name. :meth:`drop_prepared` removes it."""
+        self._ensure(self.addrs_dir)
+        data = _claim_record(key, ifname, {"pool": pool})
+        if (self.addrs_dir, data) not in self._prepared:
+            self._prepared[(self.addrs_dir, data)] = write_temp(self.addrs_dir, "claim", data)
+
+    def drop_prepared(self) -> None:
+        for tmp in self._prepared.values():
+            unlink_quietly(tmp)
+        self._prepared.clear()
 
     # -- IP reservations (by address; see the module docstring) ----------
     def reserve_ip(self, pool: str, ip: IPv4Address, key: AttachmentKey, ifname: str) -> bool:
@@ -211,3 +234,7 @@ class Claims:
             if freed:
                 fsync_dir(self.nics_dir)
         return freed
+
+
+def _claim_record(key: AttachmentKey, ifname: str, extra: dict[str, Any] | None) -> bytes:
+    return encode({**(extra or {}), "key": key.as_dict(), "ifname": ifname})

@@ -71,11 +71,11 @@ from rdma_cni.store.files import (
     ensure_dir,
     fsync_dir,
     ioerr,
+    put_in_place,
     read_record,
     remove,
     scan,
     unlink_quietly,
-    write_atomic,
     write_temp,
 )
 from rdma_cni.store.lock import FileLock
@@ -106,6 +106,7 @@ class Store(Claims):
         self.corrupt_dir = os.path.join(self.root, "corrupt")
         #: directories this instance (one request) made sure of: the store never removes one
         self._made: set[str] = set()
+        self._prepared: dict[tuple[str, bytes], str] = {}
 
     # -- locking ---------------------------------------------------------
     @contextmanager
@@ -158,6 +159,13 @@ class Store(Claims):
         return state
 
     def put_state(self, key: AttachmentKey, state: AttachmentState) -> None:
+        self.commit_state(key, self.prepare_state(key, state))
+
+    def prepare_state(self, key: AttachmentKey, state: AttachmentState) -> str:
+        """The record of ``state`` written and fsynced beside its place, not in it yet: the
+        slow half of :meth:`put_state`, which needs no lock. :meth:`commit_state` puts it
+        in place, :meth:`discard` drops it (a crash leaves an orphan temp file, as one
+        inside :meth:`put_state` would)."""
         rec = {**state.to_json(), "schema": SCHEMA, "key": key.as_dict()}
         data = encode(rec)
         if len(data) > MAX_RECORD:
@@ -165,7 +173,14 @@ class Store(Claims):
                 f"failed to save the state of {key.container_id[:12]}: the record would be "
                 f"{len(data)} bytes, over the {MAX_RECORD >> 10} KiB bound")
         self._ensure(self.state_dir)
-        write_atomic(self.state_dir, key.digest() + ".json", data)
+        return write_temp(self.state_dir, key.digest() + ".json", data)
+
+    def commit_state(self, key: AttachmentKey, prepared: str) -> None:
+        put_in_place(self.state_dir, key.digest() + ".json", prepared)
+
+    @staticmethod
+    def discard(prepared: str) -> None:
+        unlink_quietly(prepared)
 
     def delete_state(self, key: AttachmentKey) -> None:
         if remove(self._state_path(key)):

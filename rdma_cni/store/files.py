@@ -113,7 +113,12 @@ def write_atomic(directory: str, name: str, data: bytes, *, mode: int = 0o600,
                  suffix: str = "", sync_dir: bool = False) -> None:
     """Replace ``directory/name`` by ``data`` (temp file, fsync, rename); ``sync_dir``
     also fsyncs the directory (the store's records need not: :func:`entry_written`)."""
-    tmp = write_temp(directory, name, data, mode=mode, suffix=suffix)
+    put_in_place(directory, name, write_temp(directory, name, data, mode=mode, suffix=suffix),
+                 sync_dir=sync_dir)
+
+
+def put_in_place(directory: str, name: str, tmp: str, *, sync_dir: bool = False) -> None:
+    """Rename the temp file ``tmp`` (from :func:`write_temp`) over ``directory/name``."""
     final = os.path.join(directory, name)
     try:
         os.replace(tmp, final)
@@ -129,6 +134,16 @@ def write_atomic(directory: str, name: str, data: bytes, *, mode: int = 0o600,
 def create_exclusive(directory: str, name: str, data: bytes) -> bool:
     """Create ``directory/name`` with ``data`` unless it exists; False if it does."""
     tmp = write_temp(directory, name, data)
+    try:
+        return link_exclusive(directory, name, tmp)
+    finally:
+        unlink_quietly(tmp)
+
+
+def link_exclusive(directory: str, name: str, tmp: str) -> bool:
+    """Create ``directory/name`` as a link of the complete temp file ``tmp`` (from
+    :func:`write_temp`, in ``directory``) unless it exists; False if it does. ``tmp``
+    stays: the caller removes it."""
     final = os.path.join(directory, name)
     try:
         os.link(tmp, final)
@@ -136,8 +151,6 @@ def create_exclusive(directory: str, name: str, data: bytes) -> bool:
         return False
     except OSError as e:
         raise ioerr("create", final, e) from e
-    finally:
-        unlink_quietly(tmp)
     entry_written(directory)
     return True
 

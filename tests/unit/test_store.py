@@ -142,6 +142,44 @@ def test_reserve_ip_o_excl_semantics(store: Store) -> None:
     assert files_under(Path(store.addrs_dir)) == {"192.0.2.2"}
 
 
+def test_a_reservation_written_ahead_of_the_lock_is_the_same_record(store: Store) -> None:
+    """prepare_ip writes (and fsyncs) the record before the lock; under it reserve_ip only
+    links it to the address's name. Same record, same exclusivity; nothing is left."""
+    with store.lock():
+        assert store.reserve_ip(POOL, A("192.0.2.2"), NEW, "eth1")  # taken the usual way
+    store.prepare_ip(POOL, OLD, "eth1")
+    store.prepare_ip(POOL, OLD, "eth1")  # once per record
+    temps = files_under(Path(store.addrs_dir)) - {"192.0.2.2"}
+    assert len(temps) == 1
+    tmp = Path(store.addrs_dir) / temps.pop()
+    pool = Pool(POOL, IPv4Interface(POOL).network, A("192.0.2.2"), A("192.0.2.14"),
+                frozenset(), None)
+    with store.lock():
+        ip = allocate(store, pool, OLD, "eth1")
+        assert ip == A("192.0.2.3")  # .2 is NEW's: the link to it failed, the next one held
+        assert os.stat(Path(store.addrs_dir) / "192.0.2.3").st_ino == tmp.stat().st_ino
+        assert not store.reserve_ip(POOL, A("192.0.2.3"), NEW, "eth1")
+    store.drop_prepared()
+    assert files_under(Path(store.addrs_dir)) == {"192.0.2.2", "192.0.2.3"}
+    assert json.loads((Path(store.addrs_dir) / "192.0.2.3").read_bytes()) == \
+        {"pool": POOL, "key": OLD.as_dict(), "ifname": "eth1"}
+    assert store.ip_owners(POOL) == {A("192.0.2.2"): (NEW, "eth1"), A("192.0.2.3"): (OLD, "eth1")}
+
+
+def test_a_state_prepared_ahead_of_the_lock(store: Store) -> None:
+    """prepare_state: the record complete beside its place, invisible until committed;
+    a discarded one leaves nothing."""
+    tmp = store.prepare_state(OLD, S({"ifaces": ["eth1"]}))
+    assert store.get_state(OLD) is None and store.list_states() == []
+    store.commit_state(OLD, tmp)
+    rec = store.get_state(OLD)
+    assert rec is not None and rec.extra == {"ifaces": ["eth1"]}
+    store.discard(store.prepare_state(OLD, S({"ifaces": ["eth2"]})))
+    rec = store.get_state(OLD)
+    assert rec is not None and rec.extra == {"ifaces": ["eth1"]}
+    assert files_under(Path(store.state_dir)) == {f"{OLD.digest()}.json"}
+
+
 def test_release_only_by_exact_owner(store: Store) -> None:
     store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
     assert store.release_ips(OLD) == 1

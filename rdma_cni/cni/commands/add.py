@@ -171,27 +171,36 @@ def _reserve(req: Request, nc: NetConf, store: Store, plans: list[IfacePlan],
     key = req.key
     ranges = ranges_of(nc)
     out: list[IfacePlan] = []
-    with store.lock():
-        _first_owner(req, store)
-        try:
+    pools = {}
+    try:
+        if nc.mode.traits.pod_ipam:  # the pools, and each reservation's record, before the lock
             for p in plans:
-                if nc.mode.traits.claims_nic and not store.claim_nic(p.nic, key, p.name):
-                    owner = store.nic_owner(p.nic)
-                    who = owner[0].container_id[:12] if owner else "another pod"
-                    raise NicUnavailable(f"RDMA NIC {p.nic} is serving another pod ({who})")
-                if nc.mode.traits.pod_ipam:
-                    f = facts[p.nic]
-                    pool = build_pool(p.nic, f.addresses, f.gateway, host_addrs, ranges, True)
-                    ip = allocate(store, pool, key, p.name, p.requested_ip)
-                    p = with_address(p, ip, pool.network.prefixlen)
-                out.append(p)
-            store.put_state(key, make_state(
-                PENDING, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
-                nc.routing.rulePriority, out, origin=origin_of(req.netns),
-                conf_name=nc.cniConfName, request=token))
-        except BaseException:
-            store.purge(key)
-            raise
+                f = facts[p.nic]
+                pool = pools[p.k] = build_pool(p.nic, f.addresses, f.gateway, host_addrs,
+                                               ranges, True)
+                store.prepare_ip(pool.name, key, p.name)
+        with store.lock():
+            _first_owner(req, store)
+            try:
+                for p in plans:
+                    if nc.mode.traits.claims_nic and not store.claim_nic(p.nic, key, p.name):
+                        owner = store.nic_owner(p.nic)
+                        who = owner[0].container_id[:12] if owner else "another pod"
+                        raise NicUnavailable(f"RDMA NIC {p.nic} is serving another pod ({who})")
+                    if nc.mode.traits.pod_ipam:
+                        pool = pools[p.k]
+                        ip = allocate(store, pool, key, p.name, p.requested_ip)
+                        p = with_address(p, ip, pool.network.prefixlen)
+                    out.append(p)
+                store.put_state(key, make_state(
+                    PENDING, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
+                    nc.routing.rulePriority, out, origin=origin_of(req.netns),
+                    conf_name=nc.cniConfName, request=token))
+            except BaseException:
+                store.purge(key)
+                raise
+    finally:
+        store.drop_prepared()
     return out
 
 
@@ -207,13 +216,22 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
         _undo(req, store, session, token, exc)
         raise
     ours = result.our_part(plans, macs, req.netns)
-    with store.lock():
-        if _mine(store, req, token) is None:
-            raise TryAgain(f"ADD of {req.container_id} was replaced by a later ADD meanwhile")
-        store.put_state(req.key, make_state(
-            READY, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
-            nc.routing.rulePriority, plans, ours, origin=origin_of(req.netns),
-            conf_name=nc.cniConfName, request=token))
+    # written (and fsynced) before the lock, put in place under it: pods started at once
+    # do not queue for each other's fsync
+    ready: str | None = store.prepare_state(req.key, make_state(
+        READY, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
+        nc.routing.rulePriority, plans, ours, origin=origin_of(req.netns),
+        conf_name=nc.cniConfName, request=token))
+    try:
+        with store.lock():
+            if _mine(store, req, token) is None:
+                raise TryAgain(f"ADD of {req.container_id} was replaced by a later ADD meanwhile")
+            assert ready is not None
+            store.commit_state(req.key, ready)
+            ready = None
+    finally:
+        if ready is not None:
+            store.discard(ready)
     return result.append(req.prev_result, ours)
 
 
