@@ -12,6 +12,8 @@ RTNH_F_ONLINK = 4
 RTPROT_STATIC = 4
 RTN_UNICAST = 1
 RT_TABLE_COMPAT = 252
+#: the scope of a delete that matches a route of any scope (as ``ip route del`` sends)
+RT_SCOPE_NOWHERE = 255
 
 
 def link_of(msg: Any) -> Link:
@@ -75,7 +77,8 @@ def header_table(table: int) -> int:
 
 def route_request(route: Route, delete: bool = False) -> tuple[dict[str, Any], list[Any]]:
     """The header fields and attributes of an RTM_NEWROUTE (or RTM_DELROUTE: matched by
-    destination, table and gateway) for ``route``, as pyroute2 encodes them."""
+    destination, table and gateway, whatever its scope) for ``route``, as pyroute2 encodes
+    them."""
     dst, _, plen = route.dst.partition("/")
     prefixlen = int(plen or 32)
     attrs: list[Any] = [("RTA_DST", dst)] if prefixlen else []
@@ -85,7 +88,9 @@ def route_request(route: Route, delete: bool = False) -> tuple[dict[str, Any], l
     if route.gateway:
         attrs.append(("RTA_GATEWAY", route.gateway))
     fields = {"family": 2, "dst_len": prefixlen, "table": header_table(route.table)}
-    if not delete:
+    if delete:
+        fields["scope"] = RT_SCOPE_NOWHERE  # scope 0 would match universe routes only
+    else:
         if route.priority:
             attrs.append(("RTA_PRIORITY", route.priority))
         fields.update(proto=route.proto or RTPROT_STATIC, scope=route.scope, type=RTN_UNICAST,

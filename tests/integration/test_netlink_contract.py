@@ -74,6 +74,8 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
                                                          TABLE))),
         ("onlink gateway", lambda w: route(w, Route("198.18.0.0/16", "203.0.113.1", None, TABLE,
                                                     onlink=True))),
+        ("delete the connected route (link scope)",
+         lambda w: w.pod.del_route(Route("198.51.100.0/26", None, None, TABLE))),
         ("source rule", lambda w: w.pod.add_rule("198.51.100.10", TABLE, PRIO)),
         ("the same rule", lambda w: w.pod.add_rule("198.51.100.10", TABLE, PRIO)),
         ("set the alias", lambda w: w.pod.set_alias("eth1", "other", "alias")),
