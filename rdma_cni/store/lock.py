@@ -21,8 +21,11 @@ from types import TracebackType
 
 from rdma_cni.errors import IOFailure, TryAgain
 
-_FIRST_POLL = 0.001
-_MAX_POLL = 0.025
+#: a waiter retries the flock after these pauses (doubling): a lock is held for a few
+#: milliseconds (an fsync at most), so a pause much longer than that only leaves it idle
+#: (32 pods at once: the next holder took up to 25 ms to notice, with 25 ms pauses)
+_FIRST_POLL = 0.0002
+_MAX_POLL = 0.002
 _GUARDS: dict[str, threading.Lock] = {}
 _GUARDS_LOCK = threading.Lock()
 
