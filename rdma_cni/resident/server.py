@@ -66,9 +66,9 @@ class Server:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         tmp = f"{self.path}.{os.getpid()}"
         sock.bind(tmp)
-        os.chmod(tmp, 0o600)
-        os.rename(tmp, self.path)  # clients never see a half-made socket
         sock.listen(128)
+        os.chmod(tmp, 0o600)
+        os.rename(tmp, self.path)  # clients never see a half-made socket, nor one not listening
         self.sock = sock
 
     def serve_forever(self) -> None:
@@ -229,16 +229,15 @@ def main(argv: list[str]) -> int:
     from rdma_cni.resident import workers
 
     rtnlcodec.enable()  # requests packed here, not by pyroute2 (rdma_cni/adapters/rtnlcodec.py)
+    server = Server(args.socket)
+    server.bind()  # clients connecting from here on wait in the backlog, not in-process
+    logger.info("rdma-cni serving on %s", args.socket)
 
     # what start-up made lives as long as the process: out of the collector's sight, a
     # full collection walks only what requests leave behind (and forked workers keep
     # sharing those pages: a collection writes to every object it walks)
     gc.collect()
     gc.freeze()
-
-    server = Server(args.socket)
-    server.bind()
-    logger.info("rdma-cni serving on %s", args.socket)
     workers.serve(server, args.workers or workers.default_count())
     return 0
 

@@ -160,7 +160,9 @@ def test_workers_share_the_store_and_stop_together(rig, tmp_path: Path) -> None:
     rig.nic()
     s = Serve(rig.node.ns, tmp_path / "w.sock", tmp_path / "w.log")
     try:
-        workers = _children(s.proc.pid)
+        deadline = time.monotonic() + 10  # the socket is in place before the workers fork
+        while not (workers := _children(s.proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert len(workers) >= 1, "serve forked no worker"
         pods = [rig.pod() for _ in range(6)]
         chain = rig.chain("shared-multi", residentSocket=str(s.sock))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
 import threading
 import time
@@ -130,7 +131,19 @@ def test_a_probe_fails_when_its_component_is_broken(node: Node) -> None:
     assert out.returncode == 1 and "no CNI config in /tmp" in out.stderr
 
 
+def _serve_listens(node: Node) -> bool:
+    """The DaemonSet's resident server's socket is in place (under the node's /run): it
+    is renamed there only once it listens."""
+    try:
+        return stat.S_ISSOCK((node.root / "run/rdma-cni/rdma-cni.sock").lstat().st_mode)
+    except OSError:
+        return False
+
+
 def test_workload_pod_gets_eth1_and_what_allocate_returned(node: Node, pods: Workloads) -> None:
+    # the serve container is up before the pod (the probe test waits for it too; where
+    # that cannot run, under a chroot, a pod started first is served in-process, rightly)
+    wait_for(lambda: _serve_listens(node), "the resident server's socket", timeout=60)
     w = pods.start("work")
     STATE["work"] = w
     netns = node.cd.netns_of(w.sandbox)
