@@ -130,12 +130,21 @@ def _pad_to(b: bytes) -> bytes:
     return b + b"\0" * (_pad(len(b)) - len(b))
 
 
-def _attrs(lay: _Layout, attrs: list[tuple[str, Any]], family: int) -> bytes:
+def _attrs(lay: _Layout, attrs: list[tuple[str, Any]], family: int,
+           nested: bool = False) -> bytes:
+    """A message's (or, ``nested``, a nested attribute's) attributes; in a nested one, an
+    attribute whose class pyroute2 picks with a function of the earlier ones
+    (IFLA_INFO_DATA by IFLA_INFO_KIND) gets the class it picks."""
     out = bytearray()
-    for cell in attrs:
+    for i, cell in enumerate(attrs):
         prime = lay.by_name.get(cell[0])
         if prime is None or len(cell) != 2:  # a third item: flags for pyroute2
             raise Unsupported(cell[0])
+        cls = prime["class"]
+        if nested and not isinstance(cls, type):
+            probe = lay.cls()
+            probe["attrs"] = list(attrs[:i])
+            prime = {**prime, "class": cls(probe, value=cell[1])}
         out += _attr(prime, cell[1], family)
     return bytes(out)
 
@@ -167,7 +176,7 @@ def _payload(prime: dict[str, Any], value: Any, family: int) -> bytes:
     if getattr(cls, "nla_map", None) and isinstance(value, dict) and set(value) == {"attrs"}:
         nested = layout(cls)
         if nested.supported and not nested.names:
-            return _nested(nested, value["attrs"], family)
+            return _attrs(nested, value["attrs"], family, nested=True)
     raise Unsupported(prime["name"])
 
 
@@ -182,23 +191,6 @@ def _scalar_base(cls: type) -> struct.Struct | None:
         found = next((_SCALARS[b] for b in cls.__mro__ if b in _SCALARS), None)
         _SCALAR_OF[cls] = found
         return found
-
-
-def _nested(lay: _Layout, attrs: list[tuple[str, Any]], family: int) -> bytes:
-    """A nested attribute's attributes; one whose class pyroute2 picks with a function
-    of the earlier ones (IFLA_INFO_DATA by IFLA_INFO_KIND) gets the class it picks."""
-    out = bytearray()
-    for i, cell in enumerate(attrs):
-        prime = lay.by_name.get(cell[0])
-        if prime is None or len(cell) != 2:
-            raise Unsupported(cell[0])
-        cls = prime["class"]
-        if not isinstance(cls, type):
-            probe = lay.cls()
-            probe["attrs"] = list(attrs[:i])
-            prime = {**prime, "class": cls(probe, value=cell[1])}
-        out += _attr(prime, cell[1], family)
-    return bytes(out)
 
 
 # answers ---------------------------------------------------------------
