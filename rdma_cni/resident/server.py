@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import select
+import signal
 import socket
 import stat
 import threading
@@ -230,6 +231,9 @@ def main(argv: list[str]) -> int:
 
     rtnlcodec.enable()  # requests packed here, not by pyroute2 (rdma_cni/adapters/rtnlcodec.py)
     server = Server(args.socket)
+    # told to stop from the moment the socket can be seen (a DaemonSet rollout, a test)
+    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    signal.signal(signal.SIGINT, lambda *_: server.stop())
     server.bind()  # clients connecting from here on wait in the backlog, not in-process
     logger.info("rdma-cni serving on %s", args.socket)
 

@@ -23,6 +23,7 @@ from rdma_cni.resident.server import Server
 
 logger = logging.getLogger("rdma_cni")
 PR_SET_PDEATHSIG = 1
+_STOP = {signal.SIGTERM, signal.SIGINT}
 
 
 def default_count() -> int:
@@ -35,13 +36,19 @@ def _child(server: Server) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the parent
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP)
     server.serve_forever()
 
 
 def serve(server: Server, workers: int) -> None:
     """Serve with ``workers`` processes; returns when the parent is told to stop."""
     children: list[int] = []
+    # a stop arriving while forking waits until each process has its own handler (a
+    # child must never take the parent's and remove the socket path)
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
     for _ in range(workers - 1):
+        if server.stopping.is_set():
+            break
         pid = os.fork()
         if pid == 0:
             code = 0
@@ -56,8 +63,12 @@ def serve(server: Server, workers: int) -> None:
         logger.info("resident workers: %d (pids %s)", workers, children)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP)
     try:
-        server.serve_forever()
+        if server.stopping.is_set():  # told to stop before serving: the socket goes too
+            server.stop()
+        else:
+            server.serve_forever()
     finally:
         for pid in children:
             try:
