@@ -13,7 +13,8 @@ from rdma_cni.ipam.allocator import Pool, choose
 class IpStore(Protocol):
     """What IPAM needs of a store (:class:`rdma_cni.store.core.Store` implements it)."""
 
-    def ip_owners(self, pool: str) -> dict[IPv4Address, tuple[AttachmentKey, str]]: ...
+    def ip_owners(self, pool: str, mine: AttachmentKey | None = None
+                  ) -> dict[IPv4Address, tuple[AttachmentKey, str]]: ...
 
     def reserve_ip(self, pool: str, ip: IPv4Address, key: AttachmentKey, ifname: str) -> bool: ...
 
@@ -39,7 +40,7 @@ def allocate(
     concurrent writer moves on to the next free address (or fails for a
     requested one).
     """
-    owners = store.ip_owners(pool.name)
+    owners = store.ip_owners(pool.name, mine=key)  # what ``key`` holds read from the files
     current = held_by(owners, key, ifname)
     if current is not None:
         if requested is not None and requested != current:

@@ -18,10 +18,13 @@ from rdma_cni.log import LazyLogger
 from rdma_cni.node.names import valid_netdev
 from rdma_cni.store.files import (
     Corrupt,
+    Identity,
     create_exclusive,
     encode,
     fsync_dir,
+    identity_of,
     link_exclusive,
+    read_identified,
     read_record,
     remove,
     scan,
@@ -35,6 +38,16 @@ log = LazyLogger(__name__)
 UNKNOWN_OWNER = AttachmentKey("", "", "")
 
 Owner = tuple[AttachmentKey, str]
+Entry = tuple[Owner, str]  # owner, and the pool recorded with it ("" when none)
+
+#: This process's reading of each reservation file a scan went through, by directory and
+#: path: the file's identity then and what it held. A record is never rewritten in place
+#: (created by linking a complete file, removed whole), so while a file shows the same
+#: identity it holds the same owner, and a scan reads only the files it has not seen
+#: (a node with hundreds of reservations, each ADD under the lock). A decision about the
+#: caller's own records (its address is already held, these are its to free) reads the
+#: file again all the same: see ``_dir_owners``.
+_seen: dict[str, dict[str, tuple[Identity, Entry]]] = {}
 
 
 def pool_dirname(pool: str) -> str:
@@ -92,18 +105,20 @@ class Claims:
         entry = self._entry_at(path)
         return None if entry is None else entry[0]
 
-    @staticmethod
-    def _entry_at(path: str) -> tuple[Owner, str] | None:
+    @classmethod
+    def _entry_at(cls, path: str) -> Entry | None:
         """(owner, recorded pool or "") of the record at ``path``; None if missing."""
         try:
             rec = read_record(path)
-            if rec is None:
-                return None
-            pool = rec.get("pool")
-            return _owner_of(rec), pool if isinstance(pool, str) else ""
+            return None if rec is None else cls._entry_of(rec)
         except Corrupt as e:
             log.warning("unreadable record %s treated as held by an unknown owner: %s", path, e)
             return (UNKNOWN_OWNER, ""), ""
+
+    @staticmethod
+    def _entry_of(rec: dict[str, Any]) -> Entry:
+        pool = rec.get("pool")
+        return _owner_of(rec), pool if isinstance(pool, str) else ""
 
     def _claim(self, directory: str, name: str, key: AttachmentKey, ifname: str,
                extra: dict[str, Any] | None = None) -> bool:
@@ -156,13 +171,21 @@ class Claims:
                 return owner
         return None
 
-    def ip_owners(self, pool: str) -> dict[IPv4Address, Owner]:
-        """Every reserved address inside ``pool``'s network, whatever pool it was made in."""
+    def ip_owners(self, pool: str, mine: AttachmentKey | None = None
+                  ) -> dict[IPv4Address, Owner]:
+        """Every reserved address inside ``pool``'s network, whatever pool it was made in;
+        those held by ``mine`` read from their files (see ``_dir_owners``)."""
         pool_dirname(pool)
         net = IPv4Network(pool)
-        return {ip: owner for _, ip, owner, _ in self._ip_entries() if ip in net}
+        return {ip: owner for _, ip, owner, _ in self._ip_entries(mine) if ip in net}
 
-    def _dir_owners(self, directory: str) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
+    def _dir_owners(self, directory: str, mine: AttachmentKey | None = None
+                    ) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
+        """(pool, address, owner, file) of the reservations in ``directory``. Files read
+        by an earlier scan and unchanged since are not read again, except those that the
+        earlier reading gave to ``mine``: the caller acts on its own (see ``_seen``)."""
+        before = _seen.get(directory, {})
+        now: dict[str, tuple[Identity, Entry]] = {}
         for name in scan(directory):
             try:
                 ip = IPv4Address(name)
@@ -170,23 +193,42 @@ class Claims:
                 log.warning("ignoring stray file %s", os.path.join(directory, name))
                 continue
             path = os.path.join(directory, name)
-            entry = self._entry_at(path)
+            entry = self._scanned(path, before.get(path), now, mine)
             if entry is not None:
                 yield entry[1], ip, entry[0], path
+        _seen[directory] = now
 
-    def _ip_entries(self) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
+    @classmethod
+    def _scanned(cls, path: str, known: tuple[Identity, Entry] | None,
+                 now: dict[str, tuple[Identity, Entry]], mine: AttachmentKey | None
+                 ) -> Entry | None:
+        if known is not None and known[1][0][0] != mine and identity_of(path) == known[0]:
+            now[path] = known
+            return known[1]
+        try:
+            rec, ident = read_identified(path)
+            entry = None if rec is None else cls._entry_of(rec)
+        except Corrupt as e:
+            log.warning("unreadable record %s treated as held by an unknown owner: %s", path, e)
+            return (UNKNOWN_OWNER, ""), ""
+        if entry is not None and ident is not None:
+            now[path] = (ident, entry)
+        return entry
+
+    def _ip_entries(self, mine: AttachmentKey | None = None
+                    ) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
         """(pool, address, owner, file) of every reservation, both layouts."""
-        yield from self._dir_owners(self.addrs_dir)
+        yield from self._dir_owners(self.addrs_dir, mine)
         for sub in scan(self.ips_dir):
             net = _pool_from_dirname(sub)
             if net is None:
                 log.warning("ignoring stray entry %s", os.path.join(self.ips_dir, sub))
                 continue
-            for _, ip, owner, path in self._dir_owners(os.path.join(self.ips_dir, sub)):
+            for _, ip, owner, path in self._dir_owners(os.path.join(self.ips_dir, sub), mine):
                 yield str(net), ip, owner, path
 
     def ips_of(self, key: AttachmentKey) -> list[tuple[str, IPv4Address, str]]:
-        return [(pool, ip, o[1]) for pool, ip, o, _ in self._ip_entries() if o[0] == key]
+        return [(pool, ip, o[1]) for pool, ip, o, _ in self._ip_entries(key) if o[0] == key]
 
     def release_ips(self, key: AttachmentKey, ifname: str | None = None) -> int:
         """Free the addresses held by exactly ``key`` (and ``ifname``); the count freed."""
@@ -194,7 +236,7 @@ class Claims:
         if key == UNKNOWN_OWNER:
             return 0
         with self.lock():
-            for _, _, owner, path in list(self._ip_entries()):
+            for _, _, owner, path in list(self._ip_entries(key)):
                 mine = owner[0] == key and (ifname is None or owner[1] == ifname)
                 if mine and remove(path):
                     fsync_dir(os.path.dirname(path))

@@ -226,7 +226,8 @@ class RacyStore:
         self.owners: dict[IPv4Address, tuple[AttachmentKey, str]] = {}
         self.steal = steal
 
-    def ip_owners(self, pool: str) -> dict[IPv4Address, tuple[AttachmentKey, str]]:
+    def ip_owners(self, pool: str, mine: AttachmentKey | None = None
+                  ) -> dict[IPv4Address, tuple[AttachmentKey, str]]:
         return dict(self.owners)
 
     def reserve_ip(self, pool: str, ip: IPv4Address, key: AttachmentKey, ifname: str) -> bool:

@@ -18,6 +18,7 @@ from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError, Code, ConfigError, IOFailure, TryAgain
 from rdma_cni.ipam.allocator import Pool, RangeLimits, build_pool
 from rdma_cni.ipam.reserve import allocate
+from rdma_cni.store import claims, files
 from rdma_cni.store.core import UNKNOWN_OWNER, Store
 from rdma_cni.store.state import AttachmentState
 
@@ -114,12 +115,18 @@ def test_orphaned_temp_files_are_ignored_and_cleaned(store: Store) -> None:
     stale = sdir / f".tmp-{os.getpid()}-0001-y.json"
     stale.write_bytes(b"{")
     os.utime(stale, (old, old))
+    mine_young = sdir / f".tmp-{pidns}.{os.getpid()}-0005-m.json"  # our own write at work
+    mine_young.write_bytes(b"{")
+    mine_old = sdir / f".tmp-{pidns}.{os.getpid()}-0006-n.json"  # ours too, an hour old and
+    mine_old.write_bytes(b"{")                                    # no lock: left behind
+    os.utime(mine_old, (old, old))
     try:
         assert [r.key for r in store.list_states()] == [OLD]
         assert store.ip_owners(POOL) == {A("192.0.2.2"): (OLD, "eth1")}
         assert not crash_state.exists() and not crash_ip.exists() and not stale.exists()
         assert not killed.exists()
         assert live.exists() and fresh.exists() and elsewhere.exists()
+        assert mine_young.exists() and not mine_old.exists()
     finally:
         os.close(live_fd)
     assert store.reserve_ip(POOL, A("192.0.2.3"), NEW, "eth1")
@@ -195,6 +202,67 @@ def test_release_only_by_exact_owner(store: Store) -> None:
     assert store.ips_of(NEW) == [("192.0.2.0/28", A("192.0.2.2"), "eth1")]
     assert store.release_ips(NEW) == 1
     assert store.ips_of(NEW) == []
+
+
+def test_a_scan_reads_only_the_records_it_has_not_seen(store: Store,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[str] = []
+
+    def counted(path: str) -> tuple[dict[str, object] | None, files.Identity | None]:
+        read.append(os.path.basename(path))
+        return files.read_identified(path)
+
+    monkeypatch.setattr(claims, "read_identified", counted)
+    third = AttachmentKey("rdma-net", "sandbox-third", "eth0")
+    store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
+    store.reserve_ip(POOL, A("192.0.2.3"), NEW, "eth1")
+    assert store.ip_owners(POOL) == {A("192.0.2.2"): (OLD, "eth1"), A("192.0.2.3"): (NEW, "eth1")}
+    assert sorted(read) == ["192.0.2.2", "192.0.2.3"]
+    read.clear()
+    assert store.ip_owners(POOL) == {A("192.0.2.2"): (OLD, "eth1"), A("192.0.2.3"): (NEW, "eth1")}
+    assert read == []  # nothing changed: nothing read
+    assert store.release_ips(OLD) == 1  # its own record: read from the file
+    assert read == ["192.0.2.2"]
+    read.clear()
+    store.reserve_ip(POOL, A("192.0.2.2"), third, "eth1")  # the address, another owner
+    assert store.ip_owners(POOL) == {A("192.0.2.2"): (third, "eth1"), A("192.0.2.3"): (NEW, "eth1")}
+    assert read == ["192.0.2.2"]
+    read.clear()
+    assert store.ip_owners(POOL, mine=NEW)[A("192.0.2.3")] == (NEW, "eth1")
+    assert read == ["192.0.2.3"]  # what the caller holds: read again
+
+
+def test_a_stale_reading_never_gives_an_address_to_a_second_owner(store: Store) -> None:
+    """Whatever this process remembers of a record (here: wrongly, that NEW holds it),
+    NEW's own decisions read the file: it frees nothing and gets another address."""
+    store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
+    store.ip_owners(POOL)
+    seen = claims._seen[store.addrs_dir]
+    path = os.path.join(store.addrs_dir, "192.0.2.2")
+    ident, (_, pool) = seen[path]
+    seen[path] = (ident, ((NEW, "eth1"), pool))
+    assert store.ip_owners(POOL)[A("192.0.2.2")] == (NEW, "eth1")  # the remembered reading
+    assert store.ip_owners(POOL, mine=NEW)[A("192.0.2.2")] == (OLD, "eth1")
+    assert store.ips_of(NEW) == []
+    assert store.release_ips(NEW) == 0 and os.path.exists(path)
+    seen = claims._seen[store.addrs_dir]
+    seen[path] = (seen[path][0], ((NEW, "eth1"), pool))
+    with store.lock():
+        got = allocate(store, _pool("192.0.2.1/28"), NEW, "eth1")
+    assert got != A("192.0.2.2")
+    assert store.ip_owners(POOL, mine=OLD)[A("192.0.2.2")] == (OLD, "eth1")
+
+
+def test_a_file_with_whole_second_times_is_always_read() -> None:
+    """On a filesystem with coarse timestamps a recycled inode could look like the file
+    it replaced: such files have no identity, so no scan trusts an earlier reading."""
+    def st(ctime_ns: int) -> os.stat_result:
+        return os.stat_result((stat.S_IFREG | 0o600, 7, 1, 1, 0, 0, 90, 0, 0, 0,
+                               0.0, 0.0, 0.0, 0, ctime_ns, ctime_ns))
+
+    assert files._identity(st(1_700_000_000 * 10**9)) is None
+    assert files._identity(st(1_700_000_000 * 10**9 + 5)) == (1, 7, 1_700_000_000 * 10**9 + 5,
+                                                              1_700_000_000 * 10**9 + 5, 90)
 
 
 def test_corrupt_reservation_is_held_by_unknown_owner(store: Store) -> None:
