@@ -41,7 +41,9 @@ def _child(server: Server) -> None:
 
 
 def serve(server: Server, workers: int) -> None:
-    """Serve with ``workers`` processes; returns when the parent is told to stop."""
+    """Serve with ``workers`` processes; returns when the parent is told to stop (its
+    SIGTERM and SIGINT handlers, which stop ``server``, are the caller's: installed
+    before the socket showed, see :func:`rdma_cni.resident.server.main`)."""
     children: list[int] = []
     # a stop arriving while forking waits until each process has its own handler (a
     # child must never take the parent's and remove the socket path)
@@ -61,8 +63,6 @@ def serve(server: Server, workers: int) -> None:
         children.append(pid)
     if children:
         logger.info("resident workers: %d (pids %s)", workers, children)
-    signal.signal(signal.SIGTERM, lambda *_: server.stop())
-    signal.signal(signal.SIGINT, lambda *_: server.stop())
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP)
     try:
         if server.stopping.is_set():  # told to stop before serving: the socket goes too

@@ -25,7 +25,6 @@ from rdma_cni.store.files import (
     identity_of,
     link_exclusive,
     read_identified,
-    read_record,
     remove,
     scan,
     unlink_quietly,
@@ -108,17 +107,21 @@ class Claims:
     @classmethod
     def _entry_at(cls, path: str) -> Entry | None:
         """(owner, recorded pool or "") of the record at ``path``; None if missing."""
-        try:
-            rec = read_record(path)
-            return None if rec is None else cls._entry_of(rec)
-        except Corrupt as e:
-            log.warning("unreadable record %s treated as held by an unknown owner: %s", path, e)
-            return (UNKNOWN_OWNER, ""), ""
+        return cls._read_entry(path)[0]
 
     @staticmethod
-    def _entry_of(rec: dict[str, Any]) -> Entry:
-        pool = rec.get("pool")
-        return _owner_of(rec), pool if isinstance(pool, str) else ""
+    def _read_entry(path: str) -> tuple[Entry | None, Identity | None]:
+        """:meth:`_entry_at`, and the identity of the file read (None when it must not be
+        remembered: unreadable, or see :func:`rdma_cni.store.files.read_identified`)."""
+        try:
+            rec, ident = read_identified(path)
+            if rec is None:
+                return None, None
+            pool = rec.get("pool")
+            return (_owner_of(rec), pool if isinstance(pool, str) else ""), ident
+        except Corrupt as e:
+            log.warning("unreadable record %s treated as held by an unknown owner: %s", path, e)
+            return ((UNKNOWN_OWNER, ""), ""), None
 
     def _claim(self, directory: str, name: str, key: AttachmentKey, ifname: str,
                extra: dict[str, Any] | None = None) -> bool:
@@ -205,12 +208,7 @@ class Claims:
         if known is not None and known[1][0][0] != mine and identity_of(path) == known[0]:
             now[path] = known
             return known[1]
-        try:
-            rec, ident = read_identified(path)
-            entry = None if rec is None else cls._entry_of(rec)
-        except Corrupt as e:
-            log.warning("unreadable record %s treated as held by an unknown owner: %s", path, e)
-            return (UNKNOWN_OWNER, ""), ""
+        entry, ident = cls._read_entry(path)
         if entry is not None and ident is not None:
             now[path] = (ident, entry)
         return entry

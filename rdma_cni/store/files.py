@@ -171,20 +171,20 @@ Identity = tuple[int, int, int, int, int]
 
 
 def _identity(st: os.stat_result) -> Identity | None:
-    """The file's :data:`Identity`; None when its times are whole seconds (a filesystem
-    with coarse timestamps, where a recycled inode could pass for the file it replaced)."""
-    if st.st_ctime_ns % 1_000_000_000 == 0:
+    """The file's :data:`Identity`; None for anything but a regular file, and when its
+    times are whole seconds (a filesystem with coarse timestamps, where a recycled inode
+    could pass for the file it replaced)."""
+    if not stat.S_ISREG(st.st_mode) or st.st_ctime_ns % 1_000_000_000 == 0:
         return None
     return st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size
 
 
 def identity_of(path: str) -> Identity | None:
-    """:func:`_identity` of the regular file at ``path`` (one ``lstat``); None otherwise."""
+    """:func:`_identity` of the file at ``path`` (one ``lstat``); None when missing."""
     try:
-        st = os.lstat(path)
+        return _identity(os.lstat(path))
     except OSError:
         return None
-    return _identity(st) if stat.S_ISREG(st.st_mode) else None
 
 
 def read_record(path: str) -> dict[str, Any] | None:
@@ -215,7 +215,7 @@ def read_identified(path: str) -> tuple[dict[str, Any] | None, Identity | None]:
         rec: dict[str, Any] = jsondoc.decode(raw, MAX_READ, dict, "not a JSON object")
     except jsondoc.JsonRefused as e:
         raise Corrupt(f"record {e}") from None
-    return rec, _identity(st) if stat.S_ISREG(st.st_mode) else None
+    return rec, _identity(st)
 
 
 _pidns: list[str] = []  # a process's own PID namespace never changes: read it once
@@ -236,36 +236,24 @@ def _writer_tag() -> str:
     return f"{_pid_namespace()}.{os.getpid()}"
 
 
-def _writer_in_our_view(name: str) -> int | None:
-    """The PID of the temp file's writer when it shares our PID namespace, else None."""
+def _writer_in_our_view(name: str) -> bool | None:
+    """Whether the temp file's writer still runs, when it shares our PID namespace; None
+    when it does not.
+
+    A PID means something only in the namespace it was taken in: a reader in another
+    one (the agent in its container) learns nothing from it and leaves the call to
+    the lock and the age (:func:`is_orphan`)."""
     tag = name[len(TMP):].split("-", 1)[0]
     ns, _, pid = tag.partition(".")
     if not ns or not pid.isdigit() or ns != _pid_namespace():
         return None
-    return int(pid)
-
-
-def _live_writer_in_our_view(name: str) -> bool:
-    """True when the temp file's writer shares our PID namespace and still runs."""
-    pid = _writer_in_our_view(name)
-    if pid is None:
-        return False
     try:
-        os.kill(pid, 0)
+        os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
     except OSError:
         pass  # EPERM: alive, not ours
     return True
-
-
-def _dead_writer_in_our_view(name: str) -> bool:
-    """True when the temp file's writer shares our PID namespace and no longer runs.
-
-    A PID means something only in the namespace it was taken in: a reader in another
-    one (the agent in its container) learns nothing from it and leaves the call to
-    the lock and the age (:func:`is_orphan`)."""
-    return _writer_in_our_view(name) is not None and not _live_writer_in_our_view(name)
 
 
 def is_orphan(directory: str, name: str) -> bool:
@@ -275,7 +263,8 @@ def is_orphan(directory: str, name: str) -> bool:
     The flock is held on the file itself, so it holds across PID and mount namespaces
     sharing the data dir; the writer's PID counts only where we share its PID view."""
     path = os.path.join(directory, name)
-    if _live_writer_in_our_view(name):  # the common case, a write in progress: no open
+    alive = _writer_in_our_view(name)
+    if alive:  # the common case, a write in progress: no open
         try:
             if time.time() - os.lstat(path).st_mtime <= _ORPHAN_AGE:
                 return False
@@ -292,7 +281,7 @@ def is_orphan(directory: str, name: str) -> bool:
         return False  # EWOULDBLOCK: a live writer holds it
     finally:
         os.close(fd)
-    return _dead_writer_in_our_view(name) or age > _ORPHAN_AGE
+    return alive is False or age > _ORPHAN_AGE  # False: its writer is dead in our view
 
 
 def scan(directory: str) -> list[str]:

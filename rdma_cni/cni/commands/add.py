@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from ipaddress import IPv4Address
 from typing import Any
 
@@ -41,6 +42,8 @@ from rdma_cni.store.core import Store
 from rdma_cni.store.state import PENDING, READY, AttachmentState, make_state
 
 log = logging.getLogger("rdma_cni")
+#: this ADD's state with a status, its plans and its result (see ``_states``)
+StateOf = Callable[[str, list[IfacePlan], dict[str, Any] | None], AttachmentState]
 KUBELET_TIMEOUT = 3.0
 
 
@@ -71,10 +74,24 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
         plans = nic_select.rdma_netns(nc, plans)
         plans = _free_tables(session, nc, plans)
         token = os.urandom(8).hex()
-        plans = _reserve(req, nc, store, plans, facts, host_addrs, token)
-        return _apply(req, nc, store, session, plans, token)
+        state = _states(req, nc, token)
+        plans = _reserve(req, nc, store, plans, facts, host_addrs, state)
+        return _apply(req, nc, store, session, plans, token, state)
     finally:
         session.close()
+
+
+def _states(req: Request, nc: NetConf, token: str) -> StateOf:
+    """The states this ADD writes (pending, then ready): only the status, the plans and the
+    result differ, the netns's origin is read once."""
+    origin = origin_of(req.netns)
+
+    def state(status: str, plans: list[IfacePlan],
+              ours: dict[str, Any] | None) -> AttachmentState:
+        return make_state(status, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
+                          nc.routing.rulePriority, plans, ours, origin=origin,
+                          conf_name=nc.cniConfName, request=token)
+    return state
 
 
 def _free_tables(session: Session, nc: NetConf, plans: list[IfacePlan]) -> list[IfacePlan]:
@@ -165,7 +182,7 @@ def _mine(store: Store, req: Request, token: str) -> AttachmentState | None:
 
 def _reserve(req: Request, nc: NetConf, store: Store, plans: list[IfacePlan],
              facts: dict[str, NicFacts], host_addrs: set[IPv4Address],
-             token: str) -> list[IfacePlan]:
+             state: StateOf) -> list[IfacePlan]:
     """Claim NICs and reserve addresses (none of the host's ``host_addrs``), then save the
     pending state (all under the lock)."""
     key = req.key
@@ -192,10 +209,7 @@ def _reserve(req: Request, nc: NetConf, store: Store, plans: list[IfacePlan],
                         ip = allocate(store, pool, key, p.name, p.requested_ip)
                         p = with_address(p, ip, pool.network.prefixlen)
                     out.append(p)
-                store.put_state(key, make_state(
-                    PENDING, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
-                    nc.routing.rulePriority, out, origin=origin_of(req.netns),
-                    conf_name=nc.cniConfName, request=token))
+                store.put_state(key, state(PENDING, out, None))
             except BaseException:
                 store.purge(key)
                 raise
@@ -205,7 +219,7 @@ def _reserve(req: Request, nc: NetConf, store: Store, plans: list[IfacePlan],
 
 
 def _apply(req: Request, nc: NetConf, store: Store, session: Session,
-           plans: list[IfacePlan], token: str) -> dict[str, Any]:
+           plans: list[IfacePlan], token: str, state: StateOf) -> dict[str, Any]:
     digest = req.key.digest()
     ctx = session.ctx(marker_of(digest), nc.routing.rulePriority)
     try:
@@ -218,10 +232,7 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
     ours = result.our_part(plans, macs, req.netns)
     # written (and fsynced) before the lock, put in place under it: pods started at once
     # do not queue for each other's fsync
-    ready: str | None = store.prepare_state(req.key, make_state(
-        READY, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
-        nc.routing.rulePriority, plans, ours, origin=origin_of(req.netns),
-        conf_name=nc.cniConfName, request=token))
+    ready: str | None = store.prepare_state(req.key, state(READY, plans, ours))
     try:
         with store.lock():
             if _mine(store, req, token) is None:
