@@ -284,6 +284,19 @@ def is_orphan(directory: str, name: str) -> bool:
     return alive is False or age > _ORPHAN_AGE  # False: its writer is dead in our view
 
 
+def remove_orphans_of(directory: str, name: str) -> None:
+    """The orphaned temp files (:func:`is_orphan`) written for ``directory/name``."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    end = f"-{name}"
+    for n in names:
+        if n.startswith(TMP) and n.endswith(end) and is_orphan(directory, n):
+            log.info("removing orphaned temp file %s", os.path.join(directory, n))
+            unlink_quietly(os.path.join(directory, n))
+
+
 def scan(directory: str) -> list[str]:
     """Entry names of ``directory`` (missing: none), minus temp files; orphans are removed."""
     try:

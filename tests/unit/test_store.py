@@ -506,3 +506,44 @@ def test_store_lock_reentrant_per_thread_only(store: Store) -> None:
     assert isinstance(seen[0], TryAgain)
     with store.lock(timeout=0):  # fully released after the outer block
         pass
+
+
+def test_a_state_prepared_aside_is_handed_over_or_dropped(store: Store) -> None:
+    sdir = Path(store.state_dir)
+    taken = store.prepare_state_aside(NEW, S({"status": "ready", "n": 1}))
+    path = taken.take()
+    assert Path(path).parent == sdir and Path(path).name.startswith(files.TMP)
+    assert store.get_state(NEW) is None  # beside its place, not in it
+    store.commit_state(NEW, path)
+    saved = store.get_state(NEW)
+    assert saved is not None and saved.status == "ready"
+    with pytest.raises(IOFailure, match="taken twice"):
+        taken.take()
+    dropped = store.prepare_state_aside(OLD, S({"n": 2}))
+    dropped.drop()
+    assert sorted(os.listdir(sdir)) == [f"{NEW.digest()}.json"]
+
+
+def test_a_state_prepared_aside_gives_its_writes_error(store: Store) -> None:
+    big = S({"blob": "x" * (1 << 20)})
+    with pytest.raises(IOFailure, match="over the 1024 KiB bound"):
+        store.prepare_state_aside(NEW, big).take()
+
+
+def test_purge_removes_the_temp_files_its_dead_writers_left(store: Store) -> None:
+    """An ADD killed while its ready state was written aside: DEL's purge leaves nothing
+    of that key, and nothing of anybody else's."""
+    store.put_state(NEW, S({"n": 1}))
+    sdir = Path(store.state_dir)
+    dead = SPAWN.Process(target=os.getpid)
+    dead.start()
+    dead.join()
+    pidns = os.stat("/proc/self/ns/pid").st_ino
+    killed = sdir / f".tmp-{pidns}.{dead.pid}-0001-{NEW.digest()}.json"
+    killed.write_bytes(b'{"schema": 1')
+    others = sdir / f".tmp-{pidns}.{dead.pid}-0002-{OLD.digest()}.json"
+    others.write_bytes(b"{")
+    live = sdir / f".tmp-{pidns}.{os.getpid()}-0003-{NEW.digest()}.json"  # a write at work
+    live.write_bytes(b"{")
+    store.purge(NEW)
+    assert sorted(p.name for p in sdir.iterdir()) == sorted([others.name, live.name])

@@ -3,8 +3,11 @@
 1. validate our blocks, open the namespaces, read host facts, decide NICs;
 2. under the store lock: claim NICs (1:1 modes), reserve addresses, save the
    state as pending (so a crash from here on is cleaned by DEL/GC);
-3. apply the steps in the pod netns, rolling back on failure;
-4. wait (bounded) for the RoCE GIDs, save the state as ready, return the result.
+3. apply the steps in the pod netns, rolling back on failure; when every interface's
+   MAC is known beforehand (ours for a macvlan, the NIC's otherwise), the ready state
+   is written and fsynced beside its place meanwhile, by a thread of its own;
+4. wait (bounded) for the RoCE GIDs, save the state as ready (written now instead when
+   the kernel shows another MAC), return the result.
 
 Each ADD tags the state it writes with its own request token: the pending state is
 written only when no other request's state is there (and, on the resident path,
@@ -24,7 +27,14 @@ from typing import Any
 from rdma_cni.cni import result
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath.execute import apply, steps_for
-from rdma_cni.datapath.plan import IfacePlan, NicFacts, plan_interfaces, with_address
+from rdma_cni.datapath.plan import (
+    IfacePlan,
+    NicFacts,
+    expected_mac,
+    plan_interfaces,
+    with_address,
+    with_own_macs,
+)
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.tables import choose_tables
 from rdma_cni.datapath.teardown import marker_of, teardown
@@ -39,6 +49,7 @@ from rdma_cni.node.hostinfo import nic_facts
 from rdma_cni.node.origin import origin_of
 from rdma_cni.node.pools import ranges_of
 from rdma_cni.store.core import Store
+from rdma_cni.store.files import Identity
 from rdma_cni.store.state import PENDING, READY, AttachmentState, make_state
 
 log = logging.getLogger("rdma_cni")
@@ -71,12 +82,13 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
         assert session.host is not None
         facts, host_addrs = nic_facts(session.host, names, rdma.by_netdev)
         plans = plan_interfaces(nc, blocks, [facts[n] for n in names], req.key.digest())
+        plans = with_own_macs(plans, os.urandom)
         plans = nic_select.rdma_netns(nc, plans)
         plans = _free_tables(session, nc, plans)
         token = os.urandom(8).hex()
         state = _states(req, nc, token)
-        plans = _reserve(req, nc, store, plans, facts, host_addrs, state)
-        return _apply(req, nc, store, session, plans, token, state)
+        plans, pending = _reserve(req, nc, store, plans, facts, host_addrs, state)
+        return _apply(req, nc, store, session, plans, token, state, pending)
     finally:
         session.close()
 
@@ -180,11 +192,20 @@ def _mine(store: Store, req: Request, token: str) -> AttachmentState | None:
     return state if state is not None and state.request == token else None
 
 
+def _still_mine(store: Store, req: Request, token: str, pending: Identity | None) -> bool:
+    """Under the lock: the state is still the pending one this ADD saved (its file
+    unchanged: one ``lstat``), or carries this ADD's token."""
+    if pending is not None and store.state_identity(req.key) == pending:
+        return True
+    return _mine(store, req, token) is not None
+
+
 def _reserve(req: Request, nc: NetConf, store: Store, plans: list[IfacePlan],
              facts: dict[str, NicFacts], host_addrs: set[IPv4Address],
-             state: StateOf) -> list[IfacePlan]:
+             state: StateOf) -> tuple[list[IfacePlan], Identity | None]:
     """Claim NICs and reserve addresses (none of the host's ``host_addrs``), then save the
-    pending state (all under the lock)."""
+    pending state (all under the lock); the plans with their addresses, and the pending
+    record's identity."""
     key = req.key
     ranges = ranges_of(nc)
     out: list[IfacePlan] = []
@@ -209,38 +230,48 @@ def _reserve(req: Request, nc: NetConf, store: Store, plans: list[IfacePlan],
                         ip = allocate(store, pool, key, p.name, p.requested_ip)
                         p = with_address(p, ip, pool.network.prefixlen)
                     out.append(p)
-                store.put_state(key, state(PENDING, out, None))
+                pending = store.put_state(key, state(PENDING, out, None))
             except BaseException:
                 store.purge(key)
                 raise
     finally:
         store.drop_prepared()
-    return out
+    return out, pending
 
 
 def _apply(req: Request, nc: NetConf, store: Store, session: Session,
-           plans: list[IfacePlan], token: str, state: StateOf) -> dict[str, Any]:
+           plans: list[IfacePlan], token: str, state: StateOf,
+           pending: Identity | None = None) -> dict[str, Any]:
     digest = req.key.digest()
     ctx = session.ctx(marker_of(digest), nc.routing.rulePriority)
+    # when every MAC is known beforehand, the ready state is written (and fsynced) by a
+    # thread of its own while the links are made, and used if the kernel shows those MACs
+    expected = {p.name: mac for p in plans if (mac := expected_mac(p))}
+    early = (store.prepare_state_aside(req.key, state(
+        READY, plans, result.our_part(plans, expected, req.netns)))
+        if len(expected) == len(plans) else None)
+    ready: str | None = None
     try:
-        apply(ctx, steps_for(plans))
-        nic_select.wait_gids(plans)
-        macs = {p.name: ctx.pod.require(p.name).mac for p in plans}
-    except BaseException as exc:
-        _undo(req, store, session, token, exc)
-        raise
-    ours = result.our_part(plans, macs, req.netns)
-    # written (and fsynced) before the lock, put in place under it: pods started at once
-    # do not queue for each other's fsync
-    ready: str | None = store.prepare_state(req.key, state(READY, plans, ours))
-    try:
+        try:
+            apply(ctx, steps_for(plans))
+            nic_select.wait_gids(plans)
+            macs = {p.name: ctx.pod.require(p.name).mac for p in plans}
+        except BaseException as exc:
+            _undo(req, store, session, token, exc)
+            raise
+        ours = result.our_part(plans, macs, req.netns)
+        if early is not None and macs == expected:
+            ready, early = early.take(), None
+        else:  # written before the lock too: pods started at once do not queue for it
+            ready = store.prepare_state(req.key, state(READY, plans, ours))
         with store.lock():
-            if _mine(store, req, token) is None:
+            if not _still_mine(store, req, token, pending):
                 raise TryAgain(f"ADD of {req.container_id} was replaced by a later ADD meanwhile")
-            assert ready is not None
             store.commit_state(req.key, ready)
             ready = None
     finally:
+        if early is not None:
+            early.drop()
         if ready is not None:
             store.discard(ready)
     return result.append(req.prev_result, ours)
