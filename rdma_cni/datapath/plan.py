@@ -8,7 +8,7 @@ overrides (validated by the block model).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from ipaddress import IPv4Address, IPv4Interface
 from typing import TYPE_CHECKING
@@ -138,29 +138,6 @@ def _plan_one(nc: NetConf, k: int, name: str, nic: NicFacts, mac: str | None,
                   "mac": nic.mac},
         host_mtu=nic.mtu, host_up=nic.up, host_routes=nic.host_routes,
     )
-
-
-def with_own_macs(plans: Sequence[IfacePlan], rand: Callable[[int], bytes]) -> list[IfacePlan]:
-    """Each macvlan the pod author gave no MAC gets one of ours, random, locally
-    administered and unicast (what the kernel would pick), so that the interface's MAC,
-    and the result, are known before the link is made."""
-    out = []
-    for p in plans:
-        if p.kind == "macvlan" and not p.mac:
-            b = bytearray(rand(6))
-            b[0] = (b[0] & 0xFC) | 0x02
-            p = replace(p, mac=":".join(f"{x:02x}" for x in b))
-        out.append(p)
-    return out
-
-
-def expected_mac(plan: IfacePlan) -> str | None:
-    """The MAC the pod's interface will show once made: the plan's own; an IPVLAN's, or
-    the moved NIC's, is its NIC's; None when the kernel picks it."""
-    if plan.mac:
-        return plan.mac.lower()
-    mac = plan.identity.get("mac") if plan.kind != "macvlan" else None
-    return mac.lower() if isinstance(mac, str) and mac else None
 
 
 def with_address(plan: IfacePlan, ip: IPv4Address, prefixlen: int) -> IfacePlan:

@@ -85,8 +85,7 @@ from rdma_cni.store.lock import FileLock
 from rdma_cni.store.state import SCHEMA, AttachmentState, StateError
 
 __all__ = ["DEFAULT_DATA_DIR", "MAX_READ", "MAX_RECORD", "SCHEMA", "UNKNOWN_OWNER", "Owner",
-           "Preparing", "Store",
-           "pool_dirname"]
+           "Store", "pool_dirname"]
 
 log = LazyLogger(__name__)
 
@@ -94,43 +93,6 @@ DEFAULT_DATA_DIR = defaults.DATA_DIR
 #: the largest state record written (bytes)
 MAX_RECORD = 1 << 20
 _held = threading.local()
-
-
-class Preparing:
-    """A state record being written and fsynced beside its place by a thread of its own
-    (:meth:`Store.prepare_state_aside`). :meth:`take` waits for it and hands its temp
-    file over (to :meth:`Store.commit_state` or :meth:`Store.discard`); :meth:`drop`
-    waits for it and removes that file. A process killed meanwhile leaves an orphan temp
-    file, which readers remove (as one killed inside :meth:`Store.put_state` would)."""
-
-    def __init__(self, store: Store, key: AttachmentKey, state: AttachmentState) -> None:
-        self._path: str | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._write, args=(store, key, state),
-                                        name="prepare-state", daemon=True)
-        self._thread.start()
-
-    def _write(self, store: Store, key: AttachmentKey, state: AttachmentState) -> None:
-        try:
-            self._path = store.prepare_state(key, state)
-        except BaseException as e:  # raised again by take()
-            self._error = e
-
-    def take(self) -> str:
-        """The prepared temp file, now the caller's; the write's own error if it failed."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        path, self._path = self._path, None
-        if path is None:
-            raise IOFailure("internal: a prepared state record was taken twice")
-        return path
-
-    def drop(self) -> None:
-        self._thread.join()
-        if self._path is not None:
-            unlink_quietly(self._path)
-            self._path = None
 
 
 class Store(Claims):
@@ -224,11 +186,6 @@ class Store(Claims):
         self._ensure(self.state_dir)
         return write_temp(self.state_dir, key.digest() + ".json", data)
 
-    def prepare_state_aside(self, key: AttachmentKey, state: AttachmentState) -> Preparing:
-        """:meth:`prepare_state` in a thread of its own: the fsync waits on the disk, not on
-        the interpreter, so the caller's own work (netlink) goes on meanwhile."""
-        return Preparing(self, key, state)
-
     def commit_state(self, key: AttachmentKey, prepared: str) -> Identity | None:
         put_in_place(self.state_dir, key.digest() + ".json", prepared)
         return identity_of(self._state_path(key))
@@ -308,7 +265,7 @@ class Store(Claims):
 
     def purge(self, key: AttachmentKey) -> None:
         """Everything of ``key``'s, with the temp files its dead writers left (an ADD
-        killed while its ready state was being written beside its place)."""
+        killed while it wrote its pending or ready state)."""
         with self.lock():
             self.release_ips(key)
             self.release_nics(key)

@@ -59,9 +59,6 @@ def test_chain_add_check_del(rig, built_binary) -> None:
                       hpc=[(HPC2, "198.51.100.126")])
     macs = {lk["ifname"]: lk["address"] for lk in pod.links().values()}
     assert [i["mac"] for i in res["interfaces"][1:]] == [macs["eth1"], macs["eth2"]]
-    # chosen by the ADD before the links were made: random, locally administered, unicast
-    assert macs["eth1"] != macs["eth2"]
-    assert all(int(macs[n][:2], 16) & 3 == 2 for n in ("eth1", "eth2")), macs
     # no default route added anywhere, eth0 and the main table untouched
     after = _pod_view(pod)
     assert after["eth0"] == before["eth0"] and after["eth0_addrs"] == before["eth0_addrs"]

@@ -15,10 +15,9 @@ from cnirunner import rdma_blocks
 pytestmark = pytest.mark.root
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "state"
-#: values that differ from run to run (netns path and identity, the ADD's token, MACs:
-#: a macvlan's is now chosen by the ADD, at random; the previous code left it null)
+#: values that differ from run to run (netns path and identity, the ADD's token, MACs)
 PER_RUN = ("netns", "origin", "request", "result")
-PER_RUN_IFACE = ("identity", "mac")
+PER_RUN_IFACE = ("identity",)
 HEAVY = {"pydantic", "grpc", "kubernetes"}
 
 

@@ -12,11 +12,9 @@ import pytest
 from rdma_cni.datapath.plan import (
     IfacePlan,
     NicFacts,
-    expected_mac,
     plan_interfaces,
     pod_routes,
     with_address,
-    with_own_macs,
 )
 from rdma_cni.errors import ConfigError, IfNameInUse, UnsupportedField
 from rdma_cni.models.blocks import Block
@@ -146,18 +144,3 @@ def test_with_address_and_the_pod_routes_of_the_table() -> None:
     default = IfacePlan(k=0, name="eth1", tmp="t", nic="n", kind="ipvlan", mtu=1500, table=100,
                         routes=(("0.0.0.0/0", "198.51.100.62"), ("198.18.0.0/15", None)))
     assert pod_routes(default) == [("198.18.0.0/15", None, False)]  # never a default route
-
-
-def test_macvlans_without_a_mac_get_one_of_ours_known_before_the_link_is_made() -> None:
-    multi = plan("shared-multi", [(0, block()), (1, block(mac="02:00:00:00:00:aa"))],
-                 [NIC, NIC1])
-    assert [expected_mac(p) for p in multi] == [None, "02:00:00:00:00:aa"]
-    ours = with_own_macs(multi, lambda n: b"\xff" * n)
-    assert [p.mac for p in ours] == ["fe:ff:ff:ff:ff:ff", "02:00:00:00:00:aa"]  # local, unicast
-    assert [expected_mac(p) for p in ours] == [p.mac for p in ours]
-    assert with_own_macs(multi, lambda n: b"\x00" * n)[0].mac == "02:00:00:00:00:00"
-    # IPVLAN and the moved NIC show their NIC's MAC; neither is given one of ours
-    for mode in ("shared", "exclusive"):
-        (p,) = plan(mode, [(0, block())], [NIC])
-        assert with_own_macs([p], lambda n: b"\xff" * n) == [p]
-        assert expected_mac(p) == "02:00:00:00:00:01"

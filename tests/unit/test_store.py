@@ -508,31 +508,9 @@ def test_store_lock_reentrant_per_thread_only(store: Store) -> None:
         pass
 
 
-def test_a_state_prepared_aside_is_handed_over_or_dropped(store: Store) -> None:
-    sdir = Path(store.state_dir)
-    taken = store.prepare_state_aside(NEW, S({"status": "ready", "n": 1}))
-    path = taken.take()
-    assert Path(path).parent == sdir and Path(path).name.startswith(files.TMP)
-    assert store.get_state(NEW) is None  # beside its place, not in it
-    store.commit_state(NEW, path)
-    saved = store.get_state(NEW)
-    assert saved is not None and saved.status == "ready"
-    with pytest.raises(IOFailure, match="taken twice"):
-        taken.take()
-    dropped = store.prepare_state_aside(OLD, S({"n": 2}))
-    dropped.drop()
-    assert sorted(os.listdir(sdir)) == [f"{NEW.digest()}.json"]
-
-
-def test_a_state_prepared_aside_gives_its_writes_error(store: Store) -> None:
-    big = S({"blob": "x" * (1 << 20)})
-    with pytest.raises(IOFailure, match="over the 1024 KiB bound"):
-        store.prepare_state_aside(NEW, big).take()
-
-
 def test_purge_removes_the_temp_files_its_dead_writers_left(store: Store) -> None:
-    """An ADD killed while its ready state was written aside: DEL's purge leaves nothing
-    of that key, and nothing of anybody else's."""
+    """An ADD killed while it wrote its state: DEL's purge leaves nothing of that key, and
+    nothing of anybody else's."""
     store.put_state(NEW, S({"n": 1}))
     sdir = Path(store.state_dir)
     dead = SPAWN.Process(target=os.getpid)

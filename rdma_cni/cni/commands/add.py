@@ -3,11 +3,8 @@
 1. validate our blocks, open the namespaces, read host facts, decide NICs;
 2. under the store lock: claim NICs (1:1 modes), reserve addresses, save the
    state as pending (so a crash from here on is cleaned by DEL/GC);
-3. apply the steps in the pod netns, rolling back on failure; when every interface's
-   MAC is known beforehand (ours for a macvlan, the NIC's otherwise), the ready state
-   is written and fsynced beside its place meanwhile, by a thread of its own;
-4. wait (bounded) for the RoCE GIDs, save the state as ready (written now instead when
-   the kernel shows another MAC), return the result.
+3. apply the steps in the pod netns, rolling back on failure;
+4. wait (bounded) for the RoCE GIDs, save the state as ready, return the result.
 
 Each ADD tags the state it writes with its own request token: the pending state is
 written only when no other request's state is there (and, on the resident path,
@@ -27,14 +24,7 @@ from typing import Any
 from rdma_cni.cni import result
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath.execute import apply, steps_for
-from rdma_cni.datapath.plan import (
-    IfacePlan,
-    NicFacts,
-    expected_mac,
-    plan_interfaces,
-    with_address,
-    with_own_macs,
-)
+from rdma_cni.datapath.plan import IfacePlan, NicFacts, plan_interfaces, with_address
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.tables import choose_tables
 from rdma_cni.datapath.teardown import marker_of, teardown
@@ -82,7 +72,6 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
         assert session.host is not None
         facts, host_addrs = nic_facts(session.host, names, rdma.by_netdev)
         plans = plan_interfaces(nc, blocks, [facts[n] for n in names], req.key.digest())
-        plans = with_own_macs(plans, os.urandom)
         plans = nic_select.rdma_netns(nc, plans)
         plans = _free_tables(session, nc, plans)
         token = os.urandom(8).hex()
@@ -244,34 +233,25 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
            pending: Identity | None = None) -> dict[str, Any]:
     digest = req.key.digest()
     ctx = session.ctx(marker_of(digest), nc.routing.rulePriority)
-    # when every MAC is known beforehand, the ready state is written (and fsynced) by a
-    # thread of its own while the links are made, and used if the kernel shows those MACs
-    expected = {p.name: mac for p in plans if (mac := expected_mac(p))}
-    early = (store.prepare_state_aside(req.key, state(
-        READY, plans, result.our_part(plans, expected, req.netns)))
-        if len(expected) == len(plans) else None)
-    ready: str | None = None
     try:
-        try:
-            apply(ctx, steps_for(plans))
-            nic_select.wait_gids(plans)
-            macs = {p.name: ctx.pod.require(p.name).mac for p in plans}
-        except BaseException as exc:
-            _undo(req, store, session, token, exc)
-            raise
-        ours = result.our_part(plans, macs, req.netns)
-        if early is not None and macs == expected:
-            ready, early = early.take(), None
-        else:  # written before the lock too: pods started at once do not queue for it
-            ready = store.prepare_state(req.key, state(READY, plans, ours))
+        apply(ctx, steps_for(plans))
+        nic_select.wait_gids(plans)
+        macs = {p.name: ctx.pod.require(p.name).mac for p in plans}
+    except BaseException as exc:
+        _undo(req, store, session, token, exc)
+        raise
+    ours = result.our_part(plans, macs, req.netns)
+    # written (and fsynced) before the lock, put in place under it: pods started at once
+    # do not queue for each other's fsync
+    ready: str | None = store.prepare_state(req.key, state(READY, plans, ours))
+    try:
         with store.lock():
             if not _still_mine(store, req, token, pending):
                 raise TryAgain(f"ADD of {req.container_id} was replaced by a later ADD meanwhile")
+            assert ready is not None
             store.commit_state(req.key, ready)
             ready = None
     finally:
-        if early is not None:
-            early.drop()
         if ready is not None:
             store.discard(ready)
     return result.append(req.prev_result, ours)

@@ -1,8 +1,7 @@
 """ADD's last stage (``_apply``) over the in-memory kernel (no root), with a real store in
-a temp dir: when every MAC is known beforehand, the ready state is written beside its
-place by a thread of its own while the links are made, and put in place once the kernel
-shows those MACs; a MAC the kernel shows otherwise (a NIC changed meanwhile) gets the
-state written again from what the kernel shows; a failed ADD leaves no temp file."""
+a temp dir: the ready state records what the kernel shows, an unchanged pending record
+is known as this ADD's by its identity, a state another ADD put meanwhile is left as it
+is, and a failed ADD leaves no state and no temp file."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from test_datapath_fake import POD, PRIO, SHARED, Node
 from rdma_cni import testhooks
 from rdma_cni.cni.commands import add as add_cmd
 from rdma_cni.cni.request import Request
-from rdma_cni.datapath.plan import IfacePlan, expected_mac, with_own_macs
+from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.errors import IOFailure, TryAgain
 from rdma_cni.store.core import Store
 from rdma_cni.store.files import TMP
@@ -26,25 +25,10 @@ from rdma_cni.store.state import PENDING, READY, AttachmentState, make_state
 TOKEN = "0011223344556677"
 
 
-def _rand(n: int) -> bytes:
-    return bytes(range(0x41, 0x41 + n))
-
-
 def _request(tmp_path: Path, mode: str = "shared-multi") -> Request:
     conf: dict[str, Any] = {"cniVersion": "1.0.0", "name": "rdma", "type": "rdma-cni",
                             "mode": mode, "dataDir": str(tmp_path / "data")}
     return Request("ADD", conf, "1.0.0", container_id="c0ffee", netns=POD, ifname="eth0")
-
-
-class Spy:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.aside = 0
-        real = Store.prepare_state_aside
-
-        def aside(store: Store, *a: Any) -> Any:
-            self.aside += 1
-            return real(store, *a)
-        monkeypatch.setattr(Store, "prepare_state_aside", aside)
 
 
 def _apply(node: Node, tmp_path: Path, plans: list[IfacePlan],
@@ -85,51 +69,16 @@ def _temp_files(tmp_path: Path) -> list[str]:
     return [n for n in os.listdir(tmp_path / "data" / "state") if n.startswith(TMP)]
 
 
-def test_own_macs_are_written_aside_and_are_what_the_kernel_shows(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    node, spy = Node(), Spy(monkeypatch)
-    plans = with_own_macs(SHARED, _rand)
-    out, store, req = _apply(node, tmp_path, plans)
-    assert spy.aside == 1
+def test_the_ready_state_records_what_the_kernel_shows(tmp_path: Path) -> None:
+    node = Node()
+    out, store, req = _apply(node, tmp_path, SHARED)
     macs = _kernel_macs(node, ["eth1", "eth2"])
-    assert macs == {"eth1": "42:42:43:44:45:46", "eth2": "42:42:43:44:45:46"}
-    assert [i["mac"] for i in out["interfaces"]] == [macs["eth1"], macs["eth2"]]
     saved = store.get_state(req.key)
     assert saved is not None and saved.status == READY and saved.request == TOKEN
     assert saved.result is not None
     assert [i["mac"] for i in saved.result["interfaces"]] == [macs["eth1"], macs["eth2"]]
-    assert _temp_files(tmp_path) == []
-
-
-def test_a_mac_the_kernel_shows_otherwise_is_saved_as_the_kernel_shows_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """IPVLAN takes its NIC's MAC: the NIC's MAC changed since the facts were read."""
-    node, spy = Node(), Spy(monkeypatch)
-    stale = replace(SHARED[0], kind="ipvlan",
-                    identity={"mac": "02:00:00:00:00:99", "pci": None, "parentDev": None,
-                              "permMac": None})
-    assert expected_mac(stale) == "02:00:00:00:00:99"
-    out, store, req = _apply(node, tmp_path, [stale], mode="shared")
-    assert spy.aside == 1
-    shown = _kernel_macs(node, ["eth1"])["eth1"]
-    assert shown == "02:00:00:00:00:01"  # rnic0's
-    assert out["interfaces"][0]["mac"] == shown
-    saved = store.get_state(req.key)
-    assert saved is not None and saved.status == READY and saved.result is not None
-    assert saved.result["interfaces"][0]["mac"] == shown
-    assert _temp_files(tmp_path) == []
-
-
-def test_a_mac_the_kernel_picks_is_read_before_the_state_is_written(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    node, spy = Node(), Spy(monkeypatch)
-    out, store, req = _apply(node, tmp_path, SHARED)  # macvlans without a MAC
-    assert spy.aside == 0
-    macs = _kernel_macs(node, ["eth1", "eth2"])
-    saved = store.get_state(req.key)
-    assert saved is not None and saved.result is not None
-    assert [i["mac"] for i in saved.result["interfaces"]] == [macs["eth1"], macs["eth2"]]
     assert [i["mac"] for i in out["interfaces"]] == [macs["eth1"], macs["eth2"]]
+    assert _temp_files(tmp_path) == []
 
 
 @pytest.mark.parametrize("k", [0, 3])
@@ -138,7 +87,7 @@ def test_a_failed_add_leaves_no_state_and_no_temp_file(
     node = Node()
     monkeypatch.setenv(testhooks.FAIL_AT_STEP, str(k))
     with pytest.raises(IOFailure, match="injected failure"):
-        _apply(node, tmp_path, with_own_macs(SHARED, _rand))
+        _apply(node, tmp_path, SHARED)
     assert _temp_files(tmp_path) == []
     assert os.listdir(tmp_path / "data" / "state") == []
     assert node.pod is not None
@@ -150,7 +99,7 @@ def test_an_unchanged_pending_record_is_known_as_ours_by_its_identity(
     node = Node()
     reads: list[str] = []
     monkeypatch.setattr(add_cmd, "_mine", lambda *a: reads.append("read"))
-    _apply(node, tmp_path, with_own_macs(SHARED, _rand))
+    _apply(node, tmp_path, SHARED)
     assert reads == []
 
 
@@ -165,7 +114,7 @@ def test_a_state_another_add_put_meanwhile_is_left_as_it_is(
         assert st is not None
         store.put_state(req.key, replace(st, request="ffeeddccbbaa9988"))
     with pytest.raises(TryAgain, match="replaced by a later ADD"):
-        _apply(node, tmp_path, with_own_macs(SHARED, _rand), meanwhile=replaced)
+        _apply(node, tmp_path, SHARED, meanwhile=replaced)
     saved = Store(str(tmp_path / "data")).get_state(_request(tmp_path).key)
     assert saved is not None and saved.status == PENDING
     assert saved.request == "ffeeddccbbaa9988"
