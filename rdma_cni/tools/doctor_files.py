@@ -4,11 +4,11 @@ per data dir."""
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 
-from rdma_cni.models.subconfig import PLUGIN_TYPE
+from rdma_cni.errors import ConfigError
+from rdma_cni.models.subconfig import PLUGIN_TYPE, first_conf_file, read_json_object
 from rdma_cni.store.core import DEFAULT_DATA_DIR
 from rdma_cni.tools.doctor_integrity import netns_propagation, shared_data_dirs
 from rdma_cni.tools.doctor_report import Check
@@ -31,17 +31,13 @@ def check_binary(path: str) -> Check:
     return Check("binary", "fail", f"{path} missing or not executable", "run `rdma-cni install`")
 
 
-def _first_conflist(conf_dir: str) -> str | None:
-    try:
-        names = sorted(os.listdir(conf_dir))
-    except OSError:
-        return None
-    found = [n for n in names if n.endswith((".conf", ".conflist", ".json"))]
-    return os.path.join(conf_dir, found[0]) if found else None
-
-
 def check_conflist(conf_dir: str) -> Check:
-    first = _first_conflist(conf_dir)
+    """The file the runtime uses (:func:`first_conf_file`: the same choice as the plugin's
+    subcommands, no dotfile or directory), read as they read it."""
+    try:
+        first = first_conf_file(conf_dir)
+    except ConfigError as e:
+        return Check("conflist", "fail", e.msg, f"make {conf_dir} readable by root")
     if first is None:
         return Check(
             "conflist",
@@ -50,11 +46,13 @@ def check_conflist(conf_dir: str) -> Check:
             "install the primary CNI, then `rdma-cni install`",
         )
     try:
-        with open(first, encoding="utf-8") as f:
-            plugins = json.load(f).get("plugins", [])
+        plugins = read_json_object(first).get("plugins", [])
         types = [p.get("type") for p in plugins]
-    except (OSError, ValueError, AttributeError) as e:
-        return Check("conflist", "fail", f"cannot read {first}: {e}", "fix the JSON")
+    except ConfigError as e:
+        return Check("conflist", "fail", e.msg, "fix the JSON")
+    except (TypeError, AttributeError):
+        return Check("conflist", "fail", f"cannot read {first}: its plugins are not a list "
+                     "of objects", "fix the JSON")
     if PLUGIN_TYPE not in types:
         return Check(
             "conflist", "fail", f"no {PLUGIN_TYPE} entry in {first}", "run `rdma-cni install`"
