@@ -1,0 +1,98 @@
+"""The whole ADD command (``cmd_add``) over the in-memory kernel and a fake sysfs (no
+root), with a real store in a temp dir: the pod gets its interfaces with addresses from
+each NIC's subnet, the state is saved as ready, a repeated ADD returns the same result
+without touching the pod, and DEL leaves the node as it was."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Interface
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakesys import FakeSys
+from test_datapath_fake import POD, Node
+
+from rdma_cni.cni.commands.add import cmd_add
+from rdma_cni.cni.commands.delete import cmd_del
+from rdma_cni.cni.request import Request
+from rdma_cni.datapath import session as session_mod
+from rdma_cni.errors import NicUnavailable
+from rdma_cni.node import nics as nics_mod
+from rdma_cni.store.core import Store
+from rdma_cni.store.state import READY
+
+BLOCKS: list[tuple[int, Any]] = [(0, {"cniConf": {"name": "rdma"}}),
+                                 (1, {"cniConf": {"name": "rdma"}})]
+PREV = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": POD}],
+        "ips": [{"address": "203.0.113.5/24", "interface": 0}], "routes": []}
+
+
+@pytest.fixture
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Node:
+    n = Node()
+    n.kernel.port(n.host).add_address("rnic1", IPv4Interface("198.51.100.65/26"))
+    monkeypatch.setattr(session_mod, "default_ops", n.kernel)
+    fs = FakeSys(tmp_path / "sysroot")
+    fs.netdev("rnic0", mac="02:00:00:00:00:01", mtu=9000, ifindex=2)
+    fs.netdev("rnic1", mac="02:00:00:00:00:02", mtu=4200, ifindex=3)
+    monkeypatch.setattr(nics_mod, "SYSFS_ROOT", str(fs.root))
+    return n
+
+
+def request(tmp_path: Path, command: str, devices: list[str] | None = None) -> Request:
+    conf: dict[str, Any] = {"cniVersion": "1.0.0", "name": "rdma", "type": "rdma-cni",
+                            "mode": "shared-multi", "allocation": "config",
+                            "devices": devices or ["rnic0", "rnic1"],
+                            "dataDir": str(tmp_path / "data")}
+    if command == "ADD":
+        conf["prevResult"] = PREV
+    return Request(command, conf, "1.0.0", container_id="c0ffee", netns=POD, ifname="eth0",
+                   prev_result=PREV if command == "ADD" else None)
+
+
+def pod_view(node: Node) -> dict[str, Any]:
+    assert node.pod is not None
+    port = node.kernel.port(node.pod)
+    return {lk.name: (lk.kind, lk.mtu, sorted(str(a) for i, a in port.addresses()
+                                               if i == lk.index))
+            for lk in port.links()}
+
+
+def test_add_repeat_and_del(node: Node, tmp_path: Path) -> None:
+    before = node.view()
+    out = cmd_add(request(tmp_path, "ADD"), BLOCKS)
+
+    assert [i["name"] for i in out["interfaces"]] == ["eth0", "eth1", "eth2"]
+    assert out["ips"][0] == PREV["ips"][0]
+    ours = [(ip["address"], ip["interface"]) for ip in out["ips"][1:]]
+    assert ours == [("198.51.100.2/26", 1), ("198.51.100.66/26", 2)]  # each NIC's subnet
+    view = pod_view(node)
+    assert view["eth1"][0] == "macvlan" and view["eth1"][1] == 9000
+    assert view["eth2"][0] == "macvlan" and view["eth2"][1] == 4200
+    assert view["eth1"][2] == [ours[0][0]] and view["eth2"][2] == [ours[1][0]]
+    assert node.pod is not None
+    assert node.kernel.port(node.pod).require("eth1").mac == out["interfaces"][1]["mac"]
+    store = Store(str(tmp_path / "data"))
+    saved = store.get_state(request(tmp_path, "ADD").key)
+    assert saved is not None and saved.status == READY and saved.result is not None
+
+    again = cmd_add(request(tmp_path, "ADD"), BLOCKS)  # the runtime retried the ADD
+    assert again == out
+    assert pod_view(node) == view
+
+    cmd_del(request(tmp_path, "DEL"))
+    assert node.view() == before
+    assert sorted(p.name for p in (tmp_path / "data" / "state").iterdir()) == []
+    assert sorted(p.name for p in (tmp_path / "data" / "addrs").iterdir()) == []
+
+
+def test_a_nic_missing_from_the_host_is_refused_and_nothing_is_left(
+        node: Node, tmp_path: Path) -> None:
+    before = node.view()
+    with pytest.raises(NicUnavailable, match="rnic9"):
+        cmd_add(request(tmp_path, "ADD", ["rnic0", "rnic9"]), BLOCKS)
+    assert node.view() == before
+    data = tmp_path / "data"
+    assert not (data / "state").exists() or list((data / "state").iterdir()) == []
+    assert not (data / "addrs").exists() or list((data / "addrs").iterdir()) == []
