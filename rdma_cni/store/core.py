@@ -164,12 +164,13 @@ class Store(Claims):
     def put_state(self, key: AttachmentKey, state: AttachmentState) -> Identity | None:
         """Save ``state``; the :data:`~rdma_cni.store.files.Identity` of the record now in
         place (see :meth:`state_identity`)."""
-        return self.commit_state(key, self.prepare_state(key, state))
+        self.commit_state(key, self.prepare_state(key, state))
+        return self.state_identity(key)
 
     def state_identity(self, key: AttachmentKey) -> Identity | None:
         """The identity of ``key``'s record (one ``lstat``): while it equals what
-        :meth:`put_state` or :meth:`commit_state` gave, the record is the one they put
-        there (a record is only ever replaced whole, by a rename); None when unknown."""
+        :meth:`put_state` gave, the record is the one it put there (a record is only ever
+        replaced whole, by a rename); None when unknown."""
         return identity_of(self._state_path(key))
 
     def prepare_state(self, key: AttachmentKey, state: AttachmentState) -> str:
@@ -186,9 +187,8 @@ class Store(Claims):
         self._ensure(self.state_dir)
         return write_temp(self.state_dir, key.digest() + ".json", data)
 
-    def commit_state(self, key: AttachmentKey, prepared: str) -> Identity | None:
+    def commit_state(self, key: AttachmentKey, prepared: str) -> None:
         put_in_place(self.state_dir, key.digest() + ".json", prepared)
-        return identity_of(self._state_path(key))
 
     @staticmethod
     def discard(prepared: str) -> None:

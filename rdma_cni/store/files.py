@@ -284,6 +284,12 @@ def is_orphan(directory: str, name: str) -> bool:
     return alive is False or age > _ORPHAN_AGE  # False: its writer is dead in our view
 
 
+def _drop_if_orphan(directory: str, name: str) -> None:
+    if is_orphan(directory, name):
+        log.info("removing orphaned temp file %s", os.path.join(directory, name))
+        unlink_quietly(os.path.join(directory, name))
+
+
 def remove_orphans_of(directory: str, name: str) -> None:
     """The orphaned temp files (:func:`is_orphan`) written for ``directory/name``."""
     try:
@@ -292,9 +298,8 @@ def remove_orphans_of(directory: str, name: str) -> None:
         return
     end = f"-{name}"
     for n in names:
-        if n.startswith(TMP) and n.endswith(end) and is_orphan(directory, n):
-            log.info("removing orphaned temp file %s", os.path.join(directory, n))
-            unlink_quietly(os.path.join(directory, n))
+        if n.startswith(TMP) and n.endswith(end):
+            _drop_if_orphan(directory, n)
 
 
 def scan(directory: str) -> list[str]:
@@ -309,7 +314,6 @@ def scan(directory: str) -> list[str]:
     for name in sorted(names):
         if not name.startswith(TMP):
             out.append(name)
-        elif is_orphan(directory, name):
-            log.info("removing orphaned temp file %s", os.path.join(directory, name))
-            unlink_quietly(os.path.join(directory, name))
+        else:
+            _drop_if_orphan(directory, name)
     return out

@@ -25,16 +25,17 @@ from rdma_cni.store.state import PENDING, READY, AttachmentState, make_state
 TOKEN = "0011223344556677"
 
 
-def _request(tmp_path: Path, mode: str = "shared-multi") -> Request:
+def _request(tmp_path: Path) -> Request:
     conf: dict[str, Any] = {"cniVersion": "1.0.0", "name": "rdma", "type": "rdma-cni",
-                            "mode": mode, "dataDir": str(tmp_path / "data")}
+                            "mode": "shared-multi", "dataDir": str(tmp_path / "data")}
     return Request("ADD", conf, "1.0.0", container_id="c0ffee", netns=POD, ifname="eth0")
 
 
 def _apply(node: Node, tmp_path: Path, plans: list[IfacePlan],
-           mode: str = "shared-multi", meanwhile: Any = None
+           monkeypatch: pytest.MonkeyPatch | None = None, meanwhile: Any = None
            ) -> tuple[dict[str, Any], Store, Request]:
-    req = _request(tmp_path, mode)
+    mode = "shared-multi"
+    req = _request(tmp_path)
     store = Store(str(tmp_path / "data"))
 
     def state(status: str, ps: list[IfacePlan], ours: dict[str, Any] | None
@@ -43,19 +44,18 @@ def _apply(node: Node, tmp_path: Path, plans: list[IfacePlan],
     pending = store.put_state(req.key, state(PENDING, plans, None))
     assert pending is not None
     if meanwhile is not None:
+        assert monkeypatch is not None
         real = add_cmd.apply
 
         def apply_then(*a: Any) -> None:
             real(*a)
             meanwhile(store, req)
-        add_cmd.apply = apply_then  # type: ignore[assignment]
+        monkeypatch.setattr(add_cmd, "apply", apply_then)
     session = node.session()
     try:
         out = add_cmd._apply(req, req.netconf, store, session, plans, TOKEN, state, pending)
     finally:
         session.close()
-        if meanwhile is not None:
-            add_cmd.apply = real  # type: ignore[assignment]
     return out, store, req
 
 
@@ -114,7 +114,7 @@ def test_a_state_another_add_put_meanwhile_is_left_as_it_is(
         assert st is not None
         store.put_state(req.key, replace(st, request="ffeeddccbbaa9988"))
     with pytest.raises(TryAgain, match="replaced by a later ADD"):
-        _apply(node, tmp_path, SHARED, meanwhile=replaced)
+        _apply(node, tmp_path, SHARED, monkeypatch, meanwhile=replaced)
     saved = Store(str(tmp_path / "data")).get_state(_request(tmp_path).key)
     assert saved is not None and saved.status == PENDING
     assert saved.request == "ffeeddccbbaa9988"

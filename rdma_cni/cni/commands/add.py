@@ -230,7 +230,7 @@ def _reserve(req: Request, nc: NetConf, store: Store, plans: list[IfacePlan],
 
 def _apply(req: Request, nc: NetConf, store: Store, session: Session,
            plans: list[IfacePlan], token: str, state: StateOf,
-           pending: Identity | None = None) -> dict[str, Any]:
+           pending: Identity | None) -> dict[str, Any]:
     digest = req.key.digest()
     ctx = session.ctx(marker_of(digest), nc.routing.rulePriority)
     try:
