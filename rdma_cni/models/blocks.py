@@ -1,14 +1,15 @@
-"""Strict models of the annotation blocks that are ours (pydantic, loaded lazily)."""
+"""Strict models of the annotation blocks that are ours (pydantic-core, loaded lazily)."""
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic_core import core_schema as cs
 
 from rdma_cni.errors import ConfigError, shown
+from rdma_cni.models.core import Model, ValidationError, after, explain, field, model, validator
 
 _IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 RESERVED_IFNAMES = frozenset((".", "..", "lo", "eth0"))
@@ -40,54 +41,52 @@ def _check_ip(value: str) -> str:
     return str(iface.ip)
 
 
-IfName = Annotated[str, AfterValidator(check_ifname)]
-Mac = Annotated[str, AfterValidator(_check_mac)]
-IPv4Text = Annotated[str, AfterValidator(_check_ip)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class CniConfRef(_Strict):
+class CniConfRef(Model):
     name: str
 
 
-class DeviceConf(_Strict):
-    ifName: IfName | None = None
-    mac: Mac | None = None
-    ips: list[IPv4Text] | None = None
+class DeviceConf(Model):
+    ifName: str | None
+    mac: str | None
+    ips: list[str] | None
 
 
-class Block(_Strict):
-    name: str | None = None
-    namespace: str | None = None
+class Block(Model):
+    name: str | None
+    namespace: str | None
     cniConf: CniConfRef
-    deviceConf: DeviceConf | None = None
+    deviceConf: DeviceConf | None
+
+
+def _optional(schema: cs.CoreSchema) -> cs.ModelField:
+    return field(cs.nullable_schema(schema), default=None)
+
+
+# Every model is strict (no coercion) and forbids keys it does not know.
+_STR = cs.str_schema()
+_CNI_CONF = model(CniConfRef, {"name": field(_STR)}, extra="forbid", strict=True)
+_DEVICE_CONF = model(DeviceConf, {
+    "ifName": _optional(after(_STR, check_ifname)),
+    "mac": _optional(after(_STR, _check_mac)),
+    "ips": _optional(cs.list_schema(after(_STR, _check_ip))),
+}, extra="forbid", strict=True)
+_BLOCK = model(Block, {
+    "name": _optional(_STR),
+    "namespace": _optional(_STR),
+    "cniConf": field(_CNI_CONF),
+    "deviceConf": _optional(_DEVICE_CONF),
+}, extra="forbid", strict=True)
+parse_block = validator(_BLOCK, Block)
 
 
 def validate_blocks(raw: list[tuple[int, Any]]) -> list[tuple[int, Block]]:
     out = []
     for pos, block in raw:
         try:
-            out.append((pos, Block.model_validate(block)))
+            out.append((pos, parse_block(block)))
         except ValidationError as exc:
             raise ConfigError(
                 f"invalid pod annotation k8s.volcengine.com/pod-networks: block {pos}: "
                 f"{explain(exc)}"
             ) from None
     return out
-
-
-_PY_TYPE = re.compile(r" or instance of \w+")
-_QUOTED = re.compile(r"'([^'\\]*)'")
-
-
-def explain(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:3]:
-        loc = ".".join(str(x) for x in err["loc"])
-        msg = _PY_TYPE.sub("", err["msg"].removeprefix("Value error, "))
-        msg = _QUOTED.sub(r'"\1"', msg)  # pydantic quotes choices Python-style
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return "; ".join(parts)

@@ -7,15 +7,27 @@ our own sub-objects are strict.
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import core_schema as cs
 
 from rdma_cni import defaults
 from rdma_cni.errors import ConfigError, shown
-from rdma_cni.models.blocks import explain
+from rdma_cni.models.core import (
+    Model,
+    ValidationError,
+    after,
+    explain,
+    field,
+    ipv4_address,
+    model,
+    validator,
+)
 from rdma_cni.modes import Mode
 from rdma_cni.node.names import valid_netdev
+
+M = TypeVar("M", bound=Model)
 
 
 def _check_netdev(value: str) -> str:
@@ -26,101 +38,87 @@ def _check_netdev(value: str) -> str:
     return value
 
 
-HostIfName = Annotated[str, AfterValidator(_check_netdev)]
+def _networks(value: list[str]) -> list[str]:
+    for item in value:
+        try:
+            ipaddress.IPv4Network(item, strict=False)
+        except ValueError:
+            raise ValueError(f"exclude entry {shown(item)} is not an IPv4 address or "
+                             "CIDR") from None
+    return value
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _subnets(value: dict[str, IpamRangeConf]) -> dict[str, IpamRangeConf]:
+    for subnet in value:
+        try:
+            ipaddress.IPv4Network(subnet, strict=True)
+        except ValueError:
+            raise ValueError(f"ranges key {shown(subnet)} is not an IPv4 subnet CIDR") from None
+    return value
 
 
-class IpamRangeConf(_Strict):
-    rangeStart: ipaddress.IPv4Address | None = None
-    rangeEnd: ipaddress.IPv4Address | None = None
-    exclude: list[str] = Field(default_factory=list)
-
-    @field_validator("exclude")
-    @classmethod
-    def _networks(cls, value: list[str]) -> list[str]:
-        for item in value:
-            try:
-                ipaddress.IPv4Network(item, strict=False)
-            except ValueError:
-                raise ValueError(f"exclude entry {shown(item)} is not an IPv4 address or "
-                                 "CIDR") from None
-        return value
+def _mtu(value: int) -> int:
+    if value and value < 68:
+        raise ValueError("mtu must be 0 (the parent's) or at least 68")
+    return value
 
 
-class IpamConf(_Strict):
-    type: str | None = None
-    ranges: dict[str, IpamRangeConf] = Field(default_factory=dict)
-
-    @field_validator("ranges")
-    @classmethod
-    def _subnets(cls, value: dict[str, IpamRangeConf]) -> dict[str, IpamRangeConf]:
-        for subnet in value:
-            try:
-                ipaddress.IPv4Network(subnet, strict=True)
-            except ValueError:
-                raise ValueError(f"ranges key {shown(subnet)} is not an IPv4 subnet CIDR") from None
-        return value
+def _absolute(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError("dataDir must be an absolute path")
+    return value
 
 
-class RoutingConf(_Strict):
-    tableBase: int = Field(default=100, ge=1, le=0x7FFFFF00)
-    rulePriority: int = Field(default=defaults.RULE_PRIORITY, ge=1, le=32765)
+def _unique(value: list[str] | None) -> list[str] | None:
+    if value is not None and len(set(value)) != len(value):
+        raise ValueError("devices lists a netdev more than once")
+    return value
 
 
-class KubeletConf(_Strict):
-    podResourcesSocket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    checkpointFile: str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
-    devicePluginDir: str = "/var/lib/kubelet/device-plugins"
+class IpamRangeConf(Model):
+    rangeStart: ipaddress.IPv4Address | None
+    rangeEnd: ipaddress.IPv4Address | None
+    exclude: list[str]
 
 
-class NetConf(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+class IpamConf(Model):
+    type: str | None
+    ranges: dict[str, IpamRangeConf]
 
+
+class RoutingConf(Model):
+    tableBase: int
+    rulePriority: int
+
+
+class KubeletConf(Model):
+    podResourcesSocket: str
+    checkpointFile: str
+    devicePluginDir: str
+
+
+class NetConf(Model):
     cniVersion: str
-    name: str = Field(min_length=1, max_length=253)
-    type: str = "rdma-cni"
-    cniConfName: str = Field("rdma", min_length=1, max_length=253)
+    name: str
+    type: str
+    cniConfName: str
     mode: Mode
-    devices: list[HostIfName] | None = None
-    resourceName: str | None = None
-    allocation: Literal["auto", "config"] = "auto"
-    maxInterfaces: int = Field(16, ge=1, le=64)
-    mtu: int = Field(0, ge=0, le=65535)
-    ipam: IpamConf = Field(default_factory=IpamConf)
-    routing: RoutingConf = Field(default_factory=RoutingConf)
-    kubelet: KubeletConf = Field(default_factory=KubeletConf)
-    slotsPerNic: int = Field(16, ge=1, le=1024)
-    hostSlots: int = Field(16, ge=1, le=1024)
-    dataDir: str = defaults.DATA_DIR
-    logFile: str = "/var/log/rdma-cni.log"
-    logLevel: Literal["debug", "info", "warning", "error"] = "info"
-    residentSocket: str = defaults.RESIDENT_SOCKET
-    metricsFile: str = defaults.METRICS_FILE
-    runtimeConfig: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("mtu")
-    @classmethod
-    def _mtu(cls, value: int) -> int:
-        if value and value < 68:
-            raise ValueError("mtu must be 0 (the parent's) or at least 68")
-        return value
-
-    @field_validator("dataDir")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError("dataDir must be an absolute path")
-        return value
-
-    @field_validator("devices")
-    @classmethod
-    def _unique(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and len(set(value)) != len(value):
-            raise ValueError("devices lists a netdev more than once")
-        return value
+    devices: list[str] | None
+    resourceName: str | None
+    allocation: Literal["auto", "config"]
+    maxInterfaces: int
+    mtu: int
+    ipam: IpamConf
+    routing: RoutingConf
+    kubelet: KubeletConf
+    slotsPerNic: int
+    hostSlots: int
+    dataDir: str
+    logFile: str
+    logLevel: Literal["debug", "info", "warning", "error"]
+    residentSocket: str
+    metricsFile: str
+    runtimeConfig: dict[str, Any]
 
     @property
     def resource(self) -> str:
@@ -137,9 +135,72 @@ class NetConf(BaseModel):
         return value if isinstance(value, str) and value else None
 
 
+_STR = cs.str_schema()
+
+
+def _int(ge: int, le: int) -> cs.CoreSchema:
+    return cs.int_schema(ge=ge, le=le)
+
+
+def _defaults(schema: cs.ModelSchema, cls: type[M]) -> Callable[[], M]:
+    """The default factory of a sub-object: the sub-model validated from ``{}``."""
+    parse = validator(schema, cls)
+    return lambda: parse({})
+
+
+# Our own sub-objects forbid keys they do not know; the top level ignores them (the
+# runtime and other tools add their own).
+_RANGE = model(IpamRangeConf, {
+    "rangeStart": field(cs.nullable_schema(ipv4_address()), default=None),
+    "rangeEnd": field(cs.nullable_schema(ipv4_address()), default=None),
+    "exclude": field(after(cs.list_schema(_STR), _networks), factory=list),
+}, extra="forbid")
+_IPAM = model(IpamConf, {
+    "type": field(cs.nullable_schema(_STR), default=None),
+    "ranges": field(after(cs.dict_schema(_STR, _RANGE), _subnets), factory=dict),
+}, extra="forbid")
+_ROUTING = model(RoutingConf, {
+    "tableBase": field(_int(1, 0x7FFFFF00), default=100),
+    "rulePriority": field(_int(1, 32765), default=defaults.RULE_PRIORITY),
+}, extra="forbid")
+_KUBELET = model(KubeletConf, {
+    "podResourcesSocket": field(_STR, default="/var/lib/kubelet/pod-resources/kubelet.sock"),
+    "checkpointFile": field(
+        _STR, default="/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"),
+    "devicePluginDir": field(_STR, default="/var/lib/kubelet/device-plugins"),
+}, extra="forbid")
+_NAME = cs.str_schema(min_length=1, max_length=253)
+_NETCONF = model(NetConf, {
+    "cniVersion": field(_STR),
+    "name": field(_NAME),
+    "type": field(_STR, default="rdma-cni"),
+    "cniConfName": field(_NAME, default="rdma"),
+    "mode": field(cs.enum_schema(Mode, list(Mode), sub_type="str")),
+    "devices": field(after(cs.nullable_schema(cs.list_schema(after(_STR, _check_netdev))),
+                           _unique), default=None),
+    "resourceName": field(cs.nullable_schema(_STR), default=None),
+    "allocation": field(cs.literal_schema(["auto", "config"]), default="auto"),
+    "maxInterfaces": field(_int(1, 64), default=16),
+    "mtu": field(after(_int(0, 65535), _mtu), default=0),
+    "ipam": field(_IPAM, factory=_defaults(_IPAM, IpamConf)),
+    "routing": field(_ROUTING, factory=_defaults(_ROUTING, RoutingConf)),
+    "kubelet": field(_KUBELET, factory=_defaults(_KUBELET, KubeletConf)),
+    "slotsPerNic": field(_int(1, 1024), default=16),
+    "hostSlots": field(_int(1, 1024), default=16),
+    "dataDir": field(after(_STR, _absolute), default=defaults.DATA_DIR),
+    "logFile": field(_STR, default="/var/log/rdma-cni.log"),
+    "logLevel": field(cs.literal_schema(["debug", "info", "warning", "error"]),
+                      default="info"),
+    "residentSocket": field(_STR, default=defaults.RESIDENT_SOCKET),
+    "metricsFile": field(_STR, default=defaults.METRICS_FILE),
+    "runtimeConfig": field(cs.dict_schema(), factory=dict),
+}, extra="ignore")
+_parse_netconf = validator(_NETCONF, NetConf)
+
+
 def load_netconf(conf: dict[str, Any]) -> NetConf:
     try:
-        return NetConf.model_validate(conf)
+        return _parse_netconf(conf)
     except ValidationError as exc:
         raise ConfigError(f"invalid network configuration: {explain(exc)}") from None
 

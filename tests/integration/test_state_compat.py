@@ -18,7 +18,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "state"
 #: values that differ from run to run (netns path and identity, the ADD's token, MACs)
 PER_RUN = ("netns", "origin", "request", "result")
 PER_RUN_IFACE = ("identity",)
-HEAVY = {"pydantic", "grpc", "kubernetes"}
+HEAVY = {"pydantic", "pydantic_core", "grpc", "kubernetes"}
 
 
 def _rig_as_captured(rig: Any, mode: str) -> tuple[Any, Any, int]:

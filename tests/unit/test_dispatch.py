@@ -586,8 +586,8 @@ for command, stdin in (("VERSION", b'{"cniVersion": "0.4.0"}'), ("ADD", json.dum
     out = io.StringIO()
     codes.append(dispatch.run({**env, "CNI_COMMAND": command}, stdin, out, io.StringIO()))
     codes.append(json.loads(out.getvalue()).get("code", 0))
-heavy = [m for m in ("pyroute2", "pydantic", "grpc", "prometheus_client", "netaddr")
-         if m in sys.modules]
+heavy = [m for m in ("pyroute2", "pydantic", "pydantic_core", "grpc", "prometheus_client",
+                    "netaddr") if m in sys.modules]
 print(json.dumps({"codes": codes, "heavy": heavy}))
 """
 

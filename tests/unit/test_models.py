@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -184,3 +188,84 @@ def test_block_values_are_normalised() -> None:
     assert isinstance(got, Block) and got.deviceConf is not None
     assert got.deviceConf.mac == "02:ab:00:00:00:01"
     assert got.deviceConf.ips == ["198.51.100.9"]
+
+
+BASE = {"cniVersion": "1.0.0", "name": "n", "mode": "shared"}
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"mode": "bogus"},
+     'mode: Input should be "shared", "shared-multi", "shared-host" or "exclusive"'),
+    ({"maxInterfaces": 65}, "maxInterfaces: Input should be less than or equal to 64"),
+    ({"ipam": {"ranges": {"198.51.100.0/24": {"rangeStart": "198.51.100.300"}}}},
+     "ipam.ranges.198.51.100.0/24.rangeStart: Input is not a valid IPv4 address"),
+    ({"routing": {"tableBase": 0, "x": 1}},
+     "routing.tableBase: Input should be greater than or equal to 1; "
+     "routing.x: Extra inputs are not permitted"),
+    ({"logLevel": "trace"}, 'logLevel: Input should be "debug", "info", "warning" or "error"'),
+    ({"cniVersion": None}, "cniVersion: Input should be a valid string"),
+    ({"kubelet": []}, "kubelet: Input should be a valid dictionary"),
+    ({"name": ""}, "name: String should have at least 1 character"),
+    ({"devices": ["lo"], "mtu": 10},
+     'devices.0: netdev name "lo" is invalid: 1-15 characters of [A-Za-z0-9_.-], not ".", '
+     '".." or "lo" (never an RDMA NIC); mtu: mtu must be 0 (the parent\'s) or at least 68'),
+])
+def test_config_errors_read_as_before(extra: dict[str, Any], message: str) -> None:
+    """The exact texts pydantic's BaseModel gave for the same config (validation moved to
+    pydantic-core schemas; an operator's alert or runbook may match on these)."""
+    with pytest.raises(ConfigError) as info:
+        load_netconf({**BASE, **extra})
+    assert info.value.msg == f"invalid network configuration: {message}"
+
+
+def test_a_missing_required_key_is_named() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_netconf({"name": "n", "mode": "shared"})
+    assert info.value.msg == "invalid network configuration: cniVersion: Field required"
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"cniConf": {"name": 7}}, "cniConf.name: Input should be a valid string"),
+    ({"cniConf": {"name": "rdma"}, "x": 1}, "x: Extra inputs are not permitted"),
+    ("x", "Input should be a valid dictionary"),
+    ({"cniConf": {"name": "rdma"}, "deviceConf": {"ips": "198.51.100.9"}},
+     "deviceConf.ips: Input should be a valid list"),
+])
+def test_block_errors_read_as_before(raw: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_blocks([(0, raw)])
+    assert info.value.msg == \
+        f"invalid pod annotation k8s.volcengine.com/pod-networks: block 0: {message}"
+
+
+def test_models_are_immutable_values() -> None:
+    nc = netconf(devices=["ens1f0"])
+    with pytest.raises(AttributeError):
+        nc.mode = "exclusive"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del nc.kubelet.checkpointFile
+    assert nc == netconf(devices=["ens1f0"]) and nc != netconf(devices=["ens2f0"])
+    (_, one), = validate_blocks([(0, {"cniConf": {"name": "rdma"}})])
+    (_, two), = validate_blocks([(3, {"cniConf": {"name": "rdma"}})])
+    assert one == two and hash(one) == hash(two) and "cniConf=CniConfRef(name='rdma')" in repr(one)
+    assert netconf().ipam is not netconf().ipam  # a default sub-object per config, not shared
+
+
+IMPORT_PROBE = r"""
+import json, sys
+from rdma_cni.models.netconf import load_netconf
+from rdma_cni.models.blocks import validate_blocks
+load_netconf({"cniVersion": "1.0.0", "name": "n", "mode": "shared"})
+validate_blocks([(0, {"cniConf": {"name": "rdma"}})])
+print(json.dumps(sorted(m for m in ("pydantic", "pydantic_core", "importlib.metadata")
+                        if m in sys.modules)))
+"""
+
+
+def test_validation_imports_pydantic_core_only() -> None:
+    """The exec'd ADD pays every import: pydantic's model layer (and the importlib.metadata
+    its plugin lookup pulls in) stays out (bench/README.md, figure 6)."""
+    proc = subprocess.run([sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True,
+                          timeout=60, check=False, cwd=str(Path(__file__).resolve().parents[2]))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == ["pydantic_core"]

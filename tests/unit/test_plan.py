@@ -17,7 +17,7 @@ from rdma_cni.datapath.plan import (
     with_address,
 )
 from rdma_cni.errors import ConfigError, IfNameInUse, UnsupportedField
-from rdma_cni.models.blocks import Block
+from rdma_cni.models.blocks import Block, parse_block
 from rdma_cni.models.netconf import NetConf, load_netconf
 
 DIGEST = "0123456789abcdef"
@@ -36,7 +36,7 @@ def conf(mode: str, **kw: Any) -> NetConf:
 
 
 def block(**dc: Any) -> Block:
-    return Block.model_validate({"cniConf": {"name": "rdma"}, **({"deviceConf": dc} if dc else {})})
+    return parse_block({"cniConf": {"name": "rdma"}, **({"deviceConf": dc} if dc else {})})
 
 
 def plan(mode: str, blocks: list[tuple[int, Block]], nics: list[NicFacts], **kw: Any

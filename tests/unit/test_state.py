@@ -148,7 +148,8 @@ STDLIB_PROBE = r"""
 import json, sys
 import rdma_cni.store.state, rdma_cni.store.core, rdma_cni.cni.commands.delete
 import rdma_cni.cni.commands.gc, rdma_cni.datapath.teardown, rdma_cni.datapath.salvage
-print(json.dumps(sorted(m for m in ("pydantic", "grpc", "kubernetes") if m in sys.modules)))
+heavy = ("pydantic", "pydantic_core", "grpc", "kubernetes")
+print(json.dumps(sorted(m for m in heavy if m in sys.modules)))
 """
 
 
