@@ -1,5 +1,3 @@
-import sys
+from rdma_cni.cli import entry
 
-from rdma_cni.cli import main
-
-sys.exit(main())
+entry()

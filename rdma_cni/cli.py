@@ -6,10 +6,12 @@ the first argument names a subcommand, each imported only when used.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import sys
+from typing import NoReturn
 
 SUBCOMMANDS = {
     "doctor": "rdma_cni.tools.doctor",
@@ -54,6 +56,37 @@ def main(argv: list[str] | None = None) -> int:
     if argv and not os.environ.get("CNI_COMMAND"):
         return _subcommand(argv)
     return plugin_main()
+
+
+def entry() -> NoReturn:
+    """The binary's entry (``__main__``): a subcommand exits the usual way; the exec'd
+    plugin ends without tearing the interpreter down (:func:`exit_plugin`)."""
+    if sys.argv[1:] and not os.environ.get("CNI_COMMAND"):
+        sys.exit(_subcommand(sys.argv[1:]))
+    try:
+        code = plugin_main()
+    except BrokenPipeError:  # the runtime stopped reading: nobody gets the answer
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write("rdma-cni: stdout was closed before the answer was written\n")
+        code = 1
+    exit_plugin(code)
+
+
+def exit_plugin(code: int) -> NoReturn:
+    """End a plugin exec once its answer and logs are written: flush stdio, close the log
+    handlers (what ``atexit`` would run), then ``os._exit``. Finalizing the ~300 modules
+    an ADD imports, object by object, costs about 10 ms per exec (figure 6) and writes
+    nothing. A failed stdout flush exits 120, as the interpreter's own shutdown does."""
+    import logging
+
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        code = code or 120
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def plugin_main() -> int:

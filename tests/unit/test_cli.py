@@ -3,6 +3,9 @@ line, and messages show input values without Python reprs or None."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -78,3 +81,47 @@ def test_config_errors_show_no_python_types_or_reprs() -> None:
             load_netconf({"cniVersion": "1.0.0", "name": "n", "type": "rdma-cni", **bad})
         assert needle in exc.value.msg and "'" not in exc.value.msg, exc.value.msg
         assert "instance of" not in exc.value.msg and "None" not in exc.value.msg
+
+
+BAD_MODE_ADD = {"cniVersion": "1.0.0", "name": "n", "type": "rdma-cni", "mode": "bogus",
+                "residentSocket": "", "runtimeConfig": {
+                    "io.kubernetes.cri.pod-annotations": {
+                        "k8s.volcengine.com/pod-networks": '[{"cniConf":{"name":"rdma"}}]'}}}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _plugin_env(command: str) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "CNI_COMMAND": command, "CNI_CONTAINERID": "abc",
+            "CNI_NETNS": "/var/run/netns/none", "CNI_IFNAME": "eth0",
+            "CNI_PATH": "/opt/cni/bin"}
+
+
+def test_the_exec_d_plugin_ends_with_its_answer_and_log_written(tmp_path: Path) -> None:
+    """The entry ends the exec with os._exit (no interpreter teardown): the answer on
+    stdout, the exit code and the log line must all be out by then."""
+    log = tmp_path / "rdma-cni.log"
+    conf = {**BAD_MODE_ADD, "logFile": str(log)}
+    proc = subprocess.run([sys.executable, "-m", "rdma_cni"], input=json.dumps(conf),
+                          capture_output=True, text=True, timeout=60, cwd=str(ROOT),
+                          env=_plugin_env("ADD"))
+    assert proc.returncode == 1, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer["code"] == 7 and answer["msg"].startswith("invalid network configuration: mode")
+    lines = log.read_text().splitlines(keepends=True)
+    assert len(lines) == 1 and "WARNING ADD failed: code 7" in lines[0]
+    assert lines[0].endswith("\n")
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_closed_stdout_is_one_line_on_stderr(tmp_path: Path) -> None:
+    """The runtime gone before the answer: exit 1 with one line, not a traceback."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "rdma_cni"], input=b"{}", stdout=write,
+                              stderr=subprocess.PIPE, timeout=60, cwd=str(ROOT),
+                              env=_plugin_env("VERSION"))
+    finally:
+        os.close(write)
+    assert proc.returncode == 1
+    assert proc.stderr.decode() == "rdma-cni: stdout was closed before the answer was written\n"
