@@ -20,7 +20,7 @@ from pydantic_core import PydanticCustomError, SchemaValidator, ValidationError
 from pydantic_core import core_schema as cs
 
 __all__ = ["Model", "ValidationError", "after", "explain", "field", "ipv4_address", "model",
-           "validator"]
+           "sub_model", "validator"]
 
 M = TypeVar("M", bound="Model")
 _MISSING: Any = object()
@@ -61,6 +61,12 @@ def field(schema: cs.CoreSchema, default: Any = _MISSING,
     elif default is not _MISSING:
         schema = cs.with_default_schema(schema, default=default)
     return cs.model_field(schema)
+
+
+def sub_model(schema: cs.ModelSchema) -> cs.ModelField:
+    """A sub-object field that may be left out: then validated from ``{}`` (a new object
+    with the sub-model's defaults each time, as pydantic's ``default_factory=Model``)."""
+    return cs.model_field(cs.with_default_schema(schema, default={}, validate_default=True))
 
 
 def model(cls: type[Model], fields: dict[str, cs.ModelField],

@@ -7,8 +7,7 @@ our own sub-objects are strict.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic_core import core_schema as cs
 
@@ -22,12 +21,11 @@ from rdma_cni.models.core import (
     field,
     ipv4_address,
     model,
+    sub_model,
     validator,
 )
 from rdma_cni.modes import Mode
 from rdma_cni.node.names import valid_netdev
-
-M = TypeVar("M", bound=Model)
 
 
 def _check_netdev(value: str) -> str:
@@ -142,12 +140,6 @@ def _int(ge: int, le: int) -> cs.CoreSchema:
     return cs.int_schema(ge=ge, le=le)
 
 
-def _defaults(schema: cs.ModelSchema, cls: type[M]) -> Callable[[], M]:
-    """The default factory of a sub-object: the sub-model validated from ``{}``."""
-    parse = validator(schema, cls)
-    return lambda: parse({})
-
-
 # Our own sub-objects forbid keys they do not know; the top level ignores them (the
 # runtime and other tools add their own).
 _RANGE = model(IpamRangeConf, {
@@ -182,9 +174,9 @@ _NETCONF = model(NetConf, {
     "allocation": field(cs.literal_schema(["auto", "config"]), default="auto"),
     "maxInterfaces": field(_int(1, 64), default=16),
     "mtu": field(after(_int(0, 65535), _mtu), default=0),
-    "ipam": field(_IPAM, factory=_defaults(_IPAM, IpamConf)),
-    "routing": field(_ROUTING, factory=_defaults(_ROUTING, RoutingConf)),
-    "kubelet": field(_KUBELET, factory=_defaults(_KUBELET, KubeletConf)),
+    "ipam": sub_model(_IPAM),
+    "routing": sub_model(_ROUTING),
+    "kubelet": sub_model(_KUBELET),
     "slotsPerNic": field(_int(1, 1024), default=16),
     "hostSlots": field(_int(1, 1024), default=16),
     "dataDir": field(after(_STR, _absolute), default=defaults.DATA_DIR),
