@@ -17,7 +17,8 @@ from figures import Scenario
 MIB = 1024.0
 SCENARIO_FIGURE = {"s1": "figure 1", "s2": "figures 2, 5 and 6", "s3": "figure 3",
                    "s4": "figure 4"}
-PATH_LABEL = {"inproc": "in-process", "resident": "resident"}
+PATH_LABEL = {"inproc": "in-process", "resident": "resident",
+              "direct": "in-process, host's libc"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ FIGURES = (
            unit="MiB", goal=1.0),
     Figure("6", "in-process fallback, 1 interface, ADD", "s2", "add_ms", goal=20.0,
            goal_path="inproc", cpu="add_total_cpu_ms", paths=("inproc",)),
+    Figure("6l", "figure 6's plugin exec'd on the host's C library, no front, no bundled "
+           "loader (a reference: 6 minus 6l is what the loader costs)", "s2", "add_ms",
+           cpu="add_total_cpu_ms", paths=("direct",)),
 )
 #: the resident process after the ADD/DEL cycles: an absolute bound, MiB
 RESIDENT_RSS_GOAL_MIB = 80.0

@@ -94,22 +94,32 @@ def preflight(args: argparse.Namespace) -> None:
 
 
 def install_bundle(binary: str, tmp: str) -> str:
-    """Lay the bundle out in a temp CNI bin dir with ``install``'s own functions
-    (``<bin>/rdma-cni`` -> ``rdma-cni.d/rdma-cni-front``, the bundle beside it), so the
-    run measures the binary as a node runs it and a rebuild of dist/ cannot touch it."""
+    """Lay the host plugin (the ``-host`` tree beside the bundle of ``binary``) out in a
+    temp CNI bin dir with ``install``'s own functions (``<bin>/rdma-cni`` ->
+    ``rdma-cni.d/<version>-<digest>/rdma-cni-front``, the plugin and its own C library
+    beside it), so the run measures the plugin as a node runs it and a rebuild of dist/
+    cannot touch it."""
     sys.path.insert(0, str(REPO))
-    from rdma_cni.tools import install
+    from rdma_cni.tools import bundle
 
     bin_dir = os.path.join(tmp, "bin")
     os.makedirs(bin_dir)
-    install.install_bundle(os.path.dirname(os.path.abspath(binary)), bin_dir)
-    install.install_link(bin_dir)
+    tree = bundle.default_host_tree(os.path.dirname(os.path.abspath(binary)))
+    name, _ = bundle.install_tree(tree, bin_dir)
+    bundle.switch_link(bin_dir, name)
     return os.path.join(bin_dir, "rdma-cni")
 
 
-def bundle_of(plugin: str) -> str:
-    """The bundle's own executable beside the installed plugin (what `serve` runs)."""
-    return os.path.join(os.path.dirname(plugin), "rdma-cni.d", "rdma-cni")
+def direct_plugin(plugin: str) -> str:
+    """The installed tree's plugin exec'd straight on the host's C library, without the
+    front and the tree's own loader: not what ships (it needs the host's glibc to be as
+    new as the build's), the reference that shows what the loader costs (figure 6l)."""
+    return os.path.join(os.path.dirname(os.path.realpath(plugin)), "rdma-cni")
+
+
+def bundle_of(args: argparse.Namespace) -> str:
+    """What `serve` runs: the image's bundle (a DaemonSet container runs it, not the host)."""
+    return args.binary_origin or args.binary
 
 
 def host_main(args: argparse.Namespace, argv: list[str]) -> int:
@@ -160,9 +170,10 @@ def contenders(args: argparse.Namespace, paths: list[str], tmp: str, key: str,
     """rdma-cni per path and the Go reference, in the order they alternate (A B A)."""
     out: list[Contender] = []
     blist = rdma_blocks(ours) + rdma_blocks(blocks - ours, name="other-net")
-    for path in paths:
+    for path in paths + (["direct"] if key == "s2" and "inproc" in paths else []):
         helper = daemon if path == "resident" else None
-        side = RdmaCni(args.binary, os.path.join(tmp, key, path), n_nics,
+        side = RdmaCni(direct_plugin(args.binary) if path == "direct" else args.binary,
+                       os.path.join(tmp, key, path), n_nics,
                        socket=helper.socket if helper else "")
         out.append(Contender(path, f"rdma-cni ({path})", _rdma_builder(side, blist, ours),
                              side.data_dir, helper.cpu_s if helper else None))
@@ -198,7 +209,7 @@ def driver_main(args: argparse.Namespace) -> int:
     """Inside the node netns: measure, write the record, print the table."""
     signal.signal(signal.SIGTERM, _interrupt)
     names, tmp = lab.Names(args.inner_prefix), args.inner_tmp
-    has_serve = resident.supported(args.binary)
+    has_serve = resident.supported(bundle_of(args))
     path = args.path or ("both" if has_serve else "inproc")
     paths = ["inproc", "resident"] if path == "both" else [path]
     if "resident" in paths and not has_serve:
@@ -209,7 +220,7 @@ def driver_main(args: argparse.Namespace) -> int:
     daemon: resident.Daemon | None = None
     try:
         if "resident" in paths:
-            daemon = resident.Daemon.start(bundle_of(args.binary),
+            daemon = resident.Daemon.start(bundle_of(args),
                                            os.path.join(tmp, "rdma-cni.sock"),
                                            os.path.join(tmp, "serve.log"))
         done = {s.key: figures.run(s, pods, args.settle, lab.N_NICS)
@@ -249,7 +260,7 @@ def build_record(args: argparse.Namespace, paths: list[str], done: dict[str, Sce
                    "budget_s": args.budget, "cycles": args.cycles,
                    "pods": args.pods, "paths": paths, "settle_s": args.settle,
                    "cni_version": "0.4.0", "mode": "shared-multi"},
-        "figures": report.rows(done, paths),
+        "figures": report.rows(done, [*paths, "direct"]),
         "resident_daemon": daemon.memory_kib() if daemon else None,
         "scenarios": {k: {"title": s.title, "rounds": s.done_rounds, "parallel": s.parallel,
                           "order": [c.key for c in s.contenders], "samples": s.samples,

@@ -5,8 +5,10 @@
  * server's answer byte for byte (stdout, stderr, exit status). Whenever that cannot
  * happen (argv subcommand, no socket, connect refused, the server refuses, a malformed
  * or missing answer, no answer in time) it execs the complete plugin, the PyInstaller
- * bundle `rdma-cni` beside this binary, with the same argv, environment and stdin.
- * All plugin logic stays in the bundle and the server: this only moves bytes.
+ * bundle `rdma-cni` beside this binary, with the same argv, environment and stdin: in
+ * the host tree through the loader and C library shipped in `_internal/`, so nothing of
+ * the host's userland is loaded (exec_bundle). All plugin logic stays in the bundle and
+ * the server: this only moves bytes.
  *
  * Protocol (rdma_cni/resident/protocol.py, version 2):
  *   request: u32 hlen, header JSON {"v":2,"env":{...}}, u32 slen, stdin;
@@ -27,7 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +41,9 @@
 #define MAX_HEADER (64 << 10)
 #define DEFAULT_SOCKET "/run/rdma-cni/rdma-cni.sock"
 #define BUNDLE_NAME "rdma-cni"
+#define LIBDIR "_internal"
+#define LOADER LIBDIR "/ld-linux-x86-64.so.2"
+#define IN_USE ".in-use"
 #define CONNECT_MS 200
 #define DEFAULT_TIMEOUT_S 25.0
 #define MAX_DEPTH 64
@@ -300,31 +307,79 @@ out:
 }
 
 /* ---- the fallback: the complete plugin, same argv, environment and stdin ---- */
-static void fail(const char *what) {
+static void fail_code(int code, const char *what) {
     char msg[512];
-    int n = snprintf(msg, sizeof msg, "{\"cniVersion\":\"1.0.0\",\"code\":5,\"msg\":"
-                     "\"rdma-cni: %s: %s\"}\n", what, strerror(errno));
+    int n = snprintf(msg, sizeof msg, "{\"cniVersion\":\"1.0.0\",\"code\":%d,\"msg\":"
+                     "\"rdma-cni: %s: %s\"}\n", code, what, strerror(errno));
     write_all(1, msg, n > 0 && (size_t)n < sizeof msg ? (size_t)n : 0);
     _exit(1);
 }
 
+static void fail(const char *what) { fail_code(5, what); }
+
+/* The tree this front runs from stays whole while the fallback runs: a shared flock on
+ * <tree>/.in-use, taken here and held across the exec (the descriptor is not
+ * close-on-exec) until the plugin exits. `install` removes an old tree only once it holds
+ * that lock exclusively, and unlinks .in-use before anything else (tools/hosttree.py).
+ * Returns 1 when this tree is being removed: the runtime exec'd it just before an upgrade
+ * switched the link. A tree without .in-use (a build's dist/) is never stale. */
+static int hold_tree(const char *dir) {
+    char path[PATH_MAX + sizeof IN_USE + 1];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, IN_USE);
+    int fd = open(path, O_RDONLY | O_NOCTTY);
+    if (fd < 0) return errno == ENOENT && access(dir, F_OK) != 0;
+    while (flock(fd, LOCK_SH) < 0 && errno == EINTR) {}
+    return fstat(fd, &st) == 0 && st.st_nlink == 0;
+}
+
+/* This tree is gone: run the front the runtime's path names now (argv[0], as libcni
+ * execs plugins by absolute path), once; else ask the runtime to try again. */
+static void run_current(char **argv) {
+    if (argv[0] && argv[0][0] == '/' && !getenv("RDMA_CNI_FRONT_RERUN")) {
+        setenv("RDMA_CNI_FRONT_RERUN", "1", 1);
+        execve(argv[0], argv, environ);
+    }
+    errno = ESTALE;
+    fail_code(11, "the plugin was upgraded as it started, try again");
+}
+
 static void exec_bundle(char **argv, const struct buf *in, int have_stdin) {
-    char self[PATH_MAX], bundle[PATH_MAX + sizeof BUNDLE_NAME + 1];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    char dir[PATH_MAX], bundle[PATH_MAX + 64], loader[PATH_MAX + 64], lib[PATH_MAX + 64];
+    ssize_t k = readlink("/proc/self/exe", dir, sizeof dir - 1);
     if (k <= 0) fail("failed to find the plugin bundle");
-    self[k] = 0;
-    char *slash = strrchr(self, '/');
+    dir[k] = 0;
+    char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
-    snprintf(bundle, sizeof bundle, "%s/%s", self, BUNDLE_NAME);
+    snprintf(bundle, sizeof bundle, "%s/%s", dir, BUNDLE_NAME);
+    snprintf(loader, sizeof loader, "%s/%s", dir, LOADER);
+    snprintf(lib, sizeof lib, "%s/%s", dir, LIBDIR);
     if (have_stdin) {
         int mfd = memfd_create("rdma-cni-stdin", 0);
         if (mfd < 0 || write_all(mfd, in->p, in->n) || lseek(mfd, 0, SEEK_SET) != 0 ||
             dup2(mfd, 0) < 0) fail("failed to hand stdin to the plugin bundle");
         if (mfd != 0) close(mfd);
     }
-    char *fallback[] = {bundle, NULL};
-    execve(bundle, argv[0] ? argv : fallback, environ);
-    fail("failed to run the plugin bundle");
+    if (hold_tree(dir)) run_current(argv);
+    int argc = 0;
+    while (argv[argc]) argc++;
+    if (access(loader, X_OK) == 0) {
+        /* The host tree: the plugin runs on the C library and loader it was built with
+         * (scripts/host_tree.py), never the host's: --library-path instead of the host's
+         * search path, --inhibit-cache instead of its ld.so.cache, and no LD_ variable
+         * of the runtime's environment naming a host library. */
+        char **args = calloc((size_t)argc + 6, sizeof *args);
+        if (!args) fail("failed to run the plugin bundle");
+        args[0] = loader; args[1] = "--inhibit-cache"; args[2] = "--library-path";
+        args[3] = lib; args[4] = bundle;
+        for (int i = 1; i < argc; i++) args[4 + i] = argv[i];
+        unsetenv("LD_PRELOAD"); unsetenv("LD_LIBRARY_PATH"); unsetenv("LD_AUDIT");
+        execve(loader, args, environ);
+    } else {
+        char *fallback[] = {bundle, NULL};
+        execve(bundle, argc ? argv : fallback, environ);
+    }
+    fail("failed to run the plugin bundle");  /* held: the tree cannot have been pruned */
 }
 
 static int read_stdin(struct buf *in) {

@@ -173,6 +173,11 @@ def _subcommand(argv: list[str]) -> int:
         sys.stderr.write(f"rdma-cni: unknown subcommand {shown(name)}: expected one of "
                          f"{', '.join(SUBCOMMANDS)} (see `rdma-cni --help`)\n")
         return 2
+    if not _shipped(module):
+        sys.stderr.write(f"rdma-cni {name}: not part of this binary: the plugin on the host "
+                         "runs CNI commands only; run it from the rdma-cni image (kubectl "
+                         f"exec into the rdma-cni DaemonSet's pod, then `rdma-cni {name}`)\n")
+        return 2
     # In a container a subcommand is PID 1, which the kernel spares the default action
     # of SIGTERM: without a handler, `kubectl delete pod` waits out the grace period.
     # Subcommands with their own shutdown (serve, device-plugin, exporter) replace it.
@@ -181,6 +186,16 @@ def _subcommand(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _terminated)
     args = argv if name == "uninstall" else argv[1:]
     return _run_subcommand(name, module, args)
+
+
+def _shipped(module: str) -> bool:
+    """Whether this build carries the subcommand (the host bundle has none: build.spec)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its package is not in this build
+        return False
 
 
 def _run_subcommand(name: str, module: str, args: list[str]) -> int:

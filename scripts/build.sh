@@ -1,7 +1,10 @@
 #!/bin/sh
-# Build the one-dir PyInstaller bundle dist/rdma-cni/ (binary: dist/rdma-cni/rdma-cni)
-# and the native front dist/rdma-cni/rdma-cni-front (static, libc only), which
-# `rdma-cni install` links as /opt/cni/bin/rdma-cni.
+# Build, from one recipe (build.spec):
+#   dist/rdma-cni/        the image's one-dir bundle, every subcommand (binary: dist/rdma-cni/rdma-cni)
+#   dist/rdma-cni-host/   the host's CNI-only plugin: the static front rdma-cni-front, the bundle
+#                         rdma-cni, and in _internal/ the C library and loader it was built with
+#                         (scripts/host_tree.py), which `rdma-cni install` lays out as
+#                         /opt/cni/bin/rdma-cni.d/<version>-<digest>/ and links /opt/cni/bin/rdma-cni to
 # Skipped when nothing it is built from changed since the last build.
 set -eu
 cd "$(dirname "$0")/.."
@@ -9,13 +12,17 @@ cd "$(dirname "$0")/.."
 # changes, so a new commit alone rebuilds the bundle; "unknown" outside a git checkout.
 commit=$(./scripts/commit-id.sh .)
 [ "$(cat rdma_cni/BUILD_COMMIT 2>/dev/null)" = "$commit" ] || echo "$commit" > rdma_cni/BUILD_COMMIT
-stamp=dist/rdma-cni/.built
-if [ -f "$stamp" ] && [ -x dist/rdma-cni/rdma-cni ] && \
-   [ -z "$(find rdma_cni front build.spec scripts/nccl_env.sh pyproject.toml -newer "$stamp" 2>/dev/null | head -1)" ]; then
-    echo "build: dist/rdma-cni is up to date"; exit 0
+stamp=dist/.built
+if [ -f "$stamp" ] && [ -x dist/rdma-cni/rdma-cni ] && [ -x dist/rdma-cni-host/rdma-cni-front ] && \
+   [ -z "$(find rdma_cni front build.spec scripts/nccl_env.sh scripts/host_tree.py pyproject.toml \
+           -newer "$stamp" 2>/dev/null | head -1)" ]; then
+    echo "build: dist/rdma-cni and dist/rdma-cni-host are up to date"; exit 0
 fi
+rm -f "$stamp"
 .venv/bin/pyinstaller --noconfirm --log-level WARN build.spec >/dev/null 2>.build.log || { cat .build.log >&2; exit 1; }
 rm -f .build.log
-gcc -O2 -Wall -Wextra -Werror -static -s -o dist/rdma-cni/rdma-cni-front front/rdma-cni-front.c
+gcc -O2 -Wall -Wextra -Werror -static -s -o dist/rdma-cni-front front/rdma-cni-front.c
+.venv/bin/python scripts/host_tree.py dist/rdma-cni-host --front dist/rdma-cni-front
+rm -f dist/rdma-cni-front
 touch "$stamp"
-echo "build: dist/rdma-cni/rdma-cni"
+echo "build: dist/rdma-cni/rdma-cni, dist/rdma-cni-host/rdma-cni-front"

@@ -45,8 +45,9 @@ if [ ! -s "$rootfs" ]; then
     trap - EXIT
 fi
 
-[ -x dist/rdma-cni/rdma-cni ] || { echo "image: dist/rdma-cni is missing: run ./scripts/build.sh" >&2; exit 1; }
-digest=$( (cd dist/rdma-cni && find . -type f ! -name .built -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-64)
+[ -x dist/rdma-cni/rdma-cni ] && [ -x dist/rdma-cni-host/rdma-cni-front ] || {
+    echo "image: dist/rdma-cni or dist/rdma-cni-host is missing: run ./scripts/build.sh" >&2; exit 1; }
+digest=$( (cd dist && find rdma-cni rdma-cni-host -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-64)
 have=$(podman image inspect --format '{{ index .Labels "io.rdma-cni.bundle-digest" }}' "$ref" 2>/dev/null || true)
 if [ "$have" = "$digest" ] && [ -s "$archive" ] && [ "$(cat "$archive.ref" 2>/dev/null)" = "$ref $digest" ]; then
     echo "image: $ref is up to date ($archive)"; exit 0
@@ -56,11 +57,12 @@ ctr=$(buildah from --quiet scratch)
 trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
 mnt=$(buildah mount "$ctr")
 tar -C "$mnt" --numeric-owner -xf "$rootfs"
-# the same layout as the Containerfile's runtime stage (nccl_env.sh is in the bundle,
-# _internal/rdma_cni/data/, which `rdma-cni install` copies to the host; pods get it
-# from the device plugin's mount, not from this image)
+# the same layout as the Containerfile's runtime stage: the image's bundle at /opt/rdma-cni,
+# the host's plugin at /opt/rdma-cni-host, which `rdma-cni install` lays out on the host
+# (nccl_env.sh is in it, _internal/rdma_cni/data/; pods get it from the device plugin's
+# mount of the host's copy, not from this image)
 cp -a dist/rdma-cni "$mnt/opt/rdma-cni"
-rm -f "$mnt/opt/rdma-cni/.built"
+cp -a dist/rdma-cni-host "$mnt/opt/rdma-cni-host"
 ln -sf /opt/rdma-cni/rdma-cni "$mnt/usr/local/bin/rdma-cni"
 buildah umount "$ctr" >/dev/null
 buildah config \

@@ -9,8 +9,9 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 export PATH="$PWD/.venv/tools/bin:$PATH"   # promtool (setup.sh)
 if [ "${RDMA_CNI_SKIP_VM:-0}" != 1 ]; then ./scripts/vm-prepare.sh; fi
+./scripts/old-userland.sh   # a Debian 11 root: the host plugin must run in it
 echo "== prerequisites"; ./scripts/check-prereqs.sh
-echo "== ruff"; .venv/bin/ruff check rdma_cni tests bench
+echo "== ruff"; .venv/bin/ruff check rdma_cni tests bench scripts
 echo "== mypy"; .venv/bin/mypy rdma_cni
 echo "== manifests (kubernetes-validate, checkov)"; ./scripts/check-manifests.sh
 echo "== build"; ./scripts/build.sh

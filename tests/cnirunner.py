@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
-BINARY = REPO / "dist" / "rdma-cni" / "rdma-cni"
+BINARY = REPO / "dist" / "rdma-cni" / "rdma-cni"  # the image's bundle: every subcommand
+HOST_TREE = REPO / "dist" / "rdma-cni-host"  # the host's CNI-only plugin, as built
 PYTHON = REPO / ".venv" / "bin" / "python"
 NETNS_DIR = "/var/run/netns"
 ANNOTATION = "k8s.volcengine.com/pod-networks"
@@ -91,9 +92,8 @@ class PluginRun(NamedTuple):
         return self.out.get("code") if isinstance(self.out, dict) and self.rc else None
 
 
-def run_plugin(
+def plugin_invocation(
     cmd: str,
-    conf: Mapping[str, Any],
     *,
     container_id: str = "",
     netns: str | None = None,
@@ -103,9 +103,8 @@ def run_plugin(
     binary: Sequence[str] | str | None = None,
     env: Mapping[str, str] | None = None,
     cni_path: str = "/opt/cni/bin",
-    timeout: float = 60,
-) -> PluginRun:
-    """Run one CNI command; ``binary`` defaults to ``python -m rdma_cni`` from the venv."""
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of one CNI command, as :func:`run_plugin` runs it."""
     if binary is None:
         argv = python_command()
     elif isinstance(binary, str):
@@ -124,6 +123,14 @@ def run_plugin(
     if cni_args:
         full_env["CNI_ARGS"] = cni_args
     full_env.update(env or {})
+    return argv, full_env
+
+
+def run_plugin(cmd: str, conf: Mapping[str, Any], *, timeout: float = 60,
+               **invocation: Any) -> PluginRun:
+    """Run one CNI command (``invocation``: :func:`plugin_invocation`'s keywords);
+    ``binary`` defaults to ``python -m rdma_cni`` from the venv."""
+    argv, full_env = plugin_invocation(cmd, **invocation)
     proc = subprocess.run(argv, input=json.dumps(conf).encode(), env=full_env,
                           capture_output=True, timeout=timeout, cwd="/")
     text = proc.stdout.decode(errors="replace").strip()
@@ -474,3 +481,15 @@ def assert_rdma_iface(pod: Pod, name: str, *, ip: str, table: int, mtu: int,
         (str(IPv4Interface(ip).network), None, name, False)}
     routes |= {(dst, gw, name, True) for dst, gw in hpc}
     assert table_routes(pod.name, table) == routes
+
+
+def install_host_tree(bin_dir: Path, tree: Path = HOST_TREE) -> Path:
+    """Lay ``tree`` out in ``bin_dir`` with install's own functions, as ``rdma-cni install``
+    does on a node (a versioned tree, the one link, nccl_env.sh); the plugin's path."""
+    from rdma_cni.tools import bundle
+
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    name, _ = bundle.install_tree(str(tree), str(bin_dir))
+    bundle.switch_link(str(bin_dir), name)
+    bundle.install_nccl_env(str(tree), str(bin_dir))
+    return bin_dir / "rdma-cni"

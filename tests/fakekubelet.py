@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -177,3 +178,13 @@ class PluginClient:
             dp.ContainerAllocateRequest(devices_ids=ids) for ids in containers
         ])
         return self.stub.Allocate(req, timeout=5)
+
+
+@contextlib.contextmanager
+def pod_resources(path: str) -> Iterator[FakeKubelet]:
+    """A fake kubelet serving PodResources on ``path`` for the ``with`` block."""
+    fake = FakeKubelet(pr_socket=path).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()

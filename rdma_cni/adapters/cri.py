@@ -7,8 +7,9 @@ attachment, ``PodSandboxStatus`` of that one sandbox, which answers NOT_FOUND
 only when the runtime has no such sandbox. The sandbox ID is the CNI container
 ID the runtime passed to ADD.
 
-gRPC is imported lazily (the agent's start-up stays light); messages come from
-``rdma_cni/proto/cri_v1.proto`` and are sent on the real method paths.
+The gRPC client (adapters/grpcunary.py) is imported lazily (the agent's start-up stays
+light); messages come from ``rdma_cni/proto/cri_v1.proto`` and are sent on the real
+method paths.
 """
 
 from __future__ import annotations
@@ -47,22 +48,22 @@ class CriClient:
         self.timeout = timeout
 
     def _call(self, method: str, request: Any, response_type: Any) -> Any:
-        import grpc
+        from rdma_cni.adapters import grpcunary
 
         if not os.path.exists(self.socket):
             raise CriUnavailable(f"failed to ask the runtime at {self.socket}: no such socket")
         try:
-            with grpc.insecure_channel(f"unix://{self.socket}") as channel:
-                call = channel.unary_unary(
-                    SERVICE + method, request_serializer=type(request).SerializeToString,
-                    response_deserializer=response_type.FromString)
-                return call(request, timeout=self.timeout)
-        except grpc.RpcError as err:
-            if err.code() == grpc.StatusCode.NOT_FOUND and method == "PodSandboxStatus":
+            raw = grpcunary.call(self.socket, SERVICE + method, request.SerializeToString(),
+                                 self.timeout)
+            return response_type.FromString(raw)
+        except grpcunary.RpcError as err:
+            if err.code == grpcunary.NOT_FOUND and method == "PodSandboxStatus":
                 return None
             raise CriUnavailable(f"failed to ask the runtime at {self.socket} ({method}): "
-                                 f"{err.code().name}: {err.details() or ''}".rstrip(": ")) \
-                from None
+                                 f"{err.name}: {err.details}".rstrip(": ")) from None
+        except Exception as err:  # protobuf's DecodeError: not the message asked for
+            raise CriUnavailable(f"failed to ask the runtime at {self.socket} ({method}): "
+                                 f"undecodable answer: {err}") from None
 
     def version(self) -> str:
         from rdma_cni.proto import cri_v1_pb2 as pb

@@ -9,8 +9,8 @@ Two sources, both read-only:
   ``DeviceIDs`` is a map NUMA node -> IDs since k8s 1.20 and a plain list before.
 
 Both return ``None`` when the source does not exist on this node, ``[]`` when it
-exists but does not give the pod that resource. gRPC is imported lazily: this
-module sits on the CNI hot path.
+exists but does not give the pod that resource. The gRPC client (grpcunary) and the
+messages are imported lazily: this module sits on the CNI hot path.
 """
 
 from __future__ import annotations
@@ -52,41 +52,49 @@ def pod_resources_candidates(
     no UID). None when ``socket`` does not exist, [] when no pod of that name is listed."""
     if not os.path.exists(socket):
         return None
-    import grpc
-
+    from rdma_cni.adapters import grpcunary
     from rdma_cni.proto import podresources_v1_pb2 as pb
-    from rdma_cni.proto import podresources_v1_pb2_grpc as pb_grpc
 
     deadline = time.monotonic() + timeout
     pod_ref = f"{namespace}/{name}"
     try:
-        with grpc.insecure_channel(f"unix://{socket}") as channel:
-            stub = pb_grpc.PodResourcesListerStub(channel)
-            pods = _get_pods(stub, pb, grpc, namespace, name, deadline)
-    except grpc.RpcError as err:
-        raise _rpc_error(err, grpc, socket, pod_ref) from None
+        pods = _get_pods(socket, pb, namespace, name, deadline)
+    except grpcunary.RpcError as err:
+        raise _rpc_error(err, socket, pod_ref) from None
     return [_devices_of(pod, resource) for pod in pods]
 
 
-def _remaining(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0.001)
+_SERVICE = "/v1.PodResourcesLister/"
 
 
-def _get_pods(stub: Any, pb: Any, grpc: Any, namespace: str, name: str,
-              deadline: float) -> list[Any]:
+def _ask(socket: str, method: str, request: Any, answer_type: Any, deadline: float) -> Any:
+    from rdma_cni.adapters import grpcunary
+
+    left = max(deadline - time.monotonic(), 0.001)
+    raw = grpcunary.call(socket, _SERVICE + method, request.SerializeToString(), left)
+    try:
+        return answer_type.FromString(raw)
+    except Exception as err:  # protobuf's DecodeError: the answer is not that message
+        raise grpcunary.RpcError(grpcunary.INTERNAL,
+                                 f"undecodable {method} answer: {err}") from None
+
+
+def _get_pods(socket: str, pb: Any, namespace: str, name: str, deadline: float) -> list[Any]:
     """The pod's PodResources via Get, or every List entry of that name when Get is
     unavailable or does not know the pod."""
+    from rdma_cni.adapters import grpcunary
+
     req = pb.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
     try:
-        return [stub.Get(req, timeout=_remaining(deadline)).pod_resources]
-    except grpc.RpcError as err:
+        return [_ask(socket, "Get", req, pb.GetPodResourcesResponse, deadline).pod_resources]
+    except grpcunary.RpcError as err:
         # Old kubelets lack Get (UNIMPLEMENTED); with the feature gate off, or when
         # the pod is unknown, the kubelet answers a plain error (UNKNOWN), and some
         # answer NOT_FOUND for an unknown pod.
-        if err.code() not in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNKNOWN,
-                              grpc.StatusCode.NOT_FOUND):
+        if err.code not in (grpcunary.UNIMPLEMENTED, grpcunary.UNKNOWN, grpcunary.NOT_FOUND):
             raise
-    listing = stub.List(pb.ListPodResourcesRequest(), timeout=_remaining(deadline))
+    listing = _ask(socket, "List", pb.ListPodResourcesRequest(), pb.ListPodResourcesResponse,
+                   deadline)
     return [pod for pod in listing.pod_resources
             if pod.namespace == namespace and pod.name == name]
 
@@ -101,17 +109,17 @@ def _devices_of(pod: Any, resource: str) -> list[str]:
     return ids
 
 
-def _rpc_error(err: Any, grpc: Any, socket: str, pod_ref: str) -> Exception:
-    code = err.code()
-    detail = err.details() or str(code)
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+def _rpc_error(err: Any, socket: str, pod_ref: str) -> Exception:
+    from rdma_cni.adapters import grpcunary
+
+    if err.code == grpcunary.DEADLINE_EXCEEDED:
         return TryAgain(
             f"failed to query pod resources of {pod_ref} from kubelet at {socket}: "
             "deadline exceeded"
         )
     return IOFailure(
         f"failed to query pod resources of {pod_ref} from kubelet at {socket}: "
-        f"{code.name}: {detail}"
+        f"{err.name}: {err.details or err.name}"
     )
 
 

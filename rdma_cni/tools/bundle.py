@@ -1,26 +1,53 @@
-"""Laying out the bundle in the CNI bin dir for ``install``: the one-dir bundle copied to
-``<bin>/rdma-cni.d/`` (swapped in atomically with ``renameat2(RENAME_EXCHANGE)``),
-``<bin>/rdma-cni`` a relative symlink to its native front ``rdma-cni-front`` (or, in a
-bundle without one, to the bundle's own executable; temp + rename), and ``nccl_env.sh``
-next to it."""
+"""Laying out the host plugin in the CNI bin dir for ``install``: versioned trees.
+
+::
+
+    <bin>/rdma-cni              -> rdma-cni.d/<version>-<digest>/rdma-cni-front  (the one link)
+    <bin>/nccl_env.sh           (copied from the tree)
+    <bin>/rdma-cni.d/<version>-<digest>/   rdma-cni-front, rdma-cni, _internal/, .in-use
+
+An upgrade copies the new tree beside the old one under a temporary name, renames it into
+place, then switches the one link (temp symlink + rename): a plugin the runtime execs
+during the swap runs one tree or the other, never files of both, because the front
+resolves its own tree once (``/proc/self/exe``) and runs everything from there.
+
+A tree is pruned once nothing runs from it. The front holds a shared ``flock`` on its
+tree's ``.in-use`` for as long as the fallback plugin runs (front/rdma-cni-front.c,
+``hold_tree``); the pruner takes the lock exclusively without waiting, unlinks
+``.in-use`` (a front that locks the old file after that sees it unlinked and runs the
+current link instead), then removes the tree. A tree in use is kept for the next round
+(``install --watch`` prunes every interval). The flat layout of release 0.1.0
+(``rdma-cni.d/rdma-cni``, ``_internal/``, ...) has no lock: it is removed
+:data:`LEGACY_GRACE` seconds after the link stopped naming it, longer than any plugin
+exec lasts (its own deadlines end it well within that).
+"""
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import shutil
 import sys
+import time
 
+from rdma_cni import __version__
 from rdma_cni.errors import ConfigError
 from rdma_cni.models.subconfig import PLUGIN_TYPE
 from rdma_cni.tools.installfiles import fsync_dir, say, write_atomic
 
 BUNDLE_DIR = "rdma-cni.d"
-#: the native front in the bundle: forwards to `rdma-cni serve`, else execs the bundle
+#: the native front in the tree: forwards to `rdma-cni serve`, else execs the plugin
 FRONT = "rdma-cni-front"
+IN_USE = ".in-use"
 NCCL_ENV = "nccl_env.sh"
+HOST_SUFFIX = "-host"  # dist/rdma-cni-host beside dist/rdma-cni; /opt/rdma-cni-host in the image
+LEGACY = ("rdma-cni", FRONT, "_internal", ".built")  # release 0.1.0's flat layout
+LEGACY_MARK = ".legacy-retired"
+LEGACY_GRACE = 120.0
+_INSTALL_LOCK = ".install.lock"
 _NCCL_IN_BUNDLE = ("_internal/rdma_cni/data/nccl_env.sh", "rdma_cni/data/nccl_env.sh")
 #: the source checkout this module runs from when not frozen (rdma_cni/tools/ is two below)
 _SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -32,8 +59,14 @@ def default_bundle() -> str:
     return os.path.join(_SOURCE_TREE, "dist", "rdma-cni")
 
 
+def default_host_tree(bundle: str) -> str:
+    """The host tree built beside the image's bundle (build.spec, scripts/host_tree.py)."""
+    return os.path.normpath(bundle) + HOST_SUFFIX
+
+
 def tree_digest(root: str) -> str:
-    """A digest of a directory tree (names, link targets, file contents); '' if absent."""
+    """A digest of a directory tree (names, link targets, file contents, exec bits),
+    ``.in-use`` left out; '' if absent."""
     if not os.path.isdir(root):
         return ""
     h = hashlib.sha256()
@@ -41,6 +74,8 @@ def tree_digest(root: str) -> str:
         dirs.sort()
         for name in sorted(files + [x for x in dirs if os.path.islink(os.path.join(d, x))]):
             p = os.path.join(d, name)
+            if d == root and name == IN_USE:
+                continue
             h.update(os.path.relpath(p, root).encode() + b"\0")
             if os.path.islink(p):
                 h.update(b"L" + os.readlink(p).encode())
@@ -52,49 +87,57 @@ def tree_digest(root: str) -> str:
     return h.hexdigest()
 
 
-def _exchange(a: str, b: str) -> None:
-    """Atomically swap two paths (renameat2 RENAME_EXCHANGE)."""
-    fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-    if fn is None:
-        raise OSError(errno.ENOSYS, "renameat2 unavailable")
-    if fn(-100, os.fsencode(a), -100, os.fsencode(b), 2) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), a)
+@contextlib.contextmanager
+def install_lock(bin_dir: str):  # type: ignore[no-untyped-def]
+    """One installer at a time per bin dir (the init container and --watch both install)."""
+    root = os.path.join(bin_dir, BUNDLE_DIR)
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(os.path.join(root, _INSTALL_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
-def install_bundle(bundle: str, bin_dir: str) -> bool:
-    """Copy ``bundle`` to ``<bin_dir>/rdma-cni.d``; False when already identical."""
-    if not os.access(os.path.join(bundle, PLUGIN_TYPE), os.X_OK):
-        raise ConfigError(f"failed to install from {bundle}: no executable {PLUGIN_TYPE} "
-                          "there (run ./scripts/build.sh or pass --bundle)")
-    dest = os.path.join(bin_dir, BUNDLE_DIR)
-    if os.path.realpath(bundle) == os.path.realpath(dest) or \
-            tree_digest(bundle) == tree_digest(dest):
-        return False
-    tmp = os.path.join(bin_dir, f".{BUNDLE_DIR}.new-{os.getpid()}")
+def install_tree(tree: str, bin_dir: str) -> tuple[str, bool]:
+    """Copy the host ``tree`` to ``<bin_dir>/rdma-cni.d/<version>-<digest>``; returns that
+    name and whether it was copied (False: already there, identical)."""
+    if not os.access(os.path.join(tree, FRONT), os.X_OK) or \
+            not os.access(os.path.join(tree, PLUGIN_TYPE), os.X_OK):
+        raise ConfigError(f"failed to install from {tree}: no executable {FRONT} and "
+                          f"{PLUGIN_TYPE} there (run ./scripts/build.sh, or pass --host-tree)")
+    digest = tree_digest(tree)
+    name = f"{__version__}-{digest[:12]}"
+    root = os.path.join(bin_dir, BUNDLE_DIR)
+    dest = os.path.join(root, name)
+    if tree_digest(dest) == digest:
+        return name, False
+    tmp = os.path.join(root, f".new-{name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(bundle, tmp, symlinks=True)
-    if os.path.isdir(dest) and not os.path.islink(dest):
-        try:
-            _exchange(tmp, dest)
-        except OSError:
-            old = tmp + ".old"
-            os.rename(dest, old)
-            os.rename(tmp, dest)
-            tmp = old
+    try:
+        shutil.copytree(tree, tmp, symlinks=True)
+        with open(os.path.join(tmp, IN_USE), "wb"):
+            pass
+        os.sync()  # the whole tree on disk before any name points at it
+    except BaseException:  # a full disk: nothing partial stays behind
         shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        if os.path.lexists(dest):
-            os.unlink(dest)
-        os.rename(tmp, dest)
-    fsync_dir(bin_dir)
-    return True
+        raise
+    if os.path.lexists(dest):  # damaged: set aside, pruned like any old tree
+        os.rename(dest, os.path.join(root, f".old-{name}-{os.getpid()}"))
+    os.rename(tmp, dest)
+    fsync_dir(root)
+    return name, True
 
 
-def install_link(bin_dir: str) -> bool:
+def link_target(name: str) -> str:
+    return f"{BUNDLE_DIR}/{name}/{FRONT}"
+
+
+def switch_link(bin_dir: str, name: str) -> bool:
+    """Point ``<bin_dir>/rdma-cni`` at tree ``name``'s front; False when it already does."""
     link = os.path.join(bin_dir, PLUGIN_TYPE)
-    front = os.path.join(bin_dir, BUNDLE_DIR, FRONT)
-    target = f"{BUNDLE_DIR}/{FRONT if os.access(front, os.X_OK) else PLUGIN_TYPE}"
+    target = link_target(name)
     if os.path.islink(link) and os.readlink(link) == target:
         return False
     tmp = os.path.join(bin_dir, f".{PLUGIN_TYPE}.tmp-{os.getpid()}")
@@ -106,16 +149,93 @@ def install_link(bin_dir: str) -> bool:
     return True
 
 
-def nccl_env_source(bundle: str) -> str | None:
-    candidates = [os.path.join(bundle, rel) for rel in _NCCL_IN_BUNDLE]
+def current_tree(bin_dir: str) -> str | None:
+    """The tree the link names now, or None."""
+    try:
+        target = os.readlink(os.path.join(bin_dir, PLUGIN_TYPE))
+    except OSError:
+        return None
+    parts = target.split("/")
+    return parts[1] if len(parts) == 3 and parts[0] == BUNDLE_DIR and parts[2] == FRONT \
+        else None
+
+
+def prune(bin_dir: str, now: float | None = None) -> tuple[list[str], list[str]]:
+    """Remove every tree but the current one that nothing runs from; (removed, in use)."""
+    root = os.path.join(bin_dir, BUNDLE_DIR)
+    keep = current_tree(bin_dir)
+    removed: list[str] = []
+    busy: list[str] = []
+    if keep is None or not os.path.isdir(root):
+        return removed, busy
+    for entry in sorted(os.listdir(root)):
+        path = os.path.join(root, entry)
+        if entry in (keep, _INSTALL_LOCK, LEGACY_MARK) or entry in LEGACY:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            (removed if _remove_unused(path) else busy).append(entry)
+    removed += _prune_legacy(root, time.time() if now is None else now)
+    return removed, busy
+
+
+def _remove_unused(tree: str) -> bool:
+    """Remove ``tree`` unless a plugin holds its ``.in-use`` lock."""
+    lock = os.path.join(tree, IN_USE)
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:  # a partial copy, or a removal cut short: nothing can run it
+        shutil.rmtree(tree, ignore_errors=True)
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        os.close(fd)
+        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+        raise
+    try:
+        os.unlink(lock)  # from here a front that opened the old file sees it stale
+        shutil.rmtree(tree, ignore_errors=True)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _prune_legacy(root: str, now: float) -> list[str]:
+    present = [e for e in LEGACY if os.path.lexists(os.path.join(root, e))]
+    if not present:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(root, LEGACY_MARK))
+        return []
+    mark = os.path.join(root, LEGACY_MARK)
+    try:
+        since = os.stat(mark).st_mtime
+    except FileNotFoundError:
+        with open(mark, "wb"):
+            pass
+        return []
+    if now - since < LEGACY_GRACE:
+        return []
+    for entry in present:
+        path = os.path.join(root, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    os.unlink(mark)
+    return [f"{e} (0.1.0 layout)" for e in present]
+
+
+def nccl_env_source(tree: str) -> str | None:
+    candidates = [os.path.join(tree, rel) for rel in _NCCL_IN_BUNDLE]
     candidates.append(os.path.join(_SOURCE_TREE, "scripts", NCCL_ENV))
     return next((c for c in candidates if os.path.isfile(c)), None)
 
 
-def install_nccl_env(bundle: str, bin_dir: str) -> bool:
-    src = nccl_env_source(bundle)
+def install_nccl_env(tree: str, bin_dir: str) -> bool:
+    src = nccl_env_source(tree)
     if src is None:
-        say(f"no {NCCL_ENV} in {bundle}: not installed")
+        say(f"no {NCCL_ENV} in {tree}: not installed")
         return False
     dest = os.path.join(bin_dir, NCCL_ENV)
     with open(src, "rb") as f:
@@ -126,4 +246,3 @@ def install_nccl_env(bundle: str, bin_dir: str) -> bool:
                 return False
     write_atomic(dest, data, 0o755)
     return True
-

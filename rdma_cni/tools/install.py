@@ -1,11 +1,12 @@
 """``rdma-cni install`` / ``rdma-cni uninstall``: put the plugin on a node.
 
-install: copy the one-dir bundle to ``<bin>/rdma-cni.d/`` (swapped in atomically
-with ``renameat2(RENAME_EXCHANGE)``), point ``<bin>/rdma-cni`` at its native front
-``rdma-cni-front`` (or, in a bundle without one, at the bundle's own executable; a
-relative symlink, temp + rename), put ``nccl_env.sh`` next to it, then insert
-or update our entry right after the primary in the first CNI config file of the
-conf dir (lexical order, as libcni and containerd pick it). The file is backed up
+install: check the host's kernel (the plugin brings its own C library: kernel.py), copy
+the host tree (the CNI-only plugin, ``--host-tree``, default ``<bundle>-host``) to
+``<bin>/rdma-cni.d/<version>-<digest>/`` beside any older one, switch the one link
+``<bin>/rdma-cni`` to its front, put ``nccl_env.sh`` next to it, prune the trees nothing
+runs from any more (bundle.py), then insert or update our entry right after the primary
+in the first CNI config file of the conf dir (lexical order, as libcni and containerd
+pick it). The file is backed up
 once as ``<file>.rdma-cni.bak`` and rewritten atomically. ``--watch`` keeps
 re-applying the entry (the primary's agent may rewrite its file at restart): it
 wakes on inotify events of the conf dir (within about 50 ms; a replaced dir is
@@ -33,15 +34,9 @@ from typing import Any
 from rdma_cni.errors import CniError, ConfigError
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, read_json_object
 from rdma_cni.modes import MODES, Mode
-from rdma_cni.tools import glibc
-from rdma_cni.tools.bundle import (
-    BUNDLE_DIR,
-    NCCL_ENV,
-    default_bundle,
-    install_bundle,
-    install_link,
-    install_nccl_env,
-)
+from rdma_cni.tools import bundle as layout
+from rdma_cni.tools import kernel
+from rdma_cni.tools.bundle import BUNDLE_DIR, NCCL_ENV
 from rdma_cni.tools.conflist import ensure_entry, json_bytes, remove_entries
 from rdma_cni.tools.installfiles import say, write_atomic
 
@@ -96,6 +91,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                      "entry to install (its mode is used when there is no --mode and no "
                      f"{MODE_LABEL} node label)"))
     p.add_argument("--bundle", help="the built one-dir bundle (default: this executable's)")
+    p.add_argument("--host-tree", help="the host plugin's tree to install (default: the "
+                   "bundle's path with -host appended, e.g. /opt/rdma-cni-host)")
     p.add_argument("--mode", choices=MODES, help="the node's RDMA mode (default: the node "
                    f"label {MODE_LABEL}, else the config's mode)")
     p.add_argument("--watch", action="store_true",
@@ -103,32 +100,27 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "(inotify) and every --interval seconds")
     p.add_argument("--interval", type=float, default=30.0,
                    help="watch backstop poll period in seconds (default 30)")
-    p.add_argument("--host-root", help="the host's / as mounted here, to check its glibc "
-                   "(default: --cni-bin-dir without its /opt/cni/bin suffix, else /)")
     p.add_argument("--write-config", metavar="FILE",
                    help="also write the effective entry (mode resolved) here, for the "
                         "agent, device plugin and exporter")
     return p
 
 
-def host_root_of(args: argparse.Namespace) -> str:
-    if args.host_root:
-        return str(args.host_root)
-    bin_dir = os.path.abspath(args.cni_bin_dir)
-    suffix = "/opt/cni/bin"
-    return bin_dir[: -len(suffix)] or "/" if bin_dir.endswith(suffix) else "/"
-
-
 def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[str, Any]:
     config = read_json_object(args.config) if args.config else {}
     entry = make_entry(config, resolve_mode(args.mode, config, label))
-    bundle = args.bundle or default_bundle()
-    say(glibc.check(bundle, host_root_of(args)))
+    tree = args.host_tree or layout.default_host_tree(args.bundle or layout.default_bundle())
+    say(kernel.check(kernel.release()))
     os.makedirs(args.cni_bin_dir, exist_ok=True)
-    if install_bundle(bundle, args.cni_bin_dir):
-        say(f"copied {bundle} to {os.path.join(args.cni_bin_dir, BUNDLE_DIR)}")
-    install_link(args.cni_bin_dir)
-    install_nccl_env(bundle, args.cni_bin_dir)
+    with layout.install_lock(args.cni_bin_dir):
+        name, copied = layout.install_tree(tree, args.cni_bin_dir)
+        if copied:
+            say(f"copied {tree} to {os.path.join(args.cni_bin_dir, BUNDLE_DIR, name)}")
+        if layout.switch_link(args.cni_bin_dir, name):
+            say(f"{os.path.join(args.cni_bin_dir, layout.PLUGIN_TYPE)} -> "
+                f"{layout.link_target(name)}")
+        layout.install_nccl_env(tree, args.cni_bin_dir)
+        _prune(args.cni_bin_dir)
     say(f"conflist entry (mode {entry['mode']}): {ensure_entry(args.cni_conf_dir, entry)}")
     if args.write_config:
         os.makedirs(os.path.dirname(os.path.abspath(args.write_config)), exist_ok=True)
@@ -136,12 +128,39 @@ def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[s
     return entry
 
 
+def _prune(bin_dir: str) -> None:
+    removed, busy = layout.prune(bin_dir)
+    if removed:
+        say(f"removed old trees: {', '.join(removed)}")
+    if busy:
+        say(f"kept old trees still in use: {', '.join(busy)} (pruned later)")
+
+
+def prune_loop(bin_dir: str, interval: float, stop: threading.Event) -> None:
+    """``--watch``'s pruning of old trees once the plugins running them have ended."""
+    while not stop.wait(max(interval, 1.0)):
+        try:
+            with layout.install_lock(bin_dir):
+                _prune(bin_dir)
+        except OSError as e:
+            say(f"failed to prune old trees in {bin_dir}: {e.strerror or e}")
+
+
 def watch(conf_dir: str, entry: dict[str, Any], interval: float,
-          rounds: int | None = None, stop: threading.Event | None = None) -> None:
-    """``--watch``: re-apply ``entry`` on every change of ``conf_dir`` (see confwatch)."""
+          rounds: int | None = None, stop: threading.Event | None = None,
+          bin_dir: str | None = None) -> None:
+    """``--watch``: re-apply ``entry`` on every change of ``conf_dir`` (see confwatch), and
+    prune old trees of ``bin_dir`` every ``interval``."""
     from rdma_cni.tools.confwatch import watch_entry
 
-    watch_entry(conf_dir, entry, interval, rounds, stop)
+    ended = threading.Event()
+    if bin_dir is not None and rounds is None:
+        threading.Thread(target=prune_loop, args=(bin_dir, interval, ended),
+                         name="prune", daemon=True).start()
+    try:
+        watch_entry(conf_dir, entry, interval, rounds, stop)
+    finally:
+        ended.set()
 
 
 def uninstall(args: argparse.Namespace) -> None:
@@ -182,7 +201,7 @@ def main(argv: Sequence[str] | None = None,
             return 0
         entry = install(args, label)
         if args.watch:
-            watch(args.cni_conf_dir, entry, args.interval)
+            watch(args.cni_conf_dir, entry, args.interval, bin_dir=args.cni_bin_dir)
     except CniError as e:
         say(f"error: {e.msg}", parser.prog.split()[-1])
         return 1

@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "integration"))
 
 from cnirunner import Chain  # noqa: E402
-from integration.conftest import built_binary, rig, runner  # noqa: E402,F401
+from integration.conftest import built_binary, installed_plugin, rig, runner  # noqa: E402,F401
 from integration.test_resident import Serve  # noqa: E402
 
 

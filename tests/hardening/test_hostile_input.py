@@ -23,7 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cnirunner import HPC_NET, Node, Pod, pod_networks, sh, vpc_result, wait_oper_up
+from cnirunner import (
+    HPC_NET,
+    Node,
+    Pod,
+    install_host_tree,
+    pod_networks,
+    sh,
+    vpc_result,
+    wait_oper_up,
+)
 from corpus import ABOUT, CORPUS, DROP, NUL, OK, Case
 from harness import (
     bump,
@@ -35,8 +44,6 @@ from harness import (
     run_raw,
 )
 from integration.test_resident import Serve
-
-from rdma_cni.tools import install
 
 pytestmark = pytest.mark.root
 SUITE = "hostile-input"
@@ -100,12 +107,8 @@ def _dead_netns() -> str:
     return f"/proc/{proc.pid}/ns/net"
 
 
-def _installed(built_binary: list[str], tmp: Path) -> list[str]:
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir()
-    install.install_bundle(str(Path(built_binary[0]).parent), str(bin_dir))
-    install.install_link(str(bin_dir))
-    return [str(bin_dir / "rdma-cni")]
+def _installed(tmp: Path) -> list[str]:
+    return [str(install_host_tree(tmp / "bin"))]
 
 
 @pytest.fixture(scope="module", params=["inproc", "resident"])
@@ -113,13 +116,14 @@ def world(built_binary: list[str], tmp_path_factory: pytest.TempPathFactory,
           request: pytest.FixtureRequest) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("hostile")
     node = Node()
-    built_binary = _installed(built_binary, tmp)
+    serve_argv = list(built_binary)  # serve runs from the image's bundle, as on a node
+    built_binary = _installed(tmp)
     serve: Serve | None = None
     try:
         if request.param == "resident":  # its socket and log outside the fingerprinted tree
             side = tmp_path_factory.mktemp("serve")
             serve = Serve(node.ns, side / "r.sock", side / "serve.log",
-                          argv=[str(tmp / "bin" / "rdma-cni.d" / "rdma-cni")])
+                          argv=serve_argv)
         node.add_nic("rnic0", "198.51.100.1/26", routes=[(HPC_NET, "198.51.100.62")])
         node.add_nic("rnic1", "198.51.100.65/26", routes=[("198.19.0.0/16", "198.51.100.126")])
         node.add_nic("hostif", "198.18.5.1/24")

@@ -23,12 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cnirunner import (
     BINARY,
+    HOST_TREE,
     HPC_NET,
     REPO,
     Chain,
     Node,
     Pod,
     data_files,
+    install_host_tree,
     plugin_conf,
     sh,
     snapshot,
@@ -58,12 +60,30 @@ def built_binary(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
         proc = subprocess.run([str(REPO / "scripts" / "build.sh")], cwd=REPO,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, f"build failed: {proc.stdout}{proc.stderr}"
-        try:
+        try:  # the host tree beside it, where install looks for it (as in the image)
             shutil.copytree(BINARY.parent, dest, symlinks=True, dirs_exist_ok=True)
+            shutil.copytree(HOST_TREE, dest.parent / HOST_TREE.name, symlinks=True,
+                            dirs_exist_ok=True)
             break
         except (OSError, shutil.Error):  # rebuilt under our feet: build and copy again
             shutil.rmtree(dest, ignore_errors=True)
+            shutil.rmtree(dest.parent / HOST_TREE.name, ignore_errors=True)
     return [str(dest / BINARY.name)]
+
+
+@pytest.fixture(scope="session")
+def installed_plugin(built_binary: list[str],
+                     tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The plugin as a node runs it: the session's host tree (beside ``built_binary``'s
+    private copy) laid out in a CNI bin dir of its own by install's functions
+    (``<bin>/rdma-cni`` -> the versioned tree's front, which forwards to ``serve`` or
+    runs the plugin through the tree's own loader). ``RDMA_CNI_TEST_BINARY`` points the
+    suite at another build instead."""
+    override = os.environ.get("RDMA_CNI_TEST_BINARY")
+    if override:
+        return [override]
+    tree = Path(built_binary[0]).parent.parent / HOST_TREE.name
+    return [str(install_host_tree(tmp_path_factory.mktemp("cni-bin"), tree))]
 
 
 class Rig:
@@ -139,12 +159,13 @@ def _leftover_netns(prefix: str) -> list[str]:
 @pytest.fixture
 def runner(request: pytest.FixtureRequest) -> list[str] | None:
     """What ``rig.chain()`` runs by default: ``python -m rdma_cni``, or the session's build
-    (immune to edits of the working tree during the run) in modules that set
-    ``PLUGIN_RUNNER = "binary"``; RDMA_CNI_TEST_RUNNER=python forces python everywhere."""
+    as installed on a node (``installed_plugin``: immune to edits of the working tree
+    during the run) in modules that set ``PLUGIN_RUNNER = "binary"``;
+    RDMA_CNI_TEST_RUNNER=python forces python everywhere."""
     if os.environ.get("RDMA_CNI_TEST_RUNNER") == "python" or \
             getattr(request.module, "PLUGIN_RUNNER", "python") != "binary":
         return None
-    return list(request.getfixturevalue("built_binary"))
+    return list(request.getfixturevalue("installed_plugin"))
 
 
 @pytest.fixture

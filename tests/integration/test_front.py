@@ -1,5 +1,5 @@
 """The native front (front/rdma-cni-front.c) as `install` lays it out:
-<bin>/rdma-cni -> rdma-cni.d/rdma-cni-front, the bundle beside it.
+<bin>/rdma-cni -> rdma-cni.d/<version>-<digest>/rdma-cni-front, the host's plugin beside it.
 
 It forwards every CNI request to `rdma-cni serve` and relays the answer; whenever
 the server is absent, refuses, hangs past the deadline, dies mid-reply or answers
@@ -26,12 +26,12 @@ pytestmark = pytest.mark.root
 
 
 @pytest.fixture(scope="module")
-def bin_dir(built_binary: list[str], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A CNI bin dir laid out by install's own functions from the session's bundle."""
-    dest = tmp_path_factory.mktemp("cni-bin")
-    bundle.install_bundle(str(Path(built_binary[0]).parent), str(dest))
-    bundle.install_link(str(dest))
-    assert (dest / "rdma-cni").resolve() == (dest / "rdma-cni.d" / "rdma-cni-front").resolve()
+def bin_dir(installed_plugin: list[str]) -> Path:
+    """The session's CNI bin dir, laid out by install's own functions."""
+    dest = Path(installed_plugin[0]).parent
+    name = bundle.current_tree(str(dest))
+    assert name is not None
+    assert (dest / "rdma-cni").resolve() == (dest / "rdma-cni.d" / name / "rdma-cni-front")
     return dest
 
 
@@ -40,9 +40,10 @@ def _front(bin_dir: Path) -> list[str]:
 
 
 @pytest.fixture
-def serve(rig, bin_dir: Path, tmp_path: Path) -> Iterator[Serve]:  # type: ignore[no-untyped-def]
+def serve(rig, built_binary: list[str],  # type: ignore[no-untyped-def]
+          tmp_path: Path) -> Iterator[Serve]:
     s = Serve(rig.node.ns, tmp_path / "r.sock", tmp_path / "serve.log",
-              argv=[str(bin_dir / "rdma-cni.d" / "rdma-cni")])
+              argv=list(built_binary))
     try:
         yield s
     finally:
@@ -138,12 +139,13 @@ def test_front_without_server_runs_the_bundle(rig, bin_dir: Path, tmp_path: Path
 
 
 def test_front_falls_back_when_the_server_refuses(rig, bin_dir: Path,  # type: ignore[no-untyped-def]
+                                                  built_binary: list[str],
                                                   tmp_path: Path) -> None:
     other = f"{rig.node.prefix}x"
     sh("ip", "netns", "add", other)
     try:
         s = Serve(other, tmp_path / "o.sock", tmp_path / "o.log",
-                  argv=[str(bin_dir / "rdma-cni.d" / "rdma-cni")])
+                  argv=list(built_binary))
         try:
             rig.nic()
             _add_del(rig, bin_dir, str(s.sock))

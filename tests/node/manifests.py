@@ -9,10 +9,9 @@ Every change the node test makes to them is here, and only here:
    pod's view stays what the manifest says, shifted to T, and nothing is written to
    the real /opt/cni/bin, /etc/cni/net.d, /var/lib/cni, /var/lib/kubelet, /var/log,
    /run/rdma-cni or /dev/infiniband. ``/host`` stays: it is where a container sees the
-   real host's /, so ``/host`` + a shifted path is what it was. ``/sys``,
-   ``/var/run/netns`` and ``/usr`` (read-only, for the glibc check) stay real: the
-   kernel's views (the veth stand-in NICs, the netns containerd makes for pods) and
-   the host's libc.
+   real host's /, so ``/host`` + a shifted path is what it was. ``/sys`` and
+   ``/var/run/netns`` stay real: the kernel's views (the veth stand-in NICs, the netns
+   containerd makes for pods).
 2. The image reference of every container (the tag the test built).
 3. The ConfigMap gains ``mode`` (no API server gives the node label here) and
    ``devices`` (the veth stand-in NICs: there are no RoCE NICs to discover).

@@ -1,11 +1,13 @@
 """The DaemonSet's install container, run alone from the image with podman (its
 command, env and mounts as manifests.py shifts them under a temp host root):
 the mode comes from the node label through the bundled ``kubernetes`` client (a fake
-API server over HTTPS), and a host whose glibc is too old is refused."""
+API server over HTTPS), and the host gets a versioned tree that needs none of its
+userland: the install container no longer looks at the host's C library at all."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -16,7 +18,6 @@ from typing import Any
 import manifests
 import pytest
 from fakeapi import FakeApi
-from fakelibc import make_libc
 from nodelab import NICS, build_image, make_root, skip_reason
 from podman import Podman
 
@@ -90,15 +91,18 @@ def test_mode_comes_from_the_node_label_through_the_kubernetes_client(rig: dict[
     assert "conflist entry (mode exclusive): added to" in out.stderr
 
 
-def test_install_refuses_a_host_with_an_older_glibc(rig: dict[str, Any]) -> None:
-    root = _host(rig, "old-glibc")
-    usr = root / "old-usr"
-    make_libc(usr / "lib/x86_64-linux-gnu/libc.so.6", "2.17")
-    out = run_install(rig, root, hostpaths={"host-usr": str(usr)})
-    assert out.returncode == 1
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr
-    assert "refusing to install: the host's glibc 2.17" in lines[0]
-    assert "glibc 2.36, which the bundle needs" in lines[0], lines[0]
-    assert sorted(p.name for p in (root / "opt/cni/bin").iterdir()) == []
-    assert json.loads((root / "etc/cni/net.d/10-vpc-cni.conflist").read_text()) == PRIMARY
+def test_install_lays_a_versioned_tree_that_brings_its_c_library(rig: dict[str, Any]) -> None:
+    root = _host(rig, "tree")
+    out = run_install(rig, root)
+    assert out.returncode == 0, out.stderr
+    bin_dir = root / "opt/cni/bin"
+    target = os.readlink(bin_dir / "rdma-cni")
+    name = target.split("/")[1]
+    assert target == f"rdma-cni.d/{name}/rdma-cni-front", target
+    tree = bin_dir / "rdma-cni.d" / name
+    assert (tree / "_internal" / "libc.so.6").is_file()
+    assert (tree / "_internal" / "ld-linux-x86-64.so.2").is_file()
+    assert not (tree / "_internal" / "kubernetes").exists()  # the image's, not the host's
+    assert "the plugin brings its own C library" in out.stderr
+    size = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file())
+    assert size < 40e6, size

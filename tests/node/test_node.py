@@ -58,9 +58,11 @@ def state_files(node: Node) -> list[str]:
 
 def test_install_put_the_bundle_and_our_entry_on_the_host(node: Node) -> None:
     link = node.cni_bin / "rdma-cni"
-    assert os.readlink(link) == "rdma-cni.d/rdma-cni-front"  # the native front, bundle beside
+    target = os.readlink(link)  # the native front of a versioned tree, its plugin beside
+    assert re.fullmatch(r"rdma-cni\.d/[\w.]+-[0-9a-f]{12}/rdma-cni-front", target), target
+    assert (link.parent / target).parent.joinpath("_internal", "libc.so.6").is_file()
     version = subprocess.run([str(link), "--version"], capture_output=True, text=True,
-                             timeout=60, check=True)  # the copied bundle runs on this host
+                             timeout=60, check=True)  # the copied plugin runs on this host
     assert version.stdout.startswith("rdma-cni ")
     assert (node.cni_bin / "nccl_env.sh").read_bytes() == \
         (REPO / "scripts" / "nccl_env.sh").read_bytes()
@@ -73,7 +75,7 @@ def test_install_put_the_bundle_and_our_entry_on_the_host(node: Node) -> None:
     written = json.loads((node.root / "run/rdma-cni/config.json").read_text())
     assert written == entry
     log = node.podman.logs(node.pod_id, "install")
-    assert re.search(r"host glibc [\d.]+ \(/host/usr/\S+libc\.so\.6\) >= [\d.]+ needed", log), log
+    assert re.search(r"kernel \S+ \(>= 4\.18; the plugin brings its own C library\)", log), log
     node.cd.wait_for_config('\\"type\\":\\"rdma-cni\\"')
 
 
@@ -215,13 +217,13 @@ def _pod_cycle(node: Node, name: str, device: str) -> tuple[bool, str]:
 
 
 def _upgrade_image(node: Node) -> str:
-    """A second tag whose bundle differs (one more file in /opt/rdma-cni)."""
+    """A second tag whose host plugin differs (one more file in /opt/rdma-cni-host)."""
     ref = f"localhost/rdma-cni-node-test:upgrade-{node.pod_name[-6:]}"
     env = node.podman.env
     ctr = sh_env(env, "buildah", "from", "--quiet", node.image).strip()
     try:
         sh_env(env, "buildah", "run", "--network", "none", ctr, "sh", "-c",
-               "echo upgraded > /opt/rdma-cni/UPGRADE-MARK")
+               "echo upgraded > /opt/rdma-cni-host/UPGRADE-MARK")
         image_id = sh_env(env, "buildah", "commit", "--quiet", ctr, ref).strip()
     finally:
         sh_env(env, "buildah", "rm", ctr)
@@ -266,7 +268,8 @@ def test_image_upgrade_while_pods_start_loses_no_add(node: Node) -> None:
     failed = [r for r in results if not r[1]]
     assert not failed, failed
     assert sum(p == "during" for p, _, _ in results) >= 1, results
-    assert (node.cni_bin / "rdma-cni.d" / "UPGRADE-MARK").read_text() == "upgraded\n"
+    assert (node.cni_bin / "rdma-cni").resolve().parent.joinpath(
+        "UPGRADE-MARK").read_text() == "upgraded\n"  # the link names the new tree
     print(f"\nupgrade: {len(results)} pod ADDs, "
           f"{sum(p == 'during' for p, _, _ in results)} during the upgrade, 0 lost")
     STATE["upgrade_adds"] = len(results)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from rdma_cni import __version__
 from rdma_cni.errors import ConfigError
 from rdma_cni.models.subconfig import load_config
 from rdma_cni.tools import bundle, conflist, install
@@ -104,23 +105,31 @@ def test_source_checkout_defaults_point_at_the_checkout(tmp_path: Path) -> None:
     assert bundle.nccl_env_source(str(tmp_path)) == str(repo / "scripts" / "nccl_env.sh")
 
 
+def make_tree(root: Path, version: str = "v1") -> Path:
+    """A stand-in host tree: front, plugin, _internal/ with a library and nccl_env.sh."""
+    (root / "_internal" / "rdma_cni" / "data").mkdir(parents=True)
+    for name in ("rdma-cni", "rdma-cni-front"):
+        exe = root / name
+        exe.write_text(f"#!/bin/sh\necho {name} {version}\n")
+        exe.chmod(0o755)
+    (root / "_internal" / "lib.so").write_bytes(b"\0lib")
+    (root / "_internal" / "rdma_cni" / "data" / "nccl_env.sh").write_text(f"# nccl {version}\n")
+    return root
+
+
 @pytest.fixture
 def node(tmp_path: Path) -> dict[str, Path]:
-    bundle = tmp_path / "bundle"
-    (bundle / "_internal" / "rdma_cni" / "data").mkdir(parents=True)
-    exe = bundle / "rdma-cni"
-    exe.write_text("#!/bin/sh\necho v1\n")
-    exe.chmod(0o755)
-    (bundle / "_internal" / "lib.so").write_bytes(b"\0lib")
-    (bundle / "_internal" / "rdma_cni" / "data" / "nccl_env.sh").write_text("# nccl v1\n")
+    bundle = tmp_path / "bundle"  # the image's bundle; the host tree is bundle-host beside it
+    bundle.mkdir()
+    tree = make_tree(tmp_path / "bundle-host")
     conf_dir = tmp_path / "net.d"
     conf_dir.mkdir()
     (conf_dir / "10-vpc-cni.conflist").write_text(json.dumps(vpc_cni()))
     (conf_dir / "99-loopback.conf").write_text('{"type": "loopback"}')
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"type": "rdma-cni", "dataDir": "/tmp/d"}))
-    return {"bundle": bundle, "bin": tmp_path / "bin", "conf": conf_dir, "cfg": cfg,
-            "out": tmp_path / "run" / "config.json"}
+    return {"bundle": bundle, "tree": tree, "bin": tmp_path / "bin", "conf": conf_dir,
+            "cfg": cfg, "out": tmp_path / "run" / "config.json"}
 
 
 def _args(n: dict[str, Path], *extra: str) -> list[str]:
@@ -132,18 +141,26 @@ def _label() -> str | None:
     return "shared-multi"
 
 
+def _tree_dir(n: dict[str, Path]) -> Path:
+    name = bundle.current_tree(str(n["bin"]))
+    assert name is not None
+    return n["bin"] / "rdma-cni.d" / name
+
+
 def test_install_then_uninstall(node: dict[str, Path]) -> None:
     conflist = node["conf"] / "10-vpc-cni.conflist"
     original = conflist.read_bytes()
     assert install.main(_args(node, "--write-config", str(node["out"])), _label) == 0
     link = node["bin"] / "rdma-cni"
-    assert os.readlink(link) == "rdma-cni.d/rdma-cni"
+    tree = _tree_dir(node)
+    assert tree.name.startswith(f"{__version__}-") and len(tree.name) == len(__version__) + 13
+    assert os.readlink(link) == f"rdma-cni.d/{tree.name}/rdma-cni-front"
     assert os.access(link, os.X_OK)
-    assert (node["bin"] / "rdma-cni.d" / "_internal" / "lib.so").read_bytes() == b"\0lib"
+    assert (tree / "_internal" / "lib.so").read_bytes() == b"\0lib"
+    assert (tree / ".in-use").is_file()  # the lock the front holds while the plugin runs
     nccl = node["bin"] / "nccl_env.sh"
     assert nccl.read_text() == "# nccl v1\n"
     assert stat.S_IMODE(nccl.stat().st_mode) == 0o755
-    (node["bin"] / "rdma-cni.d" / "_internal" / "lib.so").stat()
     doc = json.loads(conflist.read_text())
     assert [p["type"] for p in doc["plugins"]] == ["vpc-cni", "rdma-cni", "portmap"]
     assert doc["plugins"][1]["mode"] == "shared-multi"
@@ -162,20 +179,25 @@ def test_install_then_uninstall(node: dict[str, Path]) -> None:
     assert os.listdir(node["bin"]) == []
 
 
-def test_install_is_idempotent_and_updates_the_bundle(node: dict[str, Path]) -> None:
+def test_install_is_idempotent_and_updates_the_tree(node: dict[str, Path]) -> None:
     assert install.main(_args(node), _label) == 0
     conflist = node["conf"] / "10-vpc-cni.conflist"
     mtime = conflist.stat().st_mtime_ns
-    inode = (node["bin"] / "rdma-cni.d").stat().st_ino
+    first = _tree_dir(node)
+    inode = first.stat().st_ino
     assert install.main(_args(node), _label) == 0
     assert conflist.stat().st_mtime_ns == mtime  # unchanged: not rewritten
-    assert (node["bin"] / "rdma-cni.d").stat().st_ino == inode  # identical: not copied
-    (node["bundle"] / "rdma-cni").write_text("#!/bin/sh\necho v2\n")
+    assert _tree_dir(node).stat().st_ino == inode  # identical: not copied
+    (node["tree"] / "rdma-cni-front").write_text("#!/bin/sh\necho v2\n")
     assert install.main(_args(node, "--mode", "exclusive"), _label) == 0
+    assert _tree_dir(node) != first  # a new tree beside the old one, then the link switched
     assert (node["bin"] / "rdma-cni").read_text().endswith("v2\n")
+    assert not first.exists()  # nothing ran from the old tree: pruned
     assert json.loads(conflist.read_text())["plugins"][1]["mode"] == "exclusive"
     leftovers = [n for n in os.listdir(node["bin"]) if n.startswith(".")]
     assert leftovers == []
+    assert sorted(os.listdir(node["bin"] / "rdma-cni.d")) == [".install.lock",
+                                                              _tree_dir(node).name]
     assert len(json.loads(conflist.read_text())["plugins"]) == 3
 
 
@@ -200,9 +222,9 @@ def test_install_errors_are_reported(node: dict[str, Path], capsys: Any) -> None
     (node["conf"] / "10-vpc.conf").write_text('{"cniVersion":"0.4.0","type":"vpc-cni"}')
     assert install.main(_args(node), _label) == 1
     assert "not a conflist" in capsys.readouterr().err
-    (node["bundle"] / "rdma-cni").unlink()
+    (node["tree"] / "rdma-cni").unlink()
     assert install.main(_args(node), _label) == 1
-    assert "no executable rdma-cni" in capsys.readouterr().err
+    assert "no executable rdma-cni-front and rdma-cni" in capsys.readouterr().err
 
 
 # -- conf/ -----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ OTHER = {"namespace": "rdma-system", "image": "registry.example/rdma/rdma-cni:9.
 # host paths that stay where they are whatever the values (not a user's choice: the
 # plugin, run by the runtime on the host, finds its data dir, log and socket there)
 FIXED_HOST_PATHS = {"/var/lib/cni", "/var/run/netns", "/sys", "/dev/infiniband", "/var/log",
-                    "/run/rdma-cni", "/usr", "/run/containerd"}  # /usr: host glibc; the CRI socket
+                    "/run/rdma-cni", "/run/containerd"}  # /run/containerd: the CRI socket
 
 
 def _load_script() -> Any:

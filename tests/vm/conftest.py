@@ -98,10 +98,19 @@ def vm_binary(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return vmrig.guest_binary(tmp_path_factory.mktemp("bundle"))
 
 
+@pytest.fixture(scope="session")
+def vm_plugin(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The host plugin (dist/rdma-cni-host) laid out in a CNI bin dir in the guest, as
+    ``install`` does on a node: what the rig's chains run."""
+    import vmrig
+
+    return vmrig.guest_plugin(tmp_path_factory.mktemp("plugin"))
+
+
 @pytest.fixture
-def rig(tmp_path: Path, vm_binary: list[str]) -> Iterator[object]:
+def rig(tmp_path: Path, vm_plugin: list[str]) -> Iterator[object]:
     """A :class:`vmrig.VmRig` in the VM's root netns, verified clean at the end."""
     import vmrig
 
-    with vmrig.vm_rig(tmp_path, vm_binary) as made:
+    with vmrig.vm_rig(tmp_path, vm_plugin) as made:
         yield made

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.root]
 
 
 def test_allocated_pci_nic_is_the_one_moved(rig: VmRig, virtio_nics: list[str],
-                                            tmp_path: Path) -> None:
+                                            vm_binary: list[str], tmp_path: Path) -> None:
     nics = [rig.borrow(virtio_nics[0], rename="rnic0"), rig.borrow(virtio_nics[1],
                                                                    rename="rnic1")]
     rig.configure(nics[0], "198.51.100.1/28")
@@ -26,7 +26,7 @@ def test_allocated_pci_nic_is_the_one_moved(rig: VmRig, virtio_nics: list[str],
     pci = {n: a for n, a in found.items() if a}
     assert len(pci) == 2, found
     conf = rig.plugin("exclusive", nics)
-    with kubelet(Path("/tmp") / f"dp-{rig.prefix}", conf, rig.binary,
+    with kubelet(Path("/tmp") / f"dp-{rig.prefix}", conf, vm_binary,  # the device plugin
                  tmp_path / "dp.json") as k:
         assert k.devices() == sorted(pci.values())  # ID = the NIC's PCI address
         k.client.allocate([pci["rnic1"]])

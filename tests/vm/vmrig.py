@@ -29,10 +29,12 @@ from cnirunner import (
     _LINK_KEYS,
     _ROUTE_DROP,
     BINARY,
+    HOST_TREE,
     SYSCTLS,
     Chain,
     Pod,
     data_files,
+    install_host_tree,
     ip_json,
     plugin_conf,
     sh,
@@ -41,29 +43,46 @@ from cnirunner import (
 )
 
 NODE = None  # the VM's root netns (``ip`` without ``-n``)
+STAMP = BINARY.parents[1] / ".built"  # scripts/build.sh: both bundles complete
 SETTLE = 15.0  # seconds for async kernel work (netns cleanup, link state) to settle
 
 
 def guest_binary(dest: Path, attempts: int = 12) -> list[str]:
-    """The built bundle, copied to the guest's tmpfs (a host rebuild cannot pull it away,
-    and execs read tmpfs instead of 9p). ``RDMA_CNI_TEST_BINARY`` overrides it.
-    A copy that races a rebuild on the host (files vanish) is retried."""
+    """The built bundle (every subcommand), copied to the guest's tmpfs (a host rebuild
+    cannot pull it away, and execs read tmpfs instead of 9p). ``RDMA_CNI_TEST_BINARY``
+    overrides it. A copy that races a rebuild on the host (files vanish) is retried."""
     override = os.environ.get("RDMA_CNI_TEST_BINARY")
     if override:
         return [override]
     target = dest / "rdma-cni"
     for _ in range(attempts):
-        stamp = BINARY.parent / ".built"
-        if BINARY.exists() and stamp.exists():
+        if BINARY.exists() and STAMP.exists():
             try:
                 shutil.copytree(BINARY.parent, target, symlinks=True)
-                if (target / ".built").exists():
+                if STAMP.exists():
                     return [str(target / BINARY.name)]
             except (OSError, shutil.Error):
                 pass
             shutil.rmtree(target, ignore_errors=True)
         time.sleep(10)
     pytest.fail(f"no complete {BINARY.parent}: run ./scripts/build.sh on the host first")
+
+
+def guest_plugin(dest: Path, attempts: int = 12) -> list[str]:
+    """The host plugin as ``install`` lays it out (a versioned tree in a CNI bin dir on
+    the guest's tmpfs): what the runtime execs on a node. ``RDMA_CNI_TEST_BINARY``
+    overrides it."""
+    override = os.environ.get("RDMA_CNI_TEST_BINARY")
+    if override:
+        return [override]
+    for _ in range(attempts):
+        if HOST_TREE.exists() and STAMP.exists():
+            try:
+                return [str(install_host_tree(dest / "bin"))]
+            except (OSError, shutil.Error):
+                shutil.rmtree(dest / "bin", ignore_errors=True)
+        time.sleep(10)
+    pytest.fail(f"no complete {HOST_TREE}: run ./scripts/build.sh on the host first")
 
 
 # --- ip, batched: every exec costs ~0.5 s in an emulated guest ----------------------

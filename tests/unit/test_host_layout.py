@@ -1,0 +1,152 @@
+"""The host layout install makes (tools/bundle.py): versioned trees beside each other, one
+link switched, old trees pruned only once no plugin holds their ``.in-use`` lock, the
+0.1.0 flat layout retired after a grace; and the kernel check (tools/kernel.py)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdma_cni.errors import ConfigError
+from rdma_cni.tools import bundle, install, kernel
+
+
+def _tree(root: Path, version: str) -> Path:
+    (root / "_internal").mkdir(parents=True)
+    for name in ("rdma-cni", "rdma-cni-front"):
+        exe = root / name
+        exe.write_text(f"#!/bin/sh\necho {version}\n")
+        exe.chmod(0o755)
+    (root / "_internal" / "lib.so").write_text(version)
+    return root
+
+
+def _install(tree: Path, bin_dir: Path) -> str:
+    with bundle.install_lock(str(bin_dir)):
+        name, _ = bundle.install_tree(str(tree), str(bin_dir))
+        bundle.switch_link(str(bin_dir), name)
+        return name
+
+
+def _holder(lock: Path) -> subprocess.Popen[str]:
+    """Another process holding ``lock`` shared, as the front does for a running plugin."""
+    code = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+            "fcntl.flock(fd, fcntl.LOCK_SH); print('held', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_upgrade_lays_the_new_tree_beside_and_switches_one_link(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    old = _install(_tree(tmp_path / "v1", "v1"), bin_dir)
+    new = _install(_tree(tmp_path / "v2", "v2"), bin_dir)
+    assert old != new
+    root = bin_dir / "rdma-cni.d"
+    assert (root / old / "rdma-cni-front").read_text().endswith("v1\n")  # untouched
+    assert os.readlink(bin_dir / "rdma-cni") == f"rdma-cni.d/{new}/rdma-cni-front"
+    assert (bin_dir / "rdma-cni").read_text().endswith("v2\n")
+    assert bundle.current_tree(str(bin_dir)) == new
+
+
+def test_a_tree_in_use_is_kept_until_its_plugin_ends(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    old = _install(_tree(tmp_path / "v1", "v1"), bin_dir)
+    holder = _holder(bin_dir / "rdma-cni.d" / old / ".in-use")
+    try:
+        _install(_tree(tmp_path / "v2", "v2"), bin_dir)
+        removed, busy = bundle.prune(str(bin_dir))
+        assert (removed, busy) == ([], [old])
+        assert (bin_dir / "rdma-cni.d" / old / "_internal" / "lib.so").read_text() == "v1"
+    finally:
+        holder.communicate("", timeout=10)
+    assert bundle.prune(str(bin_dir)) == ([old], [])
+    assert not (bin_dir / "rdma-cni.d" / old).exists()
+
+
+def test_a_front_locking_after_the_prune_sees_its_tree_stale(tmp_path: Path) -> None:
+    """The race the front guards against: it opened .in-use of the tree the link named,
+    the pruner removed the tree before the front's flock; the front then sees the file
+    unlinked (st_nlink 0) and runs the current link instead (front: hold_tree)."""
+    bin_dir = tmp_path / "bin"
+    old = _install(_tree(tmp_path / "v1", "v1"), bin_dir)
+    fd = os.open(bin_dir / "rdma-cni.d" / old / ".in-use", os.O_RDONLY)
+    try:
+        _install(_tree(tmp_path / "v2", "v2"), bin_dir)
+        assert bundle.prune(str(bin_dir)) == ([old], [])
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        assert os.fstat(fd).st_nlink == 0
+    finally:
+        os.close(fd)
+
+
+def test_partial_copies_and_damaged_trees_are_pruned(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    name = _install(_tree(tmp_path / "v1", "v1"), bin_dir)
+    root = bin_dir / "rdma-cni.d"
+    (root / ".new-x-1" / "_internal").mkdir(parents=True)  # an installer killed mid-copy
+    (root / name / "_internal" / "lib.so").write_text("damaged")
+    assert _install(tmp_path / "v1", bin_dir) == name  # same content: same name, re-copied
+    assert (root / name / "_internal" / "lib.so").read_text() == "v1"
+    removed, busy = bundle.prune(str(bin_dir))
+    assert busy == [] and ".new-x-1" in removed and any(r.startswith(".old-") for r in removed)
+    assert sorted(os.listdir(root)) == [".install.lock", name]
+
+
+def test_the_flat_layout_of_0_1_0_is_retired_after_the_grace(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    root = bin_dir / "rdma-cni.d"
+    _tree(root, "0.1.0")  # rdma-cni.d/rdma-cni, rdma-cni-front, _internal/
+    (bin_dir / "rdma-cni").symlink_to("rdma-cni.d/rdma-cni-front")
+    assert bundle.prune(str(bin_dir)) == ([], [])  # the link still names it: not touched
+    name = _install(_tree(tmp_path / "v2", "v2"), bin_dir)
+    now = time.time()
+    assert bundle.prune(str(bin_dir), now) == ([], [])  # the grace starts
+    assert (root / "_internal" / "lib.so").exists()
+    assert bundle.prune(str(bin_dir), now + bundle.LEGACY_GRACE - 5) == ([], [])
+    removed, _ = bundle.prune(str(bin_dir), now + bundle.LEGACY_GRACE + 1)
+    assert sorted(removed) == ["_internal (0.1.0 layout)", "rdma-cni (0.1.0 layout)",
+                               "rdma-cni-front (0.1.0 layout)"]
+    assert sorted(os.listdir(root)) == [".install.lock", name]
+
+
+@pytest.mark.parametrize(("release", "verdict"), [
+    ("3.10.0-1160.el7.x86_64", "refuse"), ("3.18.140", "refuse"),
+    ("4.14.0-0.bpo.3-amd64", "warn"), ("4.18.0-553.el8_10.x86_64", "ok"),
+    ("5.15.0-91-generic", "ok"), ("6.1.0-57-amd64", "ok"), ("weird", "unknown")])
+def test_kernel_check(release: str, verdict: str) -> None:
+    if verdict == "refuse":
+        with pytest.raises(ConfigError) as err:
+            kernel.check(release)
+        assert err.value.msg.startswith(f"refusing to install: kernel {release} is older "
+                                        "than 3.19, which the plugin needs for ipvlan")
+        return
+    line = kernel.check(release)
+    assert {"warn": "warning: ", "ok": "kernel ", "unknown": "kernel "}[verdict] in line
+    assert ("older than 4.18" in line) == (verdict == "warn")
+
+
+def test_install_on_a_too_old_kernel_is_one_line_and_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.setattr(kernel, "release", lambda: "3.10.0-1160.el7.x86_64")
+    conf_dir = tmp_path / "net.d"
+    conf_dir.mkdir()
+    primary = {"cniVersion": "0.4.0", "name": "p", "plugins": [{"type": "bridge"}]}
+    (conf_dir / "10-p.conflist").write_text(json.dumps(primary))
+    _tree(tmp_path / "b-host", "v1")
+    rc = install.main(["--bundle", str(tmp_path / "b"), "--cni-bin-dir", str(tmp_path / "bin"),
+                       "--cni-conf-dir", str(conf_dir), "--mode", "shared"], lambda: None)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1
+    assert err[0].startswith("rdma-cni install: error: refusing to install: kernel 3.10.0")
+    assert not (tmp_path / "bin").exists()
+    assert json.loads((conf_dir / "10-p.conflist").read_text()) == primary
