@@ -43,7 +43,7 @@ from rdma_cni.tools.bundle import (
     install_nccl_env,
 )
 from rdma_cni.tools.conflist import ensure_entry, json_bytes, remove_entries
-from rdma_cni.tools.installfiles import say, write_atomic
+from rdma_cni.tools.installfiles import say, staged, write_atomic
 
 MODE_LABEL = "vke.node.rdma.mode"
 CAPABILITY = "io.kubernetes.cri.pod-annotations"
@@ -112,7 +112,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 
 def host_root_of(args: argparse.Namespace) -> str:
-    if args.host_root:
+    if getattr(args, "host_root", None):
         return str(args.host_root)
     bin_dir = os.path.abspath(args.cni_bin_dir)
     suffix = "/opt/cni/bin"
@@ -125,11 +125,13 @@ def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[s
     bundle = args.bundle or default_bundle()
     say(glibc.check(bundle, host_root_of(args)))
     os.makedirs(args.cni_bin_dir, exist_ok=True)
-    if install_bundle(bundle, args.cni_bin_dir):
-        say(f"copied {bundle} to {os.path.join(args.cni_bin_dir, BUNDLE_DIR)}")
-    install_link(args.cni_bin_dir)
-    install_nccl_env(bundle, args.cni_bin_dir)
-    say(f"conflist entry (mode {entry['mode']}): {ensure_entry(args.cni_conf_dir, entry)}")
+    with staged(args.cni_bin_dir, f".{PLUGIN_TYPE}", f"install {bundle} in {args.cni_bin_dir}"):
+        if install_bundle(bundle, args.cni_bin_dir):
+            say(f"copied {bundle} to {os.path.join(args.cni_bin_dir, BUNDLE_DIR)}")
+        install_link(args.cni_bin_dir)
+        install_nccl_env(bundle, args.cni_bin_dir)
+    outcome = ensure_entry(args.cni_conf_dir, entry, host_root_of(args))
+    say(f"conflist entry (mode {entry['mode']}): {outcome}")
     if args.write_config:
         os.makedirs(os.path.dirname(os.path.abspath(args.write_config)), exist_ok=True)
         write_atomic(args.write_config, json_bytes(entry))
@@ -137,15 +139,16 @@ def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[s
 
 
 def watch(conf_dir: str, entry: dict[str, Any], interval: float,
-          rounds: int | None = None, stop: threading.Event | None = None) -> None:
+          rounds: int | None = None, stop: threading.Event | None = None,
+          root: str = "/") -> None:
     """``--watch``: re-apply ``entry`` on every change of ``conf_dir`` (see confwatch)."""
     from rdma_cni.tools.confwatch import watch_entry
 
-    watch_entry(conf_dir, entry, interval, rounds, stop)
+    watch_entry(conf_dir, entry, interval, rounds, stop, root)
 
 
 def uninstall(args: argparse.Namespace) -> None:
-    changed = remove_entries(args.cni_conf_dir)
+    changed = remove_entries(args.cni_conf_dir, host_root_of(args))
     for path in changed:
         say(f"removed the entry from {path}", "uninstall")
     bin_dir = args.cni_bin_dir
@@ -182,7 +185,7 @@ def main(argv: Sequence[str] | None = None,
             return 0
         entry = install(args, label)
         if args.watch:
-            watch(args.cni_conf_dir, entry, args.interval)
+            watch(args.cni_conf_dir, entry, args.interval, root=host_root_of(args))
     except CniError as e:
         say(f"error: {e.msg}", parser.prog.split()[-1])
         return 1
