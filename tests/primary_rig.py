@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def generation(path: str) -> tuple[int, bool] | None:
 
 
 def run_primary(path: str, mode: str, count: int, seed: int) -> dict[str, Any]:
-    rng = random.Random(seed)
+    pauses = schedule(random.Random(seed))
     found = generation(path)
     last = found[0] if found else 0
     undone, done = [], []
@@ -73,9 +74,18 @@ def run_primary(path: str, mode: str, count: int, seed: int) -> dict[str, Any]:
         write(path, primary(gen), mode)
         done.append([gen, time.monotonic_ns()])
         last = gen
-        # mostly bursts, now and then a pause long enough for the watch to settle
-        time.sleep(rng.uniform(0.06, 0.15) if rng.random() < 0.15 else rng.uniform(0, 0.01))
+        time.sleep(next(pauses))
     return {"undone": undone, "done": done}
+
+
+def schedule(rng: random.Random) -> Iterator[float]:
+    """The pauses after each write: bursts of 10-30 writes a few ms apart (longer than
+    the watch's 50 ms settle time, so it wakes and writes in the middle of one), then a
+    pause of 60-150 ms (so it also gets its entry in between)."""
+    while True:
+        for _ in range(rng.randint(10, 30)):
+            yield rng.uniform(0, 0.005)
+        yield rng.uniform(0.06, 0.15)
 
 
 def run_reader(path: str) -> dict[str, Any]:

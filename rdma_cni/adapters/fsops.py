@@ -1,12 +1,12 @@
 """Two file operations the standard library lacks: swapping two paths atomically
-(``renameat2(RENAME_EXCHANGE)``) and a write lease on an open file (``F_SETLEASE``).
+(``renameat2(RENAME_EXCHANGE)``) and a read lease on an open file (``F_SETLEASE``).
 
-A write lease is granted only while no other open file description of the file exists,
-and any ``open`` or ``truncate`` of it by another process afterwards *breaks* it: the
-opener waits (up to ``/proc/sys/fs/lease-break-time``) until the holder gives the lease
-up, and the holder can tell by :func:`lease_held`. The break's signal is sent nowhere
-(the file's owner is cleared; until then it is SIGURG, ignored by default), so a
-holder is never killed by SIGIO.
+A read lease is granted only while no process has the file open for writing, and any
+later ``open`` for writing or ``truncate`` of it *breaks* it: the writer waits (up to
+``/proc/sys/fs/lease-break-time``) until the holder gives the lease up, and the holder
+can tell by :func:`lease_held`. Readers do not touch it. The break's signal is sent
+nowhere (the file's owner is cleared; until then it is SIGURG, ignored by default), so
+a holder is never killed by SIGIO.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ def exchange(a: str, b: str) -> None:
         raise OSError(err, os.strerror(err), a)
 
 
-def take_write_lease(fd: int) -> bool | None:
-    """A write lease on ``fd``'s file: True when taken, False when another process has
-    the file open (the lease is refused), None where leases are unavailable (the
-    filesystem, leases disabled, no CAP_LEASE for another user's file)."""
+def take_read_lease(fd: int) -> bool | None:
+    """A read lease on ``fd``'s file (opened read-only): True when taken, False when a
+    process has the file open for writing (refused), None where leases are unavailable
+    (the filesystem, leases disabled, no CAP_LEASE for another user's file)."""
     try:
         fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
-        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
     except OSError as e:
         return False if e.errno in (errno.EAGAIN, errno.EBUSY) else None
     fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
@@ -49,8 +49,8 @@ def take_write_lease(fd: int) -> bool | None:
 
 
 def lease_held(fd: int) -> bool:
-    """Whether the write lease on ``fd`` is still unbroken (nobody opened the file)."""
-    return bool(fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_WRLCK)
+    """Whether the read lease on ``fd`` is unbroken (nobody opened the file to write)."""
+    return bool(fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK)
 
 
 def release_lease(fd: int) -> None:

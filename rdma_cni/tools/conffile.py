@@ -11,8 +11,9 @@ with one line naming the link: replacing the link instead would cut the primary 
 
 **Conditional rewrite** (compare and swap). :func:`read` keeps the file open and
 remembers its identity (device, inode, size, mtime, ctime) and bytes. :func:`replace`
-writes and fsyncs the new content to a temp file, then, under a write lease on the open
-file (refused while another process has it open, broken by any later open or truncate):
+writes and fsyncs the new content to a temp file, then, under a read lease on the open
+file (refused while another process has it open for writing, broken by any later open
+for writing or truncate; readers, such as the runtime, do not disturb it):
 
 1. checks that the open file still holds those bytes (size, mtime, ctime, content) and
    that the path still names it (device, inode); otherwise CHANGED;
@@ -21,8 +22,8 @@ file (refused while another process has it open, broken by any later open or tru
    a newer file in, or opened the old one, since step 1) it swaps back until the newest
    file is at the path again: CHANGED.
 
-The caller reads and merges again after CHANGED, and after BUSY (lease refused: someone
-has the file open, perhaps writing it in place) a moment later.
+The caller reads and merges again after CHANGED, and after BUSY (lease refused: a
+process has the file open for writing, in place) a moment later.
 
 What remains. Between a swap and its swap back (two system calls) a reader could see
 our file built on the older generation; nothing is lost. An in-place writer whose
@@ -151,7 +152,7 @@ def replace(snap: Snapshot, data: bytes) -> Outcome:
     if (snap.st.st_uid, snap.st.st_gid) != (os.geteuid(), os.getegid()):
         with contextlib.suppress(OSError):  # the primary's file keeps its owner
             os.chown(tmp, snap.st.st_uid, snap.st.st_gid)
-    leased = fsops.take_write_lease(snap.fd)
+    leased = fsops.take_read_lease(snap.fd)
     try:
         if leased is False or not _unchanged(snap):
             unlink_quietly(tmp)

@@ -142,7 +142,7 @@ def rewrite(path: str, root: str, change: Callable[[dict[str, Any]], dict[str, A
         if outcome is conffile.Outcome.DONE:
             return done
         if time.monotonic() > deadline:
-            why = "another process kept it open" if outcome is conffile.Outcome.BUSY \
+            why = "another process kept it open for writing" if outcome is conffile.Outcome.BUSY \
                 else "it kept changing"
             raise TryAgain(f"failed to update {path}: {why} for {EDIT_BUDGET:g} s")
         if outcome is conffile.Outcome.BUSY:

@@ -152,11 +152,11 @@ def test_ensure_entry_merges_into_the_newest_file(tmp_path: Path, monkeypatch: A
 
 def test_a_file_held_open_for_longer_than_the_budget_is_one_line(
         tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr(conflist, "EDIT_BUDGET", 0.2)
+    monkeypatch.setattr(conflist, "EDIT_BUDGET", 0.2, raising=False)
     conf = tmp_path / "net.d"
     conf.mkdir()
     write(str(conf / NAME), primary(1), "rename")
     with open(conf / NAME, "r+"), pytest.raises(TryAgain) as e:
         conflist.ensure_entry(str(conf), ENTRY)
-    assert "another process kept it open" in e.value.msg
+    assert "another process kept it open for writing" in e.value.msg
     assert sorted(os.listdir(conf)) == [NAME]  # no backup of an edit that did not happen
