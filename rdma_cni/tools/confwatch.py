@@ -105,10 +105,11 @@ class DirWatch:
     def _arm_links(self) -> None:
         """Watch the dirs of the files the first file links to, for those names."""
         want: dict[str, set[str]] = {}
+        here = os.path.realpath(self.path)
         for p in self.follow():
-            d, name = os.path.split(os.path.abspath(p))
-            if d != self.path:
-                want.setdefault(d, set()).add(name)
+            d = os.path.realpath(os.path.dirname(p) or ".")  # as inotify resolves it
+            if d != here:
+                want.setdefault(d, set()).add(os.path.basename(p))
         for d in set(self.link_wds) - set(want):
             wd = self.link_wds.pop(d)
             self.link_names.pop(wd, None)
@@ -116,7 +117,10 @@ class DirWatch:
                 with contextlib.suppress(OSError):
                     self.ino.rm_watch(wd)
         for d, names in want.items():
-            added = self.link_wds.get(d) or self._add(d, LINK_MASK)
+            try:
+                added = self.link_wds.get(d) or self._add(d, LINK_MASK)
+            except OSError:  # no permission, the watch limit: the backstop poll covers it
+                added = None
             if added is not None:
                 self.link_wds[d] = added
                 self.link_names[added] = names

@@ -6,7 +6,8 @@ with ``renameat2(RENAME_EXCHANGE)``), point ``<bin>/rdma-cni`` at its native fro
 relative symlink, temp + rename), put ``nccl_env.sh`` next to it, then insert
 or update our entry right after the primary in the first CNI config file of the
 conf dir (lexical order, as libcni and containerd pick it). The file is backed up
-once as ``<file>.rdma-cni.bak`` and rewritten atomically. ``--watch`` keeps
+once as ``<file>.rdma-cni.bak`` and rewritten atomically, only if unchanged since it
+was read, and a symlink's target in place (``conflist.py``, ``conffile.py``). ``--watch`` keeps
 re-applying the entry (the primary's agent may rewrite its file at restart): it
 wakes on inotify events of the conf dir (within about 50 ms; a replaced dir is
 followed) and every ``--interval`` seconds as a backstop, re-reads the first file
