@@ -28,6 +28,11 @@ def read_json_object(path: str) -> dict[str, Any]:
             raw = f.read(_MAX_FILE + 1)
     except OSError as e:
         raise ConfigError(f"failed to read config {path}: {e.strerror or e}") from e
+    return parse_json_object(raw, path)
+
+
+def parse_json_object(raw: bytes, path: str) -> dict[str, Any]:
+    """The JSON object in ``raw``, read from ``path``; :class:`ConfigError` naming it."""
     try:
         doc: dict[str, Any] = jsondoc.decode(raw, _MAX_FILE, dict, "not a JSON object")
     except jsondoc.JsonRefused as e:
@@ -35,8 +40,10 @@ def read_json_object(path: str) -> dict[str, Any]:
     return doc
 
 
-def first_conf_file(conf_dir: str) -> str | None:
-    """The CNI config file the runtime uses: the first of the dir in lexical order."""
+def first_conf_file(conf_dir: str, any_link: bool = False) -> str | None:
+    """The CNI config file the runtime uses: the first of the dir in lexical order.
+    ``any_link``: a symlink counts whatever it points at (the caller resolves it; a
+    container may not see an absolute target where the host does)."""
     try:
         names = sorted(os.listdir(conf_dir))
     except FileNotFoundError:
@@ -45,7 +52,9 @@ def first_conf_file(conf_dir: str) -> str | None:
         raise ConfigError(f"failed to list CNI config dir {conf_dir}: {e.strerror or e}") from e
     for name in names:
         path = os.path.join(conf_dir, name)
-        if name.endswith(CONF_EXTENSIONS) and not name.startswith(".") and os.path.isfile(path):
+        if not name.endswith(CONF_EXTENSIONS) or name.startswith("."):
+            continue
+        if os.path.isfile(path) or (any_link and os.path.islink(path)):
             return path
     return None
 

@@ -9,15 +9,26 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
+import stat
+import time
+from collections.abc import Callable
 from typing import Any
 
 from rdma_cni.cni.attachment import DEFAULT_INSTANCE
-from rdma_cni.errors import ConfigError
-from rdma_cni.models.subconfig import PLUGIN_TYPE, first_conf_file, read_json_object
-from rdma_cni.tools.installfiles import write_atomic
+from rdma_cni.errors import CniError, ConfigError, IOFailure, TryAgain
+from rdma_cni.models.subconfig import (
+    PLUGIN_TYPE,
+    first_conf_file,
+    parse_json_object,
+    read_json_object,
+)
+from rdma_cni.store.files import fsync_dir, link_exclusive, unlink_quietly, write_temp
+from rdma_cni.tools import conffile
 
 BACKUP_SUFFIX = ".rdma-cni.bak"
+#: how long a rewrite keeps trying while the file changes under it or is held open
+EDIT_BUDGET = 5.0
+BUSY_PAUSE = 0.01
 
 
 def _is_ours(p: object) -> bool:
@@ -74,33 +85,23 @@ def json_bytes(doc: dict[str, Any]) -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode()
 
 
-def _file_mode(path: str) -> int:
-    try:
-        return os.stat(path).st_mode & 0o7777
-    except OSError:
-        return 0o644
-
-
-def ensure_entry(conf_dir: str, entry: dict[str, Any]) -> str:
+def ensure_entry(conf_dir: str, entry: dict[str, Any], root: str = "/") -> str:
     """Put ``entry`` into the first CNI config of ``conf_dir``; 'added', 'updated' or
-    'unchanged'."""
-    path = first_conf_file(conf_dir)
+    'unchanged'. A symlink's target is edited in place, absolute targets read under
+    ``root`` (see conffile)."""
+    path = first_conf_file(conf_dir, any_link=True)
     if path is None:
         raise ConfigError(f"failed to chain into {conf_dir}: no CNI config yet (is the "
                           "primary CNI installed?)")
-    doc = read_json_object(path)
-    new = insert_entry(doc, entry, path)
-    if new == doc:
+    done = rewrite(path, root, lambda doc: insert_entry(doc, entry, path),
+                   backup=path + BACKUP_SUFFIX)
+    if done is None:
         return "unchanged"
-    had = any(_is_ours(p) for p in _plugins(doc, path))
-    backup = path + BACKUP_SUFFIX
-    if not os.path.exists(backup):
-        shutil.copy2(path, backup)
-    write_atomic(path, json_bytes(new), _file_mode(path))
+    had = any(_is_ours(p) for p in _plugins(done[0], path))
     return f"updated {path}" if had else f"added to {path}"
 
 
-def remove_entries(conf_dir: str) -> list[str]:
+def remove_entries(conf_dir: str, root: str = "/") -> list[str]:
     """Remove our entry from every conflist of ``conf_dir``; the files changed."""
     changed = []
     names = sorted(os.listdir(conf_dir)) if os.path.isdir(conf_dir) else []
@@ -108,16 +109,91 @@ def remove_entries(conf_dir: str) -> list[str]:
         path = os.path.join(conf_dir, name)
         if name.startswith(".") or not name.endswith((".conf", ".conflist", ".json")):
             continue
-        doc = read_json_object(path)
-        if not isinstance(doc.get("plugins"), list) or not any(map(_is_ours, doc["plugins"])):
+        done = rewrite(path, root, _without_ours)
+        if done is None:
             continue
-        new = remove_entry(doc, path)
-        write_atomic(path, json_bytes(new), _file_mode(path))
         changed.append(path)
         backup = path + BACKUP_SUFFIX
-        if os.path.exists(backup) and _same_json(backup, new):
+        if os.path.exists(backup) and _same_json(backup, done[1]):
             os.unlink(backup)
     return changed
+
+
+def _without_ours(doc: dict[str, Any]) -> dict[str, Any]:
+    plugins = doc.get("plugins")
+    if not isinstance(plugins, list) or not any(map(_is_ours, plugins)):
+        return doc
+    return remove_entry(doc)
+
+
+def rewrite(path: str, root: str, change: Callable[[dict[str, Any]], dict[str, Any]],
+            backup: str | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Apply ``change`` to the JSON object of the conf dir entry ``path`` (a symlink: its
+    target, in place), on condition that nobody wrote the file meanwhile (re-read and
+    merged again until then, for at most EDIT_BUDGET s: conffile); ``backup``, when
+    missing, is made of the bytes the change was applied to. (old, new), or None when
+    ``change`` left the document as it was."""
+    deadline = time.monotonic() + EDIT_BUDGET
+    while True:
+        try:
+            outcome, done = _rewrite_once(path, root, change, backup)
+        except conffile.Changed:
+            outcome, done = conffile.Outcome.CHANGED, None
+        if outcome is conffile.Outcome.DONE:
+            return done
+        if time.monotonic() > deadline:
+            why = "another process kept it open for writing" if outcome is conffile.Outcome.BUSY \
+                else "it kept changing"
+            raise TryAgain(f"failed to update {path}: {why} for {EDIT_BUDGET:g} s")
+        if outcome is conffile.Outcome.BUSY:
+            time.sleep(BUSY_PAUSE)
+
+
+def _rewrite_once(path: str, root: str, change: Callable[[dict[str, Any]], dict[str, Any]],
+                  backup: str | None) -> tuple[conffile.Outcome, Any]:
+    snap = conffile.read(conffile.resolve(path, root), path)
+    try:
+        doc = parse_json_object(snap.data, path)
+        new = change(doc)
+        if new == doc:
+            return conffile.Outcome.DONE, None
+        made = _make_backup(backup, snap) if backup else None
+        outcome = conffile.Outcome.CHANGED
+        try:
+            outcome = _replace(snap, new, path)
+        finally:
+            if made and outcome is not conffile.Outcome.DONE:
+                unlink_quietly(made)  # made of a version that was not edited after all
+        return outcome, (doc, new)
+    finally:
+        snap.close()
+
+
+def _replace(snap: conffile.Snapshot, new: dict[str, Any], path: str) -> conffile.Outcome:
+    try:
+        return conffile.replace(snap, json_bytes(new))
+    except CniError as e:
+        if snap.path == path:
+            raise
+        raise IOFailure(f"{e.msg} (the target of the symlink {path}; not replacing the "
+                        "link, the primary writes its target)") from None
+
+
+def _make_backup(backup: str, snap: conffile.Snapshot) -> str | None:
+    """``backup`` made of the bytes read (temp file, fsync, link: never partial, never
+    replacing one that exists); its path when made here."""
+    if os.path.lexists(backup):
+        return None
+    directory, name = os.path.split(backup)
+    directory = directory or "."
+    tmp = write_temp(directory, name, snap.data, mode=stat.S_IMODE(snap.st.st_mode))
+    try:
+        if not link_exclusive(directory, name, tmp):
+            return None
+    finally:
+        unlink_quietly(tmp)
+    fsync_dir(directory)
+    return backup
 
 
 def _same_json(path: str, doc: dict[str, Any]) -> bool:
@@ -125,4 +201,3 @@ def _same_json(path: str, doc: dict[str, Any]) -> bool:
         return read_json_object(path) == doc
     except ConfigError:
         return False
-

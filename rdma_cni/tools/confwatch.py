@@ -9,6 +9,9 @@ as something relevant happened (after a short settle time, so a truncate and the
 write that follows arrive as one wake-up) or when ``timeout`` passes: the caller
 re-checks the files either way, so a lost event costs at most one timeout.
 
+When the first file is a symlink, the directories of its target (and of every link on
+the way) are watched as well, for those names: the primary writes its own file there.
+
 Where inotify is unavailable (no kernel support, the watch limit reached)
 ``open_watch`` returns None and ``watch_entry`` polls.
 
@@ -30,6 +33,8 @@ from typing import Any
 from inotify_simple import INotify, flags
 
 from rdma_cni.errors import CniError
+from rdma_cni.models.subconfig import first_conf_file
+from rdma_cni.tools.conffile import link_chain
 from rdma_cni.tools.conflist import ensure_entry
 from rdma_cni.tools.installfiles import say as _say
 
@@ -37,6 +42,9 @@ DIR_MASK = (flags.CREATE | flags.DELETE | flags.MODIFY | flags.CLOSE_WRITE | fla
             | flags.MOVED_TO | flags.ATTRIB | flags.DELETE_SELF | flags.MOVE_SELF)
 PARENT_MASK = flags.CREATE | flags.DELETE | flags.MOVED_FROM | flags.MOVED_TO | flags.ONLYDIR
 GONE = flags.IGNORED | flags.DELETE_SELF | flags.MOVE_SELF | flags.UNMOUNT
+#: a symlink target's dir; MASK_ADD: never narrows a watch the dir already has
+LINK_MASK = (flags.CREATE | flags.DELETE | flags.MODIFY | flags.CLOSE_WRITE | flags.MOVED_FROM
+             | flags.MOVED_TO | flags.ATTRIB | flags.ONLYDIR | flags.MASK_ADD)
 SETTLE_MS = 50
 
 
@@ -51,8 +59,12 @@ def _ident(path: str) -> tuple[int, int] | None:
 class DirWatch:
     """inotify on ``path`` and its parent; see the module docstring."""
 
-    def __init__(self, path: str, settle_ms: int = SETTLE_MS) -> None:
+    def __init__(self, path: str, settle_ms: int = SETTLE_MS,
+                 follow: Callable[[], list[str]] | None = None) -> None:
         self.path = os.path.abspath(path)
+        self.follow = follow or list  # the files outside the dir whose changes count
+        self.link_wds: dict[str, int] = {}  # dir -> wd
+        self.link_names: dict[int, set[str]] = {}  # wd -> the names that count there
         self.parent, self.name = os.path.split(self.path)
         self.settle_ms = settle_ms
         self.ino = INotify()
@@ -73,6 +85,10 @@ class DirWatch:
 
     def _arm(self) -> None:
         """(Re)place the watches; the dir watch only when the dir's identity changed."""
+        self._arm_dir()
+        self._arm_links()
+
+    def _arm_dir(self) -> None:
         if self.parent_wd is None:
             self.parent_wd = self._add(self.parent, PARENT_MASK)
         ident = _ident(self.path)
@@ -86,7 +102,37 @@ class DirWatch:
         if self.dir_wd is not None:
             self.rearms += 1
 
+    def _arm_links(self) -> None:
+        """Watch the dirs of the files the first file links to, for those names."""
+        want: dict[str, set[str]] = {}
+        here = os.path.realpath(self.path)
+        for p in self.follow():
+            d = os.path.realpath(os.path.dirname(p) or ".")  # as inotify resolves it
+            if d != here:
+                want.setdefault(d, set()).add(os.path.basename(p))
+        for d in set(self.link_wds) - set(want):
+            wd = self.link_wds.pop(d)
+            self.link_names.pop(wd, None)
+            if wd not in (self.parent_wd, self.dir_wd):
+                with contextlib.suppress(OSError):
+                    self.ino.rm_watch(wd)
+        for d, names in want.items():
+            try:
+                added = self.link_wds.get(d) or self._add(d, LINK_MASK)
+            except OSError:  # no permission, the watch limit: the backstop poll covers it
+                added = None
+            if added is not None:
+                self.link_wds[d] = added
+                self.link_names[added] = names
+
     def _relevant(self, ev: Any) -> bool:
+        if ev.name and ev.name in self.link_names.get(ev.wd, ()):
+            return True
+        if ev.wd in self.link_names and ev.wd not in (self.parent_wd, self.dir_wd):
+            if ev.mask & GONE:  # that dir is gone: watched again by the next _arm
+                self.link_wds = {d: w for d, w in self.link_wds.items() if w != ev.wd}
+                del self.link_names[ev.wd]
+            return bool(ev.mask & GONE)
         if ev.wd == self.parent_wd:
             return bool(ev.name == self.name)
         if ev.wd == self.dir_wd and ev.mask & GONE:
@@ -102,12 +148,21 @@ class DirWatch:
         return changed
 
 
-def open_watch(path: str) -> DirWatch | None:
+def open_watch(path: str, follow: Callable[[], list[str]] | None = None) -> DirWatch | None:
     """A DirWatch on ``path``, or None where inotify cannot be used."""
     try:
-        return DirWatch(path)
+        return DirWatch(path, follow=follow)
     except OSError:
         return None
+
+
+def linked_files(conf_dir: str, root: str) -> list[str]:
+    """What the first file of ``conf_dir`` links to (see conffile.link_chain), if a link."""
+    try:
+        path = first_conf_file(conf_dir, any_link=True)
+        return link_chain(path, root)[1:] if path else []
+    except (CniError, OSError):
+        return []
 
 
 class _Reporter:
@@ -145,10 +200,11 @@ class _Pacer:
             stop.wait(self.PAUSE)
 
 
-def reapply(conf_dir: str, entry: dict[str, Any], say: Callable[[str], None]) -> bool:
+def reapply(conf_dir: str, entry: dict[str, Any], say: Callable[[str], None],
+            root: str = "/") -> bool:
     """One watch step: put the entry back if the first conflist lost it; True if it did."""
     try:
-        outcome = ensure_entry(conf_dir, entry)
+        outcome = ensure_entry(conf_dir, entry, root)
     except (CniError, OSError) as e:
         say(str(getattr(e, "msg", e)))
         return False
@@ -157,16 +213,17 @@ def reapply(conf_dir: str, entry: dict[str, Any], say: Callable[[str], None]) ->
 
 
 def watch_entry(conf_dir: str, entry: dict[str, Any], interval: float,
-                rounds: int | None = None, stop: threading.Event | None = None) -> None:
+                rounds: int | None = None, stop: threading.Event | None = None,
+                root: str = "/") -> None:
     """Re-apply ``entry`` within a moment of any change to ``conf_dir`` (inotify), and
     every ``interval`` seconds as a backstop (only polling where inotify is unavailable).
-    ``rounds`` and ``stop`` bound it, for tests."""
+    ``rounds`` and ``stop`` bound it, for tests; ``root``: see conffile."""
     stop = stop or threading.Event()
-    watcher = open_watch(conf_dir)
+    watcher = open_watch(conf_dir, lambda: linked_files(conf_dir, root))
     if watcher is None:
         _say(f"watch: inotify unavailable, polling {conf_dir} every {interval:g} s")
     say, pacer = _Reporter(), _Pacer()
-    reapply(conf_dir, entry, say)  # what changed before the watch was armed
+    reapply(conf_dir, entry, say, root)  # what changed before the watch was armed
     n = 0
     try:
         while (rounds is None or n < rounds) and not stop.is_set():
@@ -176,7 +233,7 @@ def watch_entry(conf_dir: str, entry: dict[str, Any], interval: float,
             elif stop.wait(interval):
                 break
             if not stop.is_set():
-                pacer.after(reapply(conf_dir, entry, say), stop)
+                pacer.after(reapply(conf_dir, entry, say, root), stop)
     finally:
         if watcher is not None:
             watcher.close()

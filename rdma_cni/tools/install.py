@@ -6,8 +6,9 @@ the host tree (the CNI-only plugin, ``--host-tree``, default ``<bundle>-host``) 
 ``<bin>/rdma-cni`` to its front, put ``nccl_env.sh`` next to it, prune the trees nothing
 runs from any more (bundle.py), then insert or update our entry right after the primary
 in the first CNI config file of the conf dir (lexical order, as libcni and containerd
-pick it). The file is backed up
-once as ``<file>.rdma-cni.bak`` and rewritten atomically. ``--watch`` keeps
+pick it). The file is backed up once as ``<file>.rdma-cni.bak`` and rewritten
+atomically, only if unchanged since it was read, and a symlink's target in place
+(``conflist.py``, ``conffile.py``). ``--watch`` keeps
 re-applying the entry (the primary's agent may rewrite its file at restart): it
 wakes on inotify events of the conf dir (within about 50 ms; a replaced dir is
 followed) and every ``--interval`` seconds as a backstop, re-reads the first file
@@ -38,7 +39,7 @@ from rdma_cni.tools import bundle as layout
 from rdma_cni.tools import kernel
 from rdma_cni.tools.bundle import BUNDLE_DIR, NCCL_ENV
 from rdma_cni.tools.conflist import ensure_entry, json_bytes, remove_entries
-from rdma_cni.tools.installfiles import say, write_atomic
+from rdma_cni.tools.installfiles import say, staged, write_atomic
 
 MODE_LABEL = "vke.node.rdma.mode"
 CAPABILITY = "io.kubernetes.cri.pod-annotations"
@@ -100,10 +101,21 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "(inotify) and every --interval seconds")
     p.add_argument("--interval", type=float, default=30.0,
                    help="watch backstop poll period in seconds (default 30)")
+    p.add_argument("--host-root", help="the host's / as mounted here: where an absolute "
+                   "symlink of the conflist leads (default: --cni-bin-dir without its "
+                   "/opt/cni/bin suffix, else /)")
     p.add_argument("--write-config", metavar="FILE",
                    help="also write the effective entry (mode resolved) here, for the "
                         "agent, device plugin and exporter")
     return p
+
+
+def host_root_of(args: argparse.Namespace) -> str:
+    if getattr(args, "host_root", None):
+        return str(args.host_root)
+    bin_dir = os.path.abspath(args.cni_bin_dir)
+    suffix = "/opt/cni/bin"
+    return bin_dir[: -len(suffix)] or "/" if bin_dir.endswith(suffix) else "/"
 
 
 def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[str, Any]:
@@ -112,20 +124,30 @@ def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[s
     tree = args.host_tree or layout.default_host_tree(args.bundle or layout.default_bundle())
     say(kernel.check(kernel.release()))
     os.makedirs(args.cni_bin_dir, exist_ok=True)
-    with layout.install_lock(args.cni_bin_dir):
-        name, copied = layout.install_tree(tree, args.cni_bin_dir)
-        if copied:
-            say(f"copied {tree} to {os.path.join(args.cni_bin_dir, BUNDLE_DIR, name)}")
-        if layout.switch_link(args.cni_bin_dir, name):
-            say(f"{os.path.join(args.cni_bin_dir, layout.PLUGIN_TYPE)} -> "
-                f"{layout.link_target(name)}")
-        layout.install_nccl_env(tree, args.cni_bin_dir)
-        _prune(args.cni_bin_dir)
-    say(f"conflist entry (mode {entry['mode']}): {ensure_entry(args.cni_conf_dir, entry)}")
+    try:
+        with staged(args.cni_bin_dir, f".{PLUGIN_TYPE}",
+                    f"install {tree} in {args.cni_bin_dir}"), \
+                layout.install_lock(args.cni_bin_dir):
+            _lay_out(tree, args.cni_bin_dir)
+    except BaseException:
+        layout.forget_empty(args.cni_bin_dir)  # a first install that failed leaves nothing
+        raise
+    outcome = ensure_entry(args.cni_conf_dir, entry, host_root_of(args))
+    say(f"conflist entry (mode {entry['mode']}): {outcome}")
     if args.write_config:
         os.makedirs(os.path.dirname(os.path.abspath(args.write_config)), exist_ok=True)
         write_atomic(args.write_config, json_bytes(entry))
     return entry
+
+
+def _lay_out(tree: str, bin_dir: str) -> None:
+    name, copied = layout.install_tree(tree, bin_dir)
+    if copied:
+        say(f"copied {tree} to {os.path.join(bin_dir, BUNDLE_DIR, name)}")
+    if layout.switch_link(bin_dir, name):
+        say(f"{os.path.join(bin_dir, layout.PLUGIN_TYPE)} -> {layout.link_target(name)}")
+    layout.install_nccl_env(tree, bin_dir)
+    _prune(bin_dir)
 
 
 def _prune(bin_dir: str) -> None:
@@ -148,7 +170,7 @@ def prune_loop(bin_dir: str, interval: float, stop: threading.Event) -> None:
 
 def watch(conf_dir: str, entry: dict[str, Any], interval: float,
           rounds: int | None = None, stop: threading.Event | None = None,
-          bin_dir: str | None = None) -> None:
+          root: str = "/", bin_dir: str | None = None) -> None:
     """``--watch``: re-apply ``entry`` on every change of ``conf_dir`` (see confwatch), and
     prune old trees of ``bin_dir`` every ``interval``."""
     from rdma_cni.tools.confwatch import watch_entry
@@ -158,13 +180,13 @@ def watch(conf_dir: str, entry: dict[str, Any], interval: float,
         threading.Thread(target=prune_loop, args=(bin_dir, interval, ended),
                          name="prune", daemon=True).start()
     try:
-        watch_entry(conf_dir, entry, interval, rounds, stop)
+        watch_entry(conf_dir, entry, interval, rounds, stop, root)
     finally:
         ended.set()
 
 
 def uninstall(args: argparse.Namespace) -> None:
-    changed = remove_entries(args.cni_conf_dir)
+    changed = remove_entries(args.cni_conf_dir, host_root_of(args))
     for path in changed:
         say(f"removed the entry from {path}", "uninstall")
     bin_dir = args.cni_bin_dir
@@ -201,7 +223,8 @@ def main(argv: Sequence[str] | None = None,
             return 0
         entry = install(args, label)
         if args.watch:
-            watch(args.cni_conf_dir, entry, args.interval, bin_dir=args.cni_bin_dir)
+            watch(args.cni_conf_dir, entry, args.interval, root=host_root_of(args),
+                  bin_dir=args.cni_bin_dir)
     except CniError as e:
         say(f"error: {e.msg}", parser.prog.split()[-1])
         return 1

@@ -2,6 +2,8 @@
 against a stand-in primary that keeps rewriting its conflist, and a pod ADD that the
 runtime starts right after each rewrite, through the binary the install put in the
 CNI bin dir, with the plugin list read from the conf dir the way libcni picks it.
+Then races: a primary process rewriting its file hundreds of times while the watch
+runs and a reader polls the conf dir as the runtime does (tests/primary_rig.py).
 
 The watch's backstop poll is 60 s here, so every re-apply within 1 s comes from inotify.
 """
@@ -19,19 +21,12 @@ from typing import Any
 
 import pytest
 from cnirunner import Chain, ip_json, rdma_blocks
+from primary_rig import Race, generation, primary, rollbacks, write
 
 from rdma_cni.models.subconfig import find_entry, first_conf_file
 
 PLUGIN_RUNNER = "binary"
 pytestmark = pytest.mark.root
-
-
-def primary(gen: int) -> dict[str, Any]:
-    """vpc-cni's list; ``gen`` is a field of its own that changes with every rewrite."""
-    return {"cniVersion": "0.4.0", "name": "vpc-cni", "disableCheck": True,
-            "plugins": [{"type": "vpc-cni", "generation": gen,
-                         "capabilities": {"bandwidth": True}},
-                        {"type": "portmap", "capabilities": {"portMappings": True}}]}
 
 
 def rewrite_atomic(path: Path, doc: dict[str, Any]) -> None:
@@ -62,6 +57,20 @@ def until(cond: Callable[[], bool], timeout: float) -> float:
     return time.monotonic() - start
 
 
+def start_watch(binary: Path, bin_dir: Path, conf: Path, *extra: str) -> subprocess.Popen[str]:
+    argv = [str(binary), "install", "--watch", "--interval", "60",
+            "--bundle", str(binary.parent), "--cni-bin-dir", str(bin_dir),
+            "--cni-conf-dir", str(conf), "--mode", "shared-multi", *extra]
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def stop_watch(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    return err
+
+
 class Node:
     def __init__(self, rig: Any, binary: Path) -> None:
         self.rig = rig
@@ -73,12 +82,7 @@ class Node:
         rig.nic("rnic0")
         cfg = rig.tmp / "config.json"
         cfg.write_text(json.dumps(rig.plugin("shared-multi")))
-        argv = [str(binary), "install", "--watch", "--interval", "60",
-                "--bundle", str(binary.parent),
-                "--cni-bin-dir", str(self.bin), "--cni-conf-dir", str(self.conf),
-                "--config", str(cfg), "--mode", "shared-multi"]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = start_watch(binary, self.bin, self.conf, "--config", str(cfg))
 
     def runtime_chain(self) -> Chain:
         """What libcni runs now: our entry of the first conflist of the conf dir, executed
@@ -93,9 +97,7 @@ class Node:
                      node_ns=self.rig.node.ns, binary=[str(self.bin / "rdma-cni")])
 
     def stop(self) -> str:
-        self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=20)
-        return err
+        return stop_watch(self.proc)
 
 
 @pytest.fixture
@@ -155,3 +157,67 @@ def test_the_watch_follows_a_replaced_conf_dir(rig: Any, node: Node) -> None:
     rewrite_in_place(node.conflist, primary(6))
     until(lambda: chained(node.conflist), 1.0)
     assert json.loads(node.conflist.read_text())["plugins"][0]["generation"] == 6
+
+
+@pytest.fixture
+def linked_watch(tmp_path: Path, built_binary: list[str],
+                 request: pytest.FixtureRequest) -> Iterator[tuple[Path, Path]]:
+    """The watch on a conf dir whose first file is the primary's own list (gen 0), or a
+    relative symlink to it in the primary's own dir (param ``linked``); (its own file,
+    the conf dir path the runtime reads)."""
+    conf = tmp_path / "net.d"
+    conf.mkdir()
+    view = conf / "10-vpc-cni.conflist"
+    own = view
+    if request.param == "linked":
+        own = tmp_path / "vpc" / view.name
+        own.parent.mkdir()
+        view.symlink_to(f"../vpc/{view.name}")
+    write(str(own), primary(0), "rename")
+    proc = start_watch(Path(built_binary[0]), tmp_path / "bin", conf)
+    try:
+        until(lambda: generation(str(view)) == (0, True), 20.0)  # installed
+        yield own, view
+        assert proc.poll() is None, "the watch exited"
+        assert os.path.islink(view) == (request.param == "linked")
+    finally:
+        err = stop_watch(proc)
+        print(err)
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("linked_watch", ["linked"], indirect=True)
+@pytest.mark.parametrize("mode", ["rename", "in-place"])
+def test_a_symlinked_conflist_follows_the_primary_s_writes_to_its_own_file(
+        linked_watch: tuple[Path, Path], mode: str) -> None:
+    own, view = linked_watch
+    for gen in (1, 2):
+        write(str(own), primary(gen), mode)
+        took = until(lambda g=gen: generation(str(view)) == (g, True), 1.0)
+        print(f"generation {gen} with the entry in the runtime's view after "
+              f"{took * 1000:.0f} ms")
+    assert sorted(os.listdir(own.parent)) == [own.name]
+
+
+@pytest.mark.parametrize("linked_watch", ["file", "linked"], indirect=True)
+@pytest.mark.parametrize("mode", ["rename", "in-place"])
+def test_a_primary_rewriting_hundreds_of_times_is_never_rolled_back(
+        linked_watch: tuple[Path, Path], mode: str) -> None:
+    """A primary process rewrites its list 500 times with random pauses while the watch
+    keeps re-applying the entry: none of its writes is undone (it reads each one back
+    before the next), the runtime's view never goes back a generation, and the entry is
+    there at the end."""
+    own, view = linked_watch
+    race = Race(own, view, mode, 500, seed=26)
+    try:
+        wrote, saw = race.finish(settle=0.5)
+    finally:
+        race.kill()
+    last = wrote["done"][-1][0]
+    until(lambda: generation(str(view)) == (last, True), 5.0)
+    chained = sum(1 for _, _, c in saw["seen"] if c)
+    print(f"{mode}: {len(wrote['done'])} writes, {saw['reads']} reads, "
+          f"{len(saw['seen'])} views, {chained} with the entry")
+    assert wrote["undone"] == [], "writes of the primary undone"
+    assert rollbacks(wrote["done"], saw["seen"]) == []
+    assert chained >= 3, "the watch hardly got its entry in during the race"

@@ -147,7 +147,7 @@ def test_polls_where_inotify_is_unavailable(tmp_path: Path, monkeypatch: Any,
                                             capsys: Any) -> None:
     import rdma_cni.tools.confwatch as cw
 
-    monkeypatch.setattr(cw, "open_watch", lambda path: None)
+    monkeypatch.setattr(cw, "open_watch", lambda path, follow=None: None)
     conf = tmp_path / "net.d"
     conf.mkdir()
     rewrite_atomic(conf / "10-vpc-cni.conflist", primary(1))
@@ -181,3 +181,35 @@ def test_a_writer_that_keeps_removing_the_entry_is_not_fought_at_full_speed(
     # (unpaced, the two writers swap the file every few milliseconds)
     assert 6 <= fights <= 6 + 3 + 2, (fights, err)
     assert err.count("another writer keeps removing the entry") == 1
+
+
+@pytest.mark.parametrize("rewrite", [rewrite_atomic, rewrite_in_place])
+def test_a_linked_conflist_follows_the_primary_s_own_file(
+        tmp_path: Path, rewrite: Callable[[Path, Any], None]) -> None:
+    """The conf dir's first file links to the primary's own file elsewhere: the watch
+    edits that file in place (the link stays), and wakes on the primary's writes there
+    (the 60 s backstop never comes)."""
+    own = tmp_path / "vpc" / "10-vpc-cni.conflist"
+    own.parent.mkdir()
+    rewrite_atomic(own, primary(1))
+    conf = tmp_path / "net.d"
+    conf.mkdir()
+    view = conf / "10-vpc-cni.conflist"
+    view.symlink_to(own)
+    stop = threading.Event()
+    t = threading.Thread(target=install.watch, args=(str(conf), ENTRY, 60.0),
+                         kwargs={"stop": stop}, daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: "rdma-cni" in chained(view), 1.0)
+        for gen in range(2, 5):
+            rewrite(own, primary(gen))
+            wait_for(lambda: "rdma-cni" in chained(view), 1.0)
+            assert json.loads(view.read_text())["plugins"][0]["generation"] == gen
+            assert os.readlink(view) == str(own)
+    finally:
+        stop.set()
+        (conf / "poke").touch()
+        t.join(5)
+    assert not t.is_alive()
+    assert sorted(os.listdir(own.parent)) == ["10-vpc-cni.conflist"]

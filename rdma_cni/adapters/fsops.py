@@ -1,0 +1,58 @@
+"""Two file operations the standard library lacks: swapping two paths atomically
+(``renameat2(RENAME_EXCHANGE)``) and a read lease on an open file (``F_SETLEASE``).
+
+A read lease is granted only while no process has the file open for writing, and any
+later ``open`` for writing or ``truncate`` of it *breaks* it: the writer waits (up to
+``/proc/sys/fs/lease-break-time``) until the holder gives the lease up, and the holder
+can tell by :func:`lease_held`. Readers do not touch it. The break's signal is sent
+nowhere (the file's owner is cleared; until then it is SIGURG, ignored by default), so
+a holder is never killed by SIGIO.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import signal
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+#: what a filesystem or kernel without the operation answers
+UNSUPPORTED = (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)
+_renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+
+
+def exchange(a: str, b: str) -> None:
+    """Atomically swap the paths ``a`` and ``b`` (both must exist); OSError with an errno
+    in :data:`UNSUPPORTED` where the kernel or filesystem cannot."""
+    if _renameat2 is None:
+        raise OSError(errno.ENOSYS, "renameat2 unavailable", a)
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), a)
+
+
+def take_read_lease(fd: int) -> bool | None:
+    """A read lease on ``fd``'s file (opened read-only): True when taken, False when a
+    process has the file open for writing (refused), None where leases are unavailable
+    (the filesystem, leases disabled, no CAP_LEASE for another user's file)."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except OSError as e:
+        return False if e.errno in (errno.EAGAIN, errno.EBUSY) else None
+    fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
+    return True
+
+
+def lease_held(fd: int) -> bool:
+    """Whether the read lease on ``fd`` is unbroken (nobody opened the file to write)."""
+    return bool(fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK)
+
+
+def release_lease(fd: int) -> None:
+    with contextlib.suppress(OSError):  # closing the file releases it as well
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
