@@ -164,7 +164,7 @@ def _subcommand(argv: list[str]) -> int:
     if name in ("-v", "--version", "version"):
         from rdma_cni.cliargs import version_text
 
-        sys.stdout.write(version_text() + "\n")
+        sys.stdout.write(version_text("--verbose" in argv[1:]) + "\n")
         return 0
     module = SUBCOMMANDS.get(name)
     if module is None:

@@ -29,10 +29,15 @@ if [ ! -x .venv/bin/python ]; then
     /usr/bin/python3 -m venv --system-site-packages .venv
 fi
 stamp=.venv/.rdma-cni-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements/bundle.txt -nt "$stamp" ]; then
     echo "setup: installing Python dependencies into .venv"
     .venv/bin/pip install -q --upgrade pip >/dev/null
-    .venv/bin/pip install -q -e '.[dev]'
+    # What the bundles are built from: exactly the locked versions, each checked against
+    # its hashes (requirements/bundle.txt, pip-compile --generate-hashes; README "Packaging").
+    .venv/bin/pip install -q --require-hashes -r requirements/bundle.txt
+    # The project and its dev tools, which may not move a locked version.
+    grep -E '^[A-Za-z0-9_.-]+==' requirements/bundle.txt | sed 's/ *\\$//' > .venv/locked.txt
+    .venv/bin/pip install -q -c .venv/locked.txt -e '.[dev]'
     touch "$stamp"
 fi
 # promtool (tests/unit/test_alert_rules.py checks the alert rules with it), taken out
