@@ -26,7 +26,9 @@ sys.path.insert(0, str(HERE.parent / "integration"))
 
 from cnirunner import Chain  # noqa: E402
 from integration.conftest import built_binary, rig, runner  # noqa: E402,F401
-from integration.test_resident import Serve  # noqa: E402
+from resident_rig import Serve  # noqa: E402
+
+from rdma_cni.tools import bundle as layout  # noqa: E402
 
 
 class Faults:
@@ -68,3 +70,21 @@ def faults(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Faults]:
         yield f
     finally:
         f.stop()
+
+
+def front_layout(built: list[str], dest: Path) -> list[str]:
+    """The bundle laid out by `install`'s own functions in ``dest`` (``<dest>/rdma-cni ->
+    rdma-cni.d/rdma-cni-front``); the argv of the front."""
+    dest.mkdir(exist_ok=True)
+    layout.install_bundle(str(Path(built[0]).parent), str(dest))
+    layout.install_link(str(dest))
+    return [str(dest / "rdma-cni")]
+
+
+@pytest.fixture(params=["python-client", "front"])
+def client(request: pytest.FixtureRequest, tmp_path: Path) -> list[str] | None:
+    """The exec'd side: the Python entry (python -m rdma_cni) or the native front as
+    `install` lays it out."""
+    if request.param == "python-client":
+        return None
+    return front_layout(request.getfixturevalue("built_binary"), tmp_path / "bin")

@@ -19,26 +19,10 @@ import pytest
 from cnirunner import data_files, rdma_blocks
 from fakekubelet import FakeKubelet
 from integration.conftest import Rig, built_binary, rig, runner  # noqa: F401
-from integration.test_resident import Serve
-
-from rdma_cni.tools import bundle as layout
+from resident_rig import Serve
 
 pytestmark = pytest.mark.root
 RESOURCE = "vke.volcengine.com/rdma"
-
-
-@pytest.fixture(params=["python-client", "front"])
-def client(request: pytest.FixtureRequest, tmp_path: Path) -> list[str] | None:
-    """The exec'd side: the Python entry (python -m rdma_cni) or the native front as
-    `install` lays it out."""
-    if request.param == "python-client":
-        return None
-    bundle = Path(request.getfixturevalue("built_binary")[0]).parent
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    layout.install_bundle(str(bundle), str(bin_dir))
-    layout.install_link(str(bin_dir))
-    return [str(bin_dir / "rdma-cni")]
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from harness import (
     pod_ipv4,
     run_raw,
 )
-from integration.test_resident import Serve
+from resident_rig import Serve
 
 from rdma_cni.tools import install
 
