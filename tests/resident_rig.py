@@ -14,6 +14,8 @@ from pathlib import Path
 
 from cnirunner import PYTHON, REPO
 
+from rdma_cni.tools import bundle as layout
+
 
 class Serve:
     """``rdma-cni serve`` in ``ns``; ``argv`` runs it (default: python -m rdma_cni of this
@@ -87,3 +89,12 @@ class FakeServer:
             c.close()
         self.listener.close()
         self.path.unlink()
+
+
+def front_layout(built: list[str], dest: Path) -> list[str]:
+    """The bundle laid out by `install`'s own functions in ``dest`` (``<dest>/rdma-cni ->
+    rdma-cni.d/rdma-cni-front``); the argv of the front."""
+    dest.mkdir(exist_ok=True)
+    layout.install_bundle(str(Path(built[0]).parent), str(dest))
+    layout.install_link(str(dest))
+    return [str(dest / "rdma-cni")]

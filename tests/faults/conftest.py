@@ -26,9 +26,7 @@ sys.path.insert(0, str(HERE.parent / "integration"))
 
 from cnirunner import Chain  # noqa: E402
 from integration.conftest import built_binary, rig, runner  # noqa: E402,F401
-from resident_rig import Serve  # noqa: E402
-
-from rdma_cni.tools import bundle as layout  # noqa: E402
+from resident_rig import Serve, front_layout  # noqa: E402
 
 
 class Faults:
@@ -70,15 +68,6 @@ def faults(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Faults]:
         yield f
     finally:
         f.stop()
-
-
-def front_layout(built: list[str], dest: Path) -> list[str]:
-    """The bundle laid out by `install`'s own functions in ``dest`` (``<dest>/rdma-cni ->
-    rdma-cni.d/rdma-cni-front``); the argv of the front."""
-    dest.mkdir(exist_ok=True)
-    layout.install_bundle(str(Path(built[0]).parent), str(dest))
-    layout.install_link(str(dest))
-    return [str(dest / "rdma-cni")]
 
 
 @pytest.fixture(params=["python-client", "front"])
