@@ -1,4 +1,4 @@
-"""The resident server's intake: one poll loop per process accepts connections and
+"""The resident server's intake: one epoll loop per process accepts connections and
 reads their request frames, so an idle or slow connection costs a table entry, not a
 thread, and a legitimate request is read as soon as it arrives.
 
@@ -94,12 +94,12 @@ class Intake:
         self.accepted = 0
         self._open = 0  # pending, and handed over but not yet finished
         self._lock = threading.Lock()
-        self._poller = select.poll()
+        self._poller = select.epoll()  # O(ready) a round, not O(open)
         self._listening = False
         self._paused_until = 0.0
         self._uids = {0, os.geteuid()}
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._poller.register(self._wake_r, select.POLLIN)
+        self._poller.register(self._wake_r, select.EPOLLIN)
         listener.setblocking(False)
 
     def wake(self) -> None:
@@ -123,7 +123,7 @@ class Intake:
         if self._paused_until > now:
             timeout = min(timeout, self._paused_until - now)
         done: list[Request] = []
-        for fd, _events in self._poller.poll(max(0, int(timeout * 1000) + 1)):
+        for fd, _events in self._poller.poll(max(0.0, timeout) + 0.001):
             if fd == self._wake_r:
                 with contextlib.suppress(OSError):
                     os.read(self._wake_r, 512)
@@ -141,11 +141,12 @@ class Intake:
             self._drop(p)
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)
+        self._poller.close()
 
     def _listen(self, on: bool) -> None:
         if on != self._listening:
             if on:
-                self._poller.register(self.listener.fileno(), select.POLLIN)
+                self._poller.register(self.listener.fileno(), select.EPOLLIN)
             else:
                 self._poller.unregister(self.listener.fileno())
             self._listening = on
@@ -205,7 +206,7 @@ class Intake:
             self._open += 1
         p = _Pending(conn, time.monotonic() + RECEIVE_DEADLINE)
         self.pending[conn.fileno()] = p
-        self._poller.register(conn.fileno(), select.POLLIN)
+        self._poller.register(conn.fileno(), select.EPOLLIN)
         return p
 
     @staticmethod
@@ -263,7 +264,7 @@ class Intake:
     def _drop(self, p: _Pending) -> None:
         fd = p.sock.fileno()
         self.pending.pop(fd, None)
-        with contextlib.suppress(KeyError, ValueError):
+        with contextlib.suppress(OSError, ValueError):
             self._poller.unregister(fd)
         for passed in p.fds:
             with contextlib.suppress(OSError):
