@@ -94,6 +94,14 @@ class _PrivateFile(RotatingFileHandler):
             raise
 
 
+def daemon(fmt: str, level: int = logging.INFO) -> None:
+    """Logging of a long-running subcommand (agent, device plugin, exporter): stderr
+    only, every line escaped like the plugin's."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Escaping(fmt))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
 def _add_file(logger: logging.Logger, path: str, level: int) -> None:
     try:
         handler = _PrivateFile(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, delay=False,
