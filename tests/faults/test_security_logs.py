@@ -20,7 +20,7 @@ from resident_rig import Serve
 from security_rig import RAW_CONTROLS, STDERR_LINE, forged_lines
 
 pytestmark = pytest.mark.root
-FORGED = "2026-01-01 00:00:00,000 1 INFO resident ADD forged exit 0 in 1.0 ms"
+FORGED = "2026-01-01 00:00:00,000 1 INFO forged record: pod p1 got 198.51.100.9/26"
 #: an unknown key that would write six complete records, then wipe the terminal line
 KEY = "x\n" + "\n".join([FORGED] * 6) + "\r\x1b[2K\u2028"
 
@@ -38,6 +38,7 @@ def test_annotation_key_cannot_forge_log_lines(faults: Any, rig: Rig, where: str
     pod = rig.pod()
     add = faults.chain("shared-multi").add("c1", pod.path, [_block(where)])
     assert add.code == 7, add.out
+    faults.expect_served("ADD", 1)
     assert "\n" not in add.out["msg"] and "\r" not in add.out["msg"], add.out["msg"]
     assert '"x\\n2026-01-01' in add.out["msg"]  # the key shown JSON-quoted
     log = faults.log_text()
