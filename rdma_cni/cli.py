@@ -212,7 +212,9 @@ def _run_subcommand(name: str, module: str, args: list[str]) -> int:
         return 130
     except Exception as e:  # the last resort: one line, never a traceback
         reason = f"unexpected {type(e).__name__}: {e}"
-    sys.stderr.write(f"rdma-cni {name}: {' '.join(reason.split())}\n")
+    from rdma_cni.errors import escaped
+
+    sys.stderr.write(f"rdma-cni {name}: {escaped(' '.join(reason.split()))}\n")
     return 1
 
 

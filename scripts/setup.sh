@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 PKGS="python3 python3-venv python3-pip python3-dev gcc libc6-dev iproute2 procps kmod
       containernetworking-plugins rdma-core ibverbs-utils python3-pyverbs containerd runc
-      podman buildah catatonit debootstrap openssl
+      podman buildah catatonit debootstrap openssl strace util-linux
       golang-go golang-github-appc-cni-dev"
+# strace: the security tests widen serve's socket window with a delayed listen(2);
+# util-linux: unshare, setpriv and prlimit (serve in a private mount namespace, a
+# client of another user, a descriptor limit)
 # golang-go + golang-github-appc-cni-dev (libcni's sources): the cnitool the docs'
 # cnitool section is tested with (Debian does not package cnitool itself)
 missing=""

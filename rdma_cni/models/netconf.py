@@ -156,9 +156,8 @@ _ROUTING = model(RoutingConf, {
     "rulePriority": field(_int(1, 32765), default=defaults.RULE_PRIORITY),
 }, extra="forbid")
 _KUBELET = model(KubeletConf, {
-    "podResourcesSocket": field(_STR, default="/var/lib/kubelet/pod-resources/kubelet.sock"),
-    "checkpointFile": field(
-        _STR, default="/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"),
+    "podResourcesSocket": field(_STR, default=defaults.KUBELET_POD_RESOURCES_SOCKET),
+    "checkpointFile": field(_STR, default=defaults.KUBELET_CHECKPOINT),
     "devicePluginDir": field(_STR, default="/var/lib/kubelet/device-plugins"),
 }, extra="forbid")
 _NAME = cs.str_schema(min_length=1, max_length=253)

@@ -18,20 +18,11 @@ from pathlib import Path
 import pytest
 from cnirunner import data_files, rdma_blocks
 from fakekubelet import FakeKubelet
-from integration.conftest import Rig, built_binary, installed_plugin, rig, runner  # noqa: F401
-from integration.test_resident import Serve
+from integration.conftest import Rig, built_binary, rig, runner  # noqa: F401
+from resident_rig import Serve
 
 pytestmark = pytest.mark.root
 RESOURCE = "vke.volcengine.com/rdma"
-
-
-@pytest.fixture(params=["python-client", "front"])
-def client(request: pytest.FixtureRequest, tmp_path: Path) -> list[str] | None:
-    """The exec'd side: the Python entry (python -m rdma_cni) or the native front as
-    `install` lays it out."""
-    if request.param == "python-client":
-        return None
-    return list(request.getfixturevalue("installed_plugin"))
 
 
 @pytest.fixture

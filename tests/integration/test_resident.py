@@ -5,45 +5,17 @@ Both paths share one store: what one ADDs, the other DELs."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cnirunner import PYTHON, rdma_blocks, sh
+from cnirunner import rdma_blocks, sh
+from resident_rig import Serve
 
 pytestmark = pytest.mark.root
-
-
-class Serve:
-    """``rdma-cni serve`` in ``ns``; ``argv`` runs it (default: python -m rdma_cni)."""
-
-    def __init__(self, ns: str, sock: Path, log: Path,
-                 argv: Sequence[str] = (str(PYTHON), "-m", "rdma_cni"),
-                 options: Sequence[str] = ()) -> None:
-        self.sock, self.log = sock, log
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, *argv, "serve",
-             "--socket", str(sock), "--log-file", str(log), *options],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
-        while not sock.exists():
-            assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
-            assert time.monotonic() < deadline, "resident server did not start"
-            time.sleep(0.05)
-
-    def served(self, command: str) -> int:
-        text = self.log.read_text() if self.log.exists() else ""
-        return sum(1 for line in text.splitlines() if f"resident {command} " in line)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=20)
 
 
 @pytest.fixture

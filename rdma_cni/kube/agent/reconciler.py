@@ -270,8 +270,9 @@ def _agent(args: argparse.Namespace, config: dict[str, Any]) -> Agent:
 
 def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s rdma-cni agent: %(message)s")
+    from rdma_cni import logsetup
+
+    logsetup.daemon("%(asctime)s rdma-cni agent: %(message)s")
     try:
         agent = _agent(args, load_config(args.config, conf_dir))
     except CniError as e:

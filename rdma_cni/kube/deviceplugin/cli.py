@@ -92,8 +92,9 @@ def _seen_at(host_root: str, host_path: str) -> str | None:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from rdma_cni import logsetup
+
+    logsetup.daemon("%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         plugin = build(args)
         os.makedirs(plugin.dir, exist_ok=True)

@@ -115,8 +115,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from rdma_cni import logsetup
+
+    logsetup.daemon("%(asctime)s %(levelname)s %(name)s: %(message)s")
     from rdma_cni.kube.exporter.netstats import host_nics, pod_stats
 
     try:
