@@ -68,13 +68,17 @@ class Parser(argparse.ArgumentParser):
 
 
 def parser(prog: str, description: str, *, config: bool = True,
-           config_help: str = CONFIG_HELP) -> Parser:
-    """A subcommand's parser with ``--version`` and (unless ``config`` is False) ``--config``."""
+           config_help: str = CONFIG_HELP, log_format: bool = False) -> Parser:
+    """A subcommand's parser with ``--version``, (unless ``config`` is False)
+    ``--config`` and (with ``log_format``, the long-running ones) ``--log-format``."""
     p = Parser(prog=prog, description=description, epilog=EPILOG)
     p.add_argument("--version", action="version", version=version_text(),
                    help="print the version and the git commit of the build, then exit")
     if config:
         p.add_argument("--config", metavar="FILE", help=config_help)
+    if log_format:
+        p.add_argument("--log-format", choices=("text", "json"), default="text",
+                       help="log lines on stderr as text or as JSON objects (default text)")
     return p
 
 

@@ -4,6 +4,8 @@ Stdlib-free and import-free, so the pass-through path, DEL and the models can al
 it without pulling in the modules that use the values.
 """
 
+#: the plugin's log file (``logFile``)
+LOG_FILE = "/var/log/rdma-cni.log"
 #: the store's data dir (``dataDir``)
 DATA_DIR = "/var/lib/cni/rdma-cni"
 #: the directory of the node's runtime files (the DaemonSet creates it)

@@ -114,6 +114,7 @@ class NetConf(Model):
     dataDir: str
     logFile: str
     logLevel: Literal["debug", "info", "warning", "error"]
+    logFormat: Literal["text", "json"]
     residentSocket: str
     metricsFile: str
     runtimeConfig: dict[str, Any]
@@ -179,9 +180,10 @@ _NETCONF = model(NetConf, {
     "slotsPerNic": field(_int(1, 1024), default=16),
     "hostSlots": field(_int(1, 1024), default=16),
     "dataDir": field(after(_STR, _absolute), default=defaults.DATA_DIR),
-    "logFile": field(_STR, default="/var/log/rdma-cni.log"),
+    "logFile": field(_STR, default=defaults.LOG_FILE),
     "logLevel": field(cs.literal_schema(["debug", "info", "warning", "error"]),
                       default="info"),
+    "logFormat": field(cs.literal_schema(["text", "json"]), default="text"),
     "residentSocket": field(_STR, default=defaults.RESIDENT_SOCKET),
     "metricsFile": field(_STR, default=defaults.METRICS_FILE),
     "runtimeConfig": field(cs.dict_schema(), factory=dict),

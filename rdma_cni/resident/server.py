@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rdma_cni import log
+from rdma_cni import defaults, log, logsetup
 from rdma_cni.cni import dispatch
 from rdma_cni.cni.request import Request
 from rdma_cni.resident import intake, protocol, view
@@ -73,6 +73,7 @@ class Server:
         self.intake: intake.Intake | None = None  # made per process by serve_forever
         self.owner = True  # removes the socket path at stop (a forked worker does not)
         self._busy = 0  # ADDs (and requests not yet known not to be one) in hand, see HANDOFF
+        self.request_log: Any = None  # each request's lines to its logFile (requestlog.py)
         self._lock = threading.Lock()
 
     def bind(self) -> None:
@@ -194,11 +195,17 @@ class Server:
         def watch(req: Request) -> None:
             req.abandoned = lambda: _abandoned(conn)
 
-        code = dispatch.run(env, stdin, out, err, handlers=self.handlers, netns_fd=pod_fd,
-                            on_request=watch)
+        with self._request_log(stdin, fds):
+            code = dispatch.run(env, stdin, out, err, handlers=self.handlers,
+                                netns_fd=pod_fd, on_request=watch)
         logger.info("resident %s %s exit %d in %.1f ms", command,
                     env.get("CNI_CONTAINERID", "")[:12], code, (time.monotonic() - start) * 1e3)
         return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+    def _request_log(self, stdin: bytes, fds: list[int]) -> contextlib.AbstractContextManager[None]:
+        if self.request_log is None:
+            return contextlib.nullcontext()
+        return self.request_log.route(stdin, fds[protocol.FD_ROOT])
 
     def _refusal(self, command: str, env: dict[str, str], stdin: bytes,
                  fds: list[int]) -> str:
@@ -233,8 +240,8 @@ def _abandoned(conn: socket.socket) -> bool:
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
-    """Options; with --config, the config's residentSocket, logFile and logLevel are the
-    defaults (an explicit option wins)."""
+    """Options; with --config, the config's residentSocket, logFile, logLevel and
+    logFormat are the defaults (an explicit option wins)."""
     from rdma_cni.cliargs import parser
 
     p = parser("rdma-cni serve", "Resident server: answers the plugin's CNI requests "
@@ -244,6 +251,8 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--socket", help=f"unix socket to listen on (default {protocol.DEFAULT_SOCKET})")
     p.add_argument("--log-file", help="log file (default /var/log/rdma-cni.log)")
     p.add_argument("--log-level", help="debug, info, warning or error (default info)")
+    p.add_argument("--log-format", choices=("text", "json"),
+                   help="lines of text or JSON objects (default text)")
     p.add_argument("--workers", type=_count, default=None,
                    help="processes accepting on the socket (default: CPUs, at most 4)")
     args = p.parse_args(argv)
@@ -254,14 +263,28 @@ def _args(argv: list[str]) -> argparse.Namespace:
         conf = read_json_object(args.config)
     args.socket = args.socket or conf.get("residentSocket") or protocol.DEFAULT_SOCKET
     if args.log_file is None:  # "" in the config turns the file off, as in the plugin
-        args.log_file = conf.get("logFile", "/var/log/rdma-cni.log")
+        args.log_file = conf.get("logFile", defaults.LOG_FILE)
     args.log_level = args.log_level or conf.get("logLevel") or "info"
+    args.log_format = args.log_format or conf.get("logFormat") or "text"
     return args
+
+
+def _logging(server: Server, args: argparse.Namespace) -> None:
+    """serve's own log (file and stderr), and each request's lines to the file its
+    config names (:mod:`rdma_cni.resident.requestlog`)."""
+    from rdma_cni.resident.requestlog import RequestLog
+
+    log.setup({"logFile": "", "logLevel": args.log_level, "logFormat": args.log_format})
+    own = logsetup.open_file(args.log_file, logsetup.level_of(args.log_level),
+                             args.log_format) if args.log_file else None
+    router = RequestLog(own, server.notices.warn)
+    logger.addHandler(router)
+    logger.setLevel(logging.DEBUG)  # a request's own logLevel decides (the router filters)
+    server.request_log = router
 
 
 def main(argv: list[str]) -> int:
     args = _args(argv)
-    log.setup({"logFile": args.log_file, "logLevel": args.log_level})
     import importlib
 
     for name in PRELOAD:
@@ -271,6 +294,7 @@ def main(argv: list[str]) -> int:
 
     rtnlcodec.enable()  # requests packed here, not by pyroute2 (rdma_cni/adapters/rtnlcodec.py)
     server = Server(args.socket, cap=intake.connection_cap(intake.raise_fd_limit()))
+    _logging(server, args)
     # told to stop from the moment the socket can be seen (a DaemonSet rollout, a test)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())

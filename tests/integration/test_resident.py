@@ -159,3 +159,21 @@ def test_workers_share_the_store_and_stop_together(rig, tmp_path: Path) -> None:
     for pid in workers:
         assert not Path(f"/proc/{pid}").exists() or \
             "zombie" in Path(f"/proc/{pid}/status").read_text(), f"worker {pid} outlived serve"
+
+
+def test_a_request_logs_to_its_own_config_s_log_file(rig, serve: Serve) -> None:  # type: ignore[no-untyped-def]
+    """As in-process: the request's lines go to its config's logFile, at its logLevel
+    and in its logFormat; the server's own log keeps only its own lines."""
+    import json
+
+    rig.nic()
+    pod = rig.pod()
+    chain = rig.chain("shared-multi", residentSocket=str(serve.sock), logFormat="json")
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    assert chain.delete("c1").rc == 0
+    assert (serve.served("ADD"), serve.served("DEL")) == (1, 1)
+    docs = [json.loads(line) for line in rig.log_file.read_text().splitlines()]
+    text = " ".join(d["msg"] for d in docs)
+    assert "no kubelet allocation source" in text and "DEL of vpc-cni/c1 released" in text
+    own = serve.log.read_text()
+    assert "kubelet" not in own and "released" not in own and "resident ADD" in own, own
