@@ -1,6 +1,7 @@
 """``rdma-cni serve``: the resident process. Connections are accepted and their frames
 read by one poll loop per process (:mod:`rdma_cni.resident.intake`: deadlines, caps,
-peer check); each complete request runs on a thread of its own (one ADD at a time while
+peer check); each complete request runs on a thread of its own, one waiting for work
+when there is one (:mod:`rdma_cni.resident.pool`) (one ADD at a time while
 sibling processes are idle, see HANDOFF) through the same dispatcher as the exec'd
 binary, with the pod netns handed over as a file descriptor.
 
@@ -33,6 +34,7 @@ from rdma_cni import defaults, log, logsetup
 from rdma_cni.cni import dispatch
 from rdma_cni.cni.request import Request
 from rdma_cni.resident import intake, protocol, view
+from rdma_cni.resident.pool import Pool
 
 logger = logging.getLogger("rdma_cni")
 #: a process with a request in hand leaves the next connection to an idle sibling
@@ -74,6 +76,7 @@ class Server:
         self.owner = True  # removes the socket path at stop (a forked worker does not)
         self._busy = 0  # ADDs (and requests not yet known not to be one) in hand, see HANDOFF
         self.request_log: Any = None  # each request's lines to its logFile (requestlog.py)
+        self.pool = Pool(self._handle_in)  # the request threads, waiting for work
         self._lock = threading.Lock()
 
     def bind(self) -> None:
@@ -122,8 +125,7 @@ class Server:
                     deferred = time.monotonic()
                 for conn, data, fds in ready:
                     self._hold(+1)
-                    threading.Thread(target=self._handle_in, args=(conn, data, fds),
-                                     daemon=True).start()
+                    self.pool.submit(conn, data, fds)
         finally:
             self.intake.close()
 
