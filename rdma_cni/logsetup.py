@@ -48,7 +48,7 @@ def _add_file(logger: logging.Logger, path: str, level: int) -> None:
 
     try:
         handler = RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, delay=False)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         logger.debug("cannot open log file %s: %s", path, exc)
         return
     handler.setLevel(level)
