@@ -185,7 +185,7 @@ def open_file(path: str, level: int, log_format: object = "text") -> SharedFile 
     """The log file handler for ``path``; None (the reason logged) when it cannot be opened."""
     try:
         handler = SharedFile(path)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         logging.getLogger("rdma_cni").debug("cannot open log file %s: %s", path, exc)
         return None
     handler.setLevel(level)

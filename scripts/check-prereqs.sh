@@ -35,7 +35,7 @@ need_file .work/roots/bullseye/.complete "run ./scripts/old-userland.sh" \
 if [ "$(id -u)" = 0 ]; then ok "root" "integration, e2e, hardening tiers"
 else miss "root" "run as root; integration, e2e, hardening tiers"; fi
 need_file "$PY" "$SETUP" "every tier (.venv)"
-for m in pytest hypothesis yaml grpc_tools kubernetes kubernetes_validate inotify_simple atheris h2; do
+for m in pytest hypothesis yaml grpc_tools kubernetes kubernetes_validate inotify_simple atheris h2 pydantic; do
     need_py "$m" "$SETUP (pip install -e '.[dev]')" "the test suite"
 done
 for t in ruff mypy pyinstaller kubernetes-validate; do

@@ -204,6 +204,7 @@ class Chain:
     binary: Sequence[str] | str | None = None
     env: dict[str, str] = field(default_factory=dict)
     cache: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    ran: list[str] = field(default_factory=list)  # the commands run, in order
 
     def conf(self, prev: Mapping[str, Any] | None = None,
              annotations: Mapping[str, str] | None = None,
@@ -223,6 +224,7 @@ class Chain:
     def _run(self, cmd: str, conf: Mapping[str, Any], container_id: str = "",
              netns: str | None = None, ifname: str = "eth0", cni_args: str = "",
              env: Mapping[str, str] | None = None) -> PluginRun:
+        self.ran.append(cmd)
         return run_plugin(cmd, conf, container_id=container_id, netns=netns, ifname=ifname,
                           cni_args=cni_args, node_ns=self.node_ns, binary=self.binary,
                           env={**self.env, **(env or {})})

@@ -3,7 +3,8 @@
 The config and annotation models are validated by ``pydantic_core.SchemaValidator``
 (pydantic's own engine: the same validators, the same errors) from schemas written
 here with ``pydantic_core.core_schema``, the ones ``pydantic.BaseModel`` would
-generate for the same fields. Importing ``pydantic`` and building its model classes
+generate for the same fields (tests/unit/test_models_differential.py holds them to the
+BaseModel declarations they replaced). Importing ``pydantic`` and building its model classes
 costs about 60 ms per exec (its submodules, ``importlib.metadata`` for its plugin
 lookup, dataclasses of its own); the exec'd plugin pays that on every in-process ADD,
 so the boundary imports ``pydantic_core`` only (bench/README.md, figure 6).

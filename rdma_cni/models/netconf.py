@@ -64,6 +64,13 @@ def _mtu(value: int) -> int:
 def _absolute(value: str) -> str:
     if not value.startswith("/"):
         raise ValueError("dataDir must be an absolute path")
+    return _path(value)
+
+
+def _path(value: str) -> str:
+    """A file path of the config: no NUL (JSON can carry one, no system call can)."""
+    if "\x00" in value:
+        raise ValueError(f"path {shown(value)} contains a NUL character")
     return value
 
 
@@ -156,10 +163,11 @@ _ROUTING = model(RoutingConf, {
     "tableBase": field(_int(1, 0x7FFFFF00), default=100),
     "rulePriority": field(_int(1, 32765), default=defaults.RULE_PRIORITY),
 }, extra="forbid")
+_PATH = after(_STR, _path)
 _KUBELET = model(KubeletConf, {
-    "podResourcesSocket": field(_STR, default=defaults.KUBELET_POD_RESOURCES_SOCKET),
-    "checkpointFile": field(_STR, default=defaults.KUBELET_CHECKPOINT),
-    "devicePluginDir": field(_STR, default="/var/lib/kubelet/device-plugins"),
+    "podResourcesSocket": field(_PATH, default=defaults.KUBELET_POD_RESOURCES_SOCKET),
+    "checkpointFile": field(_PATH, default=defaults.KUBELET_CHECKPOINT),
+    "devicePluginDir": field(_PATH, default="/var/lib/kubelet/device-plugins"),
 }, extra="forbid")
 _NAME = cs.str_schema(min_length=1, max_length=253)
 _NETCONF = model(NetConf, {
@@ -180,12 +188,12 @@ _NETCONF = model(NetConf, {
     "slotsPerNic": field(_int(1, 1024), default=16),
     "hostSlots": field(_int(1, 1024), default=16),
     "dataDir": field(after(_STR, _absolute), default=defaults.DATA_DIR),
-    "logFile": field(_STR, default=defaults.LOG_FILE),
+    "logFile": field(_PATH, default=defaults.LOG_FILE),
     "logLevel": field(cs.literal_schema(["debug", "info", "warning", "error"]),
                       default="info"),
     "logFormat": field(cs.literal_schema(["text", "json"]), default="text"),
-    "residentSocket": field(_STR, default=defaults.RESIDENT_SOCKET),
-    "metricsFile": field(_STR, default=defaults.METRICS_FILE),
+    "residentSocket": field(_PATH, default=defaults.RESIDENT_SOCKET),
+    "metricsFile": field(_PATH, default=defaults.METRICS_FILE),
     "runtimeConfig": field(cs.dict_schema(), factory=dict),
 }, extra="ignore")
 _parse_netconf = validator(_NETCONF, NetConf)

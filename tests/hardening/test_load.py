@@ -1,4 +1,7 @@
-"""Concurrency and load (shared-multi, natively, one stand-in NIC):
+"""Concurrency and load (shared-multi, natively, one stand-in NIC), through the installed
+plugin on both of its paths: in-process (the front execs the bundle) and forwarded to
+``rdma-cni serve`` (the image's bundle, its default workers, in the node netns; every
+request must reach it):
 
 - many pods ADD and DEL concurrently for several rounds: zero duplicate addresses
   (read from the pods with ``ip -j``), zero leaks, a consistent store after every
@@ -24,6 +27,7 @@ from typing import Any, TypeVar
 import pytest
 from cnirunner import rdma_blocks, snapshot
 from harness import bump, pod_ipv4, pod_link_exists, put, store_problems
+from resident_rig import Serve
 
 pytestmark = pytest.mark.root
 SUITE = "concurrency"
@@ -37,12 +41,19 @@ def _parallel(fn: Callable[[int], T], n: int) -> list[T]:
 
 def _chain(rig, cidr: str, gw: str, version: str = "0.4.0", **extra: Any):
     rig.nic("rnic0", cidr, gw)
-    return rig.chain("shared-multi", ["rnic0"], binary=rig.binary, cni_version=version,
-                     residentSocket="", metricsFile=str(rig.tmp / "metrics"), **extra)
+    rig.chains.append(rig.chain("shared-multi", ["rnic0"], binary=rig.binary,
+                                cni_version=version, residentSocket=rig.socket,
+                                metricsFile=str(rig.tmp / "metrics"), **extra))
+    return rig.chains[-1]
 
 
 def _pods(rig, n: int) -> list:
     return [rig.pod(eth0=None) for _ in range(n)]
+
+
+def _bump(rig, name: str, amount: float = 1) -> None:
+    """A figure of the path the rig's plugin takes (in-process or serve)."""
+    bump(SUITE, f"{name} [{rig.path}]", amount)
 
 
 def _only_lo(pods: Sequence) -> list[str]:
@@ -63,7 +74,7 @@ def _rounds(rig, n_pods: int, n_rounds: int) -> None:
         assert failed == [], f"round {rnd}: failed ADDs {failed[:3]}"
         addrs = [a for p in pods for _, a in pod_ipv4(p.name)]
         dupes = [a for a, c in Counter(addrs).items() if c > 1]
-        bump(SUITE, "duplicates", len(dupes))
+        _bump(rig, "duplicates", len(dupes))
         assert dupes == [], f"round {rnd}: duplicate addresses {dupes}"
         assert len(addrs) == sum(want.values())
         problems = store_problems(rig.data_dir, pod_link_exists)
@@ -71,18 +82,40 @@ def _rounds(rig, n_pods: int, n_rounds: int) -> None:
         runs = _parallel(lambda i, cids=cids: chain.delete(cids[i]), n_pods)  # type: ignore[misc]
         assert [r.out for r in runs if r.rc != 0] == []
         leaks = _only_lo(pods) + rig.files() + (["node"] if rig.node_changes() else [])
-        bump(SUITE, "leaks", len(leaks))
+        _bump(rig, "leaks", len(leaks))
         assert leaks == [], f"round {rnd}: leaked {leaks[:5]}"
-        bump(SUITE, "rounds")
-        bump(SUITE, "pod ADD+DEL", n_pods)
-        bump(SUITE, "addresses assigned", len(addrs))
-    put(SUITE, f"{n_pods}x{n_rounds} seconds", time.monotonic() - started)
+        _bump(rig, "rounds")
+        _bump(rig, "pod ADD+DEL", n_pods)
+        _bump(rig, "addresses assigned", len(addrs))
+    put(SUITE, f"{n_pods}x{n_rounds} seconds [{rig.path}]", time.monotonic() - started)
 
 
-@pytest.fixture
-def lrig(rig, built_binary):
-    rig.binary = built_binary
-    return rig
+@pytest.fixture(params=["in-process", "serve"])
+def lrig(rig, installed_plugin: list[str], built_binary: list[str],
+         tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """The rig running the installed plugin, on the path of the parameter; through serve,
+    the server must have served every request of the test and every answer must have
+    been taken (a caller that gave up waiting runs the request in-process)."""
+    rig.binary, rig.socket, rig.path, rig.chains = installed_plugin, "", request.param, []
+    serve: Serve | None = None
+    if request.param == "serve":
+        side = tmp_path_factory.mktemp("serve")  # a short path: a socket's is at most 107 bytes
+        serve = Serve(rig.node.ns, side / "r.sock", side / "serve.log", argv=built_binary)
+        rig.socket = str(serve.sock)
+    try:
+        yield rig
+        if serve is not None:
+            assert serve.proc.poll() is None, "serve died during the test"
+            sent = Counter(cmd for chain in rig.chains for cmd in chain.ran)
+            served = {cmd: serve.served(cmd) for cmd in sent}
+            assert served == dict(sent), f"sent {dict(sent)}, served {served}"
+            lost = [line for line in serve.log.read_text().splitlines()
+                    if "resident request failed" in line]  # the caller had gone
+            assert lost == [], f"{len(lost)} answers were not taken: {lost[:3]}"
+            bump(SUITE, "requests answered by serve", sum(served.values()))
+    finally:
+        if serve is not None:
+            serve.stop()
 
 
 def test_concurrent_rounds_small(lrig) -> None:
@@ -115,8 +148,8 @@ def test_range_exhaustion(lrig) -> None:
                                             blocks=rdma_blocks(1)), n)
     assert all(r.rc == 0 for r in runs)
     assert _only_lo(pods) == []
-    bump(SUITE, "exhaustion ADDs", n)
-    bump(SUITE, "exhaustion 102s", codes[102])
+    _bump(lrig, "exhaustion ADDs", n)
+    _bump(lrig, "exhaustion 102s", codes[102])
 
 
 def test_add_racing_gc(lrig) -> None:
@@ -148,8 +181,8 @@ def test_add_racing_gc(lrig) -> None:
         assert chain.check(f"live{i}").rc == 0, f"live{i} lost"
         assert len(pod_ipv4(pods[i].name)) == 2
     assert _only_lo(pods[n_live:]) == [], "stale attachments survived GC"
-    bump(SUITE, "GC runs racing ADD", gcs[0] + 1)
-    bump(SUITE, "live attachments lost", 0)
+    _bump(lrig, "GC runs racing ADD", gcs[0] + 1)
+    _bump(lrig, "live attachments lost", 0)
     for i in range(n_live):
         assert chain.delete(f"live{i}").rc == 0
     for j in range(n_stale):

@@ -26,8 +26,9 @@ log = LazyLogger()
 
 def data_dir(req: Request) -> str:
     value = req.conf.get("dataDir", DEFAULT_DATA_DIR)
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise ConfigError("invalid network configuration: dataDir must be an absolute path")
+    if not isinstance(value, str) or not value.startswith("/") or "\x00" in value:
+        raise ConfigError("invalid network configuration: dataDir must be an absolute path "
+                          "without a NUL character")
     return value
 
 
