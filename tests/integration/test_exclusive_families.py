@@ -97,3 +97,22 @@ def test_every_family_comes_back_as_it_was(rig, built_binary, mode: str) -> None
     v6 = next(a for a in home if a["local"] == V6.split("/")[0])
     assert LIFETIME - (time.monotonic() - t0) - 30 < v6["valid_life_time"] <= LIFETIME, v6
     assert rig.node_changes() == {}
+
+
+def test_a_pod_with_ipv6_disabled_gets_the_ipv4_part_and_the_node_all(rig, built_binary
+                                                                      ) -> None:
+    """A pod netns whose links get IPv6 disabled (``default.disable_ipv6=1``, as some
+    clusters set): ADD succeeds with the NIC's IPv4 addresses and routes (the IPv6 ones
+    are logged as not added), and DEL gives the node back every family."""
+    _configure(rig, "eui64")
+    _wait_no_tentative(rig.node.ns, "rnic0")
+    pod = rig.pod()
+    sh("ip", "netns", "exec", pod.name, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
+    chain = rig.chain("exclusive", binary=built_binary)
+    run = chain.add("c1", pod.path, rdma_blocks(1))
+    assert run.rc == 0, run
+    assert _global(_addrs(pod.name, "eth1")) == ["198.51.100.3/26", "198.51.100.1/26"]
+    assert "IPv6 is disabled there" in rig.log_file.read_text()
+    assert chain.delete("c1").rc == 0
+    _wait_no_tentative(rig.node.ns, "rnic0")
+    assert rig.node_changes() == {}
