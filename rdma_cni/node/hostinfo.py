@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface, ip_interface
 
 from rdma_cni.datapath.plan import NicFacts
@@ -81,8 +82,6 @@ def host_route(r: Route) -> HostRoute:
 
 def _whole(nl: NetlinkPort, facts: NicFacts, link: Link) -> NicFacts:
     """``facts`` with the NIC's own configuration of every family (see the module doc)."""
-    from dataclasses import replace
-
     mode = nl.inet6_mode(link.name)
     mine = configured_addrs(nl.addrs(link.index), mode)
     v4 = tuple(IPv4Interface(a.cidr) for a in mine if a.version == 4)
