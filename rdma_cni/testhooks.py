@@ -6,6 +6,8 @@ these variables is part of the configuration, and nothing reads them otherwise.
   following DEL cleans up whatever a crash leaves (issue 7).
 - ``RDMA_CNI_TEST_FAIL_AT_STEP=k``: ADD raises an IOFailure at that boundary instead,
   so that the executor's rollback runs.
+- ``RDMA_CNI_TEST_STOP_AT_STEP=k``: ADD stops its whole process (SIGSTOP) at that
+  boundary, as a stalled resident server would; the test resumes it (SIGCONT).
 - ``RDMA_CNI_TEST_CRASH_IN_DEL=k``: DEL kills itself before its k-th teardown action
   (counted from 0: per interface, last first: rules, link; exclusive: host recovery;
   then the end of the teardown, before the caller purges the store).
@@ -14,12 +16,15 @@ these variables is part of the configuration, and nothing reads them otherwise.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Callable
 
 from rdma_cni.errors import IOFailure
 
 CRASH_AT_STEP = "RDMA_CNI_TEST_CRASH_AT_STEP"
 FAIL_AT_STEP = "RDMA_CNI_TEST_FAIL_AT_STEP"
+STOP_AT_STEP = "RDMA_CNI_TEST_STOP_AT_STEP"
 CRASH_IN_DEL = "RDMA_CNI_TEST_CRASH_IN_DEL"
 
 
@@ -35,6 +40,10 @@ def at_step(k: int) -> None:
     """The ADD seams, at the executor's boundary before step k."""
     if k == _number(CRASH_AT_STEP):
         _crash()
+    if k == _number(STOP_AT_STEP):
+        # directed at this thread, so that it stops here (a signal to the process may be
+        # taken by another thread while this one runs on for a moment)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     if k == _number(FAIL_AT_STEP):
         raise IOFailure(f"injected failure at step {k}")
 

@@ -73,6 +73,37 @@ def in_ns(ns: str, *argv: str, check: bool = True) -> str:
     return sh("ip", "netns", "exec", ns, *argv, check=check)
 
 
+def as_pod_process(ns: str, script: str, caps: str = "net_admin") -> str:
+    """Run the sh ``script`` in netns ``ns`` as a pod's process: root whose capabilities
+    are only ``caps`` (the bounding set of everything it runs); its stdout."""
+    return in_ns(ns, "setpriv", "--bounding-set", f"-all,+{caps}", "--", "sh", "-c", script)
+
+
+_SPOOF = """
+unshare -U -n sleep 600 >/dev/null 2>&1 &
+hideout=$!
+sleep 1
+ip link set dev {dev} netns $hideout
+ip link add name {dev} address {mac} type veth peer name {dev}peer
+ip link set dev {dev} alias '{alias}'
+ip addr add {cidr} dev {dev}
+ip link set dev {dev} up
+ip link set dev {dev}peer up
+echo $hideout
+"""
+
+
+def hide_and_spoof(ns: str, dev: str, cidr: str) -> int:
+    """What a pod with CAP_NET_ADMIN can do to the exclusive NIC ``dev`` it was given:
+    hide it in a netns of its own (in a user namespace it makes: no other capability
+    needed) and make a veth with its name, MAC, alias and address ``cidr``. The PID of
+    the process that holds the hiding place (its netns dies with it)."""
+    real = ip_json(ns, "link", "show", "dev", dev)[0]
+    script = _SPOOF.format(dev=dev, mac=real["address"], alias=real.get("ifalias", ""),
+                           cidr=cidr)
+    return int(as_pod_process(ns, script).split()[-1])
+
+
 def python_command() -> list[str]:
     return [str(PYTHON if PYTHON.exists() else "python3"), "-m", "rdma_cni"]
 
@@ -396,26 +427,64 @@ class Node:
 
 
 _LINK_KEYS = ("ifname", "flags", "mtu", "address", "link_type", "operstate", "master")
-_ADDR_KEYS = ("local", "prefixlen", "broadcast", "scope", "label")
+_ADDR_KEYS = ("family", "local", "prefixlen", "broadcast", "scope", "label")
+#: the flags of an address the oracle compares: what a configuration sets (nodad,
+#: noprefixroute, mngtmpaddr, home, optimistic) or the kernel derives from it (secondary:
+#: the primary of a subnet comes first; dynamic: a finite lifetime; deprecated, dadfailed)
+_ADDR_FLAGS = ("secondary", "nodad", "noprefixroute", "mngtmpaddr", "home", "optimistic",
+               "dynamic", "deprecated", "dadfailed")
 _ROUTE_DROP = ("expires",)
+_FOREVER = 4294967295
+SETTLE = 5.0  # seconds for IPv6 duplicate address detection on links with carrier
 
 
-def snapshot(ns: str) -> dict[str, Any]:
-    """What a netns shows (links, IPv4 addresses, routes of all tables, rules), normalised.
+def addr_row(ifname: str, a: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What the oracle compares of one address (``ip -j addr`` entry): family, address,
+    prefix length, broadcast, scope, label, flags (:data:`_ADDR_FLAGS`) and whether each
+    lifetime is ``forever`` or ``finite`` (a finite one counts down: its value is not
+    compared). ``tentative`` is left out: every new IPv6 address is, for the second its
+    duplicate address detection takes; :func:`snapshot` waits that out on links with
+    carrier, where it ends, and a link without carrier keeps it by design."""
+    flags = tuple(f for f in _ADDR_FLAGS if a.get(f))
+    life = tuple("forever" if a.get(k, _FOREVER) == _FOREVER else "finite"
+                 for k in ("valid_life_time", "preferred_life_time"))
+    return (ifname, *(a.get(k) for k in _ADDR_KEYS), flags, life)
 
-    Interface indexes are dropped (a NIC that comes back may get a new one);
-    routes and addresses refer to devices by name.
+
+def _settled_addrs(ns: str | None, timeout: float = SETTLE) -> list[dict[str, Any]]:
+    """``ip -j addr show`` once no link with carrier has a tentative address (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        links = ip_json(ns, "addr", "show")
+        busy = [lk for lk in links if lk.get("operstate") in ("UP", "UNKNOWN") and
+                any(a.get("tentative") for a in lk.get("addr_info", []))]
+        if not busy or time.monotonic() > deadline:
+            return links
+        time.sleep(0.05)
+
+
+def snapshot(ns: str | None) -> dict[str, Any]:
+    """What a netns shows (links, addresses and routes of every family in every table,
+    rules of every family), normalised.
+
+    Interface indexes are dropped (a NIC that comes back may get a new one); routes
+    and addresses refer to devices by name. Addresses are read once duplicate address
+    detection has ended (see :func:`addr_row`), so the IPv6 link-local addresses the
+    kernel makes for every link with carrier (and their ``local`` routes, which appear
+    when DAD ends) compare equal whenever the link is as it was: they are compared too,
+    since a link-local address that appears or vanishes is a change of the node (an
+    IPv6 address generation mode not restored).
     """
     links = sorted(({k: lk.get(k) for k in _LINK_KEYS} for lk in ip_json(ns, "link", "show")),
                    key=lambda x: str(x["ifname"]))
-    addrs = sorted(
-        (lk["ifname"], *(a.get(k) for k in _ADDR_KEYS))
-        for lk in ip_json(ns, "-4", "addr", "show") for a in lk.get("addr_info", [])
-    )
+    addrs = sorted(addr_row(lk["ifname"], a) for lk in _settled_addrs(ns)
+                   for a in lk.get("addr_info", []))
     routes = sorted(json.dumps({k: v for k, v in r.items() if k not in _ROUTE_DROP},
                                sort_keys=True)
-                    for r in ip_json(ns, "-4", "route", "show", "table", "all"))
-    rules = sorted(json.dumps(r, sort_keys=True) for r in ip_json(ns, "-4", "rule", "show"))
+                    for family in ("-4", "-6")
+                    for r in ip_json(ns, family, "route", "show", "table", "all"))
+    rules = sorted(json.dumps(r, sort_keys=True) for family in ("-4", "-6")
+                   for r in ip_json(ns, family, "rule", "show"))
     return {"links": links, "addrs": addrs, "routes": routes, "rules": rules}
 
 

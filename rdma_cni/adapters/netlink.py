@@ -5,7 +5,9 @@ One :class:`Netlink` is one socket bound to the netns it was created in
 (:class:`rdma_cni.adapters.rtnl.Channel`); every step of an invocation in that netns
 reuses it. pyroute2's message classes encode each request and decode each answer.
 Links are addressed by name where the kernel allows it (set, move, delete: one
-message, no lookup). Every call goes through one errno filter (:func:`_filtered`):
+message, no lookup); addresses, routes and rules are its base class's
+(:mod:`rdma_cni.adapters.netlink_l3`). Every call goes through one errno filter
+(:func:`rdma_cni.adapters.netlink_l3.filtered`):
 the errnos that mean "already so" are success, every other becomes a
 :class:`NetlinkFailure` naming the action and the object.
 """
@@ -13,87 +15,41 @@ the errnos that mean "already so" are success, every other becomes a
 from __future__ import annotations
 
 import errno
-import functools
-import ipaddress
 import os
-import socket
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from rdma_cni.adapters import netns
+from rdma_cni.adapters.netlink_l3 import NEW, Layer3
+from rdma_cni.adapters.netlink_l3 import filtered as _filtered
 from rdma_cni.adapters.rtnl import (
-    NLM_F_CREATE,
-    NLM_F_EXCL,
-    RTM_DELADDR,
     RTM_DELLINK,
-    RTM_DELROUTE,
-    RTM_DELRULE,
-    RTM_GETADDR,
     RTM_GETLINK,
-    RTM_GETROUTE,
-    RTM_GETRULE,
-    RTM_NEWADDR,
     RTM_NEWLINK,
-    RTM_NEWROUTE,
-    RTM_NEWRULE,
     RTM_SETLINK,
     Channel,
-    fibmsg,
-    ifaddrmsg,
     ifinfmsg,
-    rtmsg,
 )
-from rdma_cni.adapters.rtnlmsg import (
-    address_of,
-    header_table,
-    link_of,
-    route_of,
-    route_request,
-    rule_of,
-    stats_of,
-)
+from rdma_cni.adapters.rtnlmsg import inet6_mode_attrs, inet6_mode_of, link_of, stats_of
 from rdma_cni.datapath.port import (
     RT_TABLE_MAIN,
     Link,
     LinkStats,
     NetlinkFailure,
-    NetlinkPort,
     Route,
-    Rule,
-    failure,
     not_found,
 )
 
-AF_INET = socket.AF_INET
 IPVLAN_MODE_L2 = 0
 MACVLAN_MODE_BRIDGE = 4
 IFF_UP = 1
-FR_ACT_TO_TBL = 1
-NEW = NLM_F_CREATE | NLM_F_EXCL
-#: the errnos that mean "it is not there" (a delete of it is done)
-ABSENT = (errno.ENODEV, errno.ENOENT, errno.ESRCH, errno.EADDRNOTAVAIL)
-EXISTS = (errno.EEXIST,)
-#: "address/prefix length" -> IPv4Interface (immutable; a node's addresses recur in every
-#: request the resident process serves)
-_interface = functools.lru_cache(maxsize=4096)(ipaddress.IPv4Interface)
 __all__ = ["RT_TABLE_MAIN", "Link", "LinkStats", "Netlink", "NetlinkFailure", "Route"]
 
 
-@contextmanager
-def _filtered(action: str, ok: tuple[int, ...] = ()) -> Iterator[None]:
-    """The one errno filter: an errno in ``ok`` ends the block as success (the caller
-    reads that as "absent" or "already so"); any other is a NetlinkFailure."""
-    try:
-        yield
-    except OSError as exc:
-        if (exc.errno or 0) not in ok:
-            raise failure(action, exc.errno or 0) from None
-
-
-class Netlink(NetlinkPort):
-    """A netlink socket in one netns: the kernel's :class:`NetlinkPort`."""
+class Netlink(Layer3):
+    """A netlink socket in one netns: the kernel's :class:`NetlinkPort` (links here,
+    addresses, routes and rules in :class:`Layer3`)."""
 
     def __init__(self, chan: Channel, label: str) -> None:
         self._nl = chan
@@ -238,73 +194,11 @@ class Netlink(NetlinkPort):
             super().delete_links(marked)
         return None
 
-    # addresses ---------------------------------------------------------
-    def addresses(self, index: int | None = None) -> list[tuple[int, ipaddress.IPv4Interface]]:
-        msgs: Any = ()
-        # the kernel filters by link (strict dumps); a link that is gone has none
-        with _filtered(f"list addresses in {self.label}", (errno.ENODEV,)):
-            msgs = self._nl.dump(ifaddrmsg, RTM_GETADDR, family=AF_INET, index=index or 0)
-        pairs = (address_of(m) for m in msgs if not index or m["index"] == index)
-        return [(i, _interface(a)) for i, a in pairs]
+    def inet6_mode(self, name: str) -> int | None:
+        msgs: list[Any] = []
+        with _filtered(f"look up {name} in {self.label}", (errno.ENODEV,)):
+            msgs = self._nl.request(ifinfmsg, RTM_GETLINK, 0, [("IFLA_IFNAME", name)])
+        return inet6_mode_of(msgs[0]) if msgs else None
 
-    def add_address(self, name: str, iface: ipaddress.IPv4Interface) -> None:
-        self._addr(RTM_NEWADDR, NEW, name, iface, f"add {iface} to {name} in {self.label}",
-                   EXISTS)
-
-    def del_address(self, name: str, iface: ipaddress.IPv4Interface) -> None:
-        self._addr(RTM_DELADDR, 0, name, iface,
-                   f"delete {iface} from {name} in {self.label}", ABSENT)
-
-    def _addr(self, kind: int, flags: int, name: str, iface: ipaddress.IPv4Interface,
-              action: str, ok: tuple[int, ...]) -> None:
-        link = self.require(name)
-        ip = str(iface.ip)
-        with _filtered(action, ok):
-            self._nl.request(ifaddrmsg, kind, flags, [("IFA_ADDRESS", ip), ("IFA_LOCAL", ip)],
-                             family=AF_INET, prefixlen=iface.network.prefixlen,
-                             index=link.index)
-
-    # routes and rules --------------------------------------------------
-    def routes(self, table: int = RT_TABLE_MAIN, oif: int | None = None) -> list[Route]:
-        msgs: Any = ()
-        attrs = [("RTA_TABLE", table)] + ([("RTA_OIF", oif)] if oif else [])
-        # filtered by the kernel (strict dumps): no such table or link means no routes
-        with _filtered(f"list routes of table {table} in {self.label}",
-                       (errno.ENOENT, errno.ENODEV)):
-            msgs = self._nl.dump(rtmsg, RTM_GETROUTE, attrs, family=AF_INET,
-                                 table=header_table(table))
-        out = [route_of(m) for m in msgs]
-        return [r for r in out if r.table == table and (oif is None or r.oif == oif)]
-
-    def add_route(self, route: Route) -> None:
-        fields, attrs = route_request(route)
-        with _filtered(f"add route {route.dst} to table {route.table} in {self.label}", EXISTS):
-            self._nl.request(rtmsg, RTM_NEWROUTE, NEW, attrs, **fields)
-
-    def del_route(self, route: Route) -> None:
-        fields, attrs = route_request(route, delete=True)
-        with _filtered(f"delete route {route.dst} from table {route.table}", ABSENT):
-            self._nl.request(rtmsg, RTM_DELROUTE, 0, attrs, **fields)
-
-    def rules(self) -> list[Rule]:
-        """(priority, table, source CIDR) of every IPv4 rule."""
-        msgs: Any = ()
-        with _filtered(f"list rules in {self.label}"):
-            msgs = self._nl.dump(fibmsg, RTM_GETRULE, family=AF_INET)
-        return [rule_of(m) for m in msgs]
-
-    def add_rule(self, src: str, table: int, priority: int) -> None:
-        self._rule(RTM_NEWRULE, NEW, src, table, priority,
-                   f"add rule from {src} lookup {table} in {self.label}", EXISTS)
-
-    def del_rule(self, src: str, table: int, priority: int) -> None:
-        self._rule(RTM_DELRULE, 0, src, table, priority,
-                   f"delete rule from {src} lookup {table}", ABSENT)
-
-    def _rule(self, kind: int, flags: int, src: str, table: int, priority: int, action: str,
-              ok: tuple[int, ...]) -> None:
-        with _filtered(action, ok):
-            self._nl.request(fibmsg, kind, flags,
-                             [("FRA_SRC", src), ("FRA_TABLE", table), ("FRA_PRIORITY", priority)],
-                             family=AF_INET, src_len=32, table=header_table(table),
-                             action=FR_ACT_TO_TBL)
+    def set_inet6_mode(self, name: str, mode: int, action: str) -> None:
+        self._set(name, action, inet6_mode_attrs(mode))

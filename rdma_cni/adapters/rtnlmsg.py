@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdma_cni.datapath.port import Link, LinkStats, Route
+from rdma_cni.datapath.port import FOREVER, Addr, Link, LinkStats, Route
 
 RTNH_F_ONLINK = 4
 RTPROT_STATIC = 4
@@ -14,6 +14,7 @@ RTN_UNICAST = 1
 RT_TABLE_COMPAT = 252
 #: the scope of a delete that matches a route of any scope (as ``ip route del`` sends)
 RT_SCOPE_NOWHERE = 255
+AF_INET, AF_INET6 = 2, 10
 
 
 def link_of(msg: Any) -> Link:
@@ -44,8 +45,9 @@ def stats_of(msg: Any) -> LinkStats | None:
 
 def route_of(m: Any) -> Route:
     a = m.attr
+    anywhere = "::" if m["family"] == AF_INET6 else "0.0.0.0"
     return Route(
-        dst=f"{a('RTA_DST') or '0.0.0.0'}/{m['dst_len']}",
+        dst=f"{a('RTA_DST') or anywhere}/{m['dst_len']}",
         gateway=a("RTA_GATEWAY"),
         oif=a("RTA_OIF"),
         table=a("RTA_TABLE") or m["table"],
@@ -53,6 +55,8 @@ def route_of(m: Any) -> Route:
         scope=m["scope"],
         proto=m["proto"],
         priority=a("RTA_PRIORITY") or 0,
+        prefsrc=a("RTA_PREFSRC"),
+        type=m["type"],
     )
 
 
@@ -60,6 +64,59 @@ def address_of(m: Any) -> tuple[int, str]:
     """(link index, "address/prefix length") of an RTM_NEWADDR."""
     a = m.attr
     return m["index"], f"{a('IFA_LOCAL') or a('IFA_ADDRESS')}/{m['prefixlen']}"
+
+
+def addr_of(m: Any) -> tuple[int, Addr]:
+    """(link index, :class:`Addr`) of an RTM_NEWADDR of any family."""
+    a = m.attr
+    cache = a("IFA_CACHEINFO")
+    valid, preferred = FOREVER, FOREVER
+    if cache is not None:
+        valid, preferred = int(cache["ifa_valid"]), int(cache["ifa_preferred"])
+    flags = a("IFA_FLAGS")
+    v4 = m["family"] == AF_INET
+    return m["index"], Addr(
+        cidr=f"{a('IFA_LOCAL') or a('IFA_ADDRESS')}/{m['prefixlen']}",
+        flags=m["flags"] if flags is None else flags, valid=valid, preferred=preferred,
+        label=a("IFA_LABEL") if v4 else None, broadcast=a("IFA_BROADCAST") if v4 else None,
+        proto=a("IFA_PROTO"))
+
+
+#: the IFA_F_* flags an address is added with (the others the kernel derives: secondary,
+#: tentative, deprecated, permanent, dadfailed, temporary): nodad, optimistic,
+#: homeaddress, mngtmpaddr, noprefixroute, mcautojoin
+IFA_SETTABLE = 0x02 | 0x04 | 0x10 | 0x100 | 0x200 | 0x400
+
+
+def addr_request(addr: Addr, index: int) -> tuple[dict[str, Any], list[Any]]:
+    """The header fields and attributes of an RTM_NEWADDR of ``addr`` on link ``index``:
+    its settable flags, label, broadcast and (when not forever) lifetimes."""
+    ip, _, plen = addr.cidr.partition("/")
+    flags = addr.flags & IFA_SETTABLE
+    attrs: list[Any] = [("IFA_ADDRESS", ip), ("IFA_LOCAL", ip), ("IFA_FLAGS", flags)]
+    if addr.label:
+        attrs.append(("IFA_LABEL", addr.label))
+    if addr.broadcast:
+        attrs.append(("IFA_BROADCAST", addr.broadcast))
+    if (addr.valid, addr.preferred) != (FOREVER, FOREVER):
+        attrs.append(("IFA_CACHEINFO", {"ifa_preferred": addr.preferred,
+                                        "ifa_valid": addr.valid, "cstamp": 0, "tstamp": 0}))
+    fields = {"family": AF_INET6 if addr.version == 6 else AF_INET, "prefixlen": int(plen),
+              "flags": flags & 0xFF, "index": index}
+    return fields, attrs
+
+
+def inet6_mode_of(msg: Any) -> int | None:
+    """IFLA_INET6_ADDR_GEN_MODE of an RTM_NEWLINK (None: no IPv6 on the link)."""
+    spec = msg.attr("IFLA_AF_SPEC")
+    inet6 = spec.get_attr("AF_INET6") if spec is not None else None
+    return inet6.get_attr("IFLA_INET6_ADDR_GEN_MODE") if inet6 is not None else None
+
+
+def inet6_mode_attrs(mode: int) -> list[Any]:
+    """The RTM_SETLINK attributes that set the IPv6 address generation mode."""
+    return [("IFLA_AF_SPEC", {"attrs": [
+        ("AF_INET6", {"attrs": [("IFLA_INET6_ADDR_GEN_MODE", mode)]})]})]
 
 
 def rule_of(m: Any) -> tuple[int, int, str | None]:
@@ -80,19 +137,23 @@ def route_request(route: Route, delete: bool = False) -> tuple[dict[str, Any], l
     destination, table and gateway, whatever its scope) for ``route``, as pyroute2 encodes
     them."""
     dst, _, plen = route.dst.partition("/")
-    prefixlen = int(plen or 32)
+    v6 = route.version == 6
+    prefixlen = int(plen or (128 if v6 else 32))
     attrs: list[Any] = [("RTA_DST", dst)] if prefixlen else []
     attrs.append(("RTA_TABLE", route.table))
     if route.oif and not delete:
         attrs.append(("RTA_OIF", route.oif))
     if route.gateway:
         attrs.append(("RTA_GATEWAY", route.gateway))
-    fields = {"family": 2, "dst_len": prefixlen, "table": header_table(route.table)}
+    fields = {"family": AF_INET6 if v6 else AF_INET, "dst_len": prefixlen,
+              "table": header_table(route.table)}
     if delete:
         fields["scope"] = RT_SCOPE_NOWHERE  # scope 0 would match universe routes only
     else:
         if route.priority:
             attrs.append(("RTA_PRIORITY", route.priority))
+        if route.prefsrc:
+            attrs.append(("RTA_PREFSRC", route.prefsrc))
         fields.update(proto=route.proto or RTPROT_STATIC, scope=route.scope, type=RTN_UNICAST,
                       flags=RTNH_F_ONLINK if route.onlink else 0)
     return fields, attrs

@@ -71,6 +71,11 @@ class Ctx:
     priority: int = defaults.RULE_PRIORITY
     rdma: RdmaNetlink | None = None
     ops: NetnsOps = field(default_factory=NetnsOps, repr=False)
+    #: plan k -> index, in the pod, of the link this request made (a sub-link) or moved in
+    #: (an exclusive NIC): what a rollback may undo, by identity, and nothing else
+    made: dict[int, int] = field(default_factory=dict)
+    #: False once a rollback of the executor left something it could not undo
+    undone_clean: bool = True
     _tmp: tuple[int, NetlinkPort] | None = field(default=None, repr=False)
 
     def tmpns(self) -> tuple[int, NetlinkPort]:

@@ -3,22 +3,43 @@ netlink port, undoing applied steps in reverse when one fails.
 
 Rollback is data: each step knows its own undo; the executor keeps the list of
 what was applied. The steps themselves live by job in :mod:`sublinks`,
-:mod:`physical` and :mod:`podconfig`.
+:mod:`physical` and :mod:`podconfig`. An undo takes back only what its own
+request made (the links in :attr:`Ctx.made`, by index in the pod's netns), never
+what a name or our mark points at.
+
+Every step and every undo runs under the caller's :class:`Owner` (ADD: the store
+lock, held while it checks that the attachment is still this request's): once
+another request owns the attachment (a later ADD replaced it, a DEL took it) the
+owner raises :class:`Superseded` and this request changes nothing more, not even
+by a rollback.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Protocol
 
 from rdma_cni import testhooks
 from rdma_cni.datapath import physical, podconfig, sublinks
 from rdma_cni.datapath.context import Ctx, NetnsOps
 from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.errors import TryAgain
 
 log = logging.getLogger("rdma_cni")
-__all__ = ["Ctx", "NetnsOps", "Step", "apply", "rollback", "steps_for"]
+__all__ = ["Ctx", "NetnsOps", "Owner", "Step", "Superseded", "apply", "rollback", "steps_for"]
+
+
+class Superseded(TryAgain):
+    """The attachment is another request's now: this one may change nothing more."""
+
+
+class Owner(Protocol):
+    def hold(self) -> AbstractContextManager[object]:
+        """Held around each step and each undo; raises :class:`Superseded` on entry when
+        the attachment is no longer this request's."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +55,7 @@ def steps_for(plans: Sequence[IfacePlan]) -> list[Step]:
     for p in plans:
         steps.append(Step("check name", p, sublinks.check_name))
         if p.kind == "physical":
-            steps.append(Step("move NIC in", p, physical.move_in, physical.move_out))
+            steps.append(Step("move NIC in", p, physical.move_in, physical.move_back))
             if p.rdma_move:
                 steps.append(Step("move RDMA device in", p, physical.rdma_in,
                                   physical.rdma_out))
@@ -51,24 +72,40 @@ def steps_for(plans: Sequence[IfacePlan]) -> list[Step]:
     return steps
 
 
-def apply(ctx: Ctx, steps: Sequence[Step]) -> None:
+def _held(owner: Owner | None) -> AbstractContextManager[object]:
+    return owner.hold() if owner is not None else nullcontext()
+
+
+def apply(ctx: Ctx, steps: Sequence[Step], owner: Owner | None = None) -> None:
+    """Apply ``steps``; on a failure, roll back what was applied (while still the owner;
+    :attr:`Ctx.undone_clean` says whether all of it was) and raise the failure."""
     applied: list[Step] = []
     try:
         for i, step in enumerate(steps):
             testhooks.at_step(i)
-            step.do(ctx, step.plan)
+            with _held(owner):
+                step.do(ctx, step.plan)
             applied.append(step)
         testhooks.at_step(len(steps))
     except BaseException:
-        rollback(ctx, applied)
+        ctx.undone_clean = rollback(ctx, applied, owner)
         raise
 
 
-def rollback(ctx: Ctx, applied: Sequence[Step]) -> None:
+def rollback(ctx: Ctx, applied: Sequence[Step], owner: Owner | None = None) -> bool:
+    """Undo ``applied`` in reverse; False when something could not be undone (or the
+    attachment is another request's now, and its rollback is that request's)."""
+    clean = True
     for step in reversed(applied):
         if step.undo is None:
             continue
         try:
-            step.undo(ctx, step.plan)
+            with _held(owner):
+                step.undo(ctx, step.plan)
+        except Superseded as exc:
+            log.warning("rollback stopped: %s", exc.msg)
+            return False
         except Exception as exc:  # best effort: the original error is what we report
             log.warning("rollback of %s for %s failed: %s", step.name, step.plan.name, exc)
+            clean = False
+    return clean

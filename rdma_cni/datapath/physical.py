@@ -1,20 +1,38 @@
 """Exclusive NICs: the host's physical NIC moves into the pod (through a private
 netns, where it takes the pod's name and our mark), its RDMA device after it under
 RDMA netns mode "exclusive"; on the way back it returns under its own name (or a
-fallback if the host reused that) and gets its host configuration back."""
+fallback if the host reused that) and gets its host configuration back
+(:mod:`rdma_cni.datapath.hostconfig`).
+
+The NIC is only ever taken back under the identity ADD recorded (:func:`same_device`),
+never by a name, a MAC or our mark, which a pod with CAP_NET_ADMIN can give a link of
+its own making."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 from rdma_cni.adapters import netns
 from rdma_cni.datapath.context import Ctx
+from rdma_cni.datapath.hostconfig import restore_host
 from rdma_cni.datapath.plan import IfacePlan
-from rdma_cni.datapath.port import RT_TABLE_MAIN, SCOPE_LINK, SCOPE_UNIVERSE, NetlinkPort, Route
+from rdma_cni.datapath.port import Link, NetlinkPort
 from rdma_cni.datapath.sublinks import KINDS as SUBLINK_KINDS
-from rdma_cni.errors import IOFailure
+from rdma_cni.errors import IOFailure, TryAgain
 
 log = logging.getLogger("rdma_cni")
+#: the netns an index of a NIC without a bus device was recorded in
+HOST, POD = "host", "pod"
+__all__ = ["SUBLINK_KINDS", "NicNotBack", "find_moved", "lookalikes", "move_in", "move_out",
+           "restore_host"]
+
+
+class NicNotBack(TryAgain):
+    """An exclusive NIC is not where DEL can take it back under its recorded identity
+    (in no netns in sight, or only a look-alike is): the state is kept for a retry."""
 
 
 def move_in(ctx: Ctx, p: IfacePlan) -> None:
@@ -26,14 +44,36 @@ def move_in(ctx: Ctx, p: IfacePlan) -> None:
     except BaseException:
         _home_from(tmp, p.name if tmp.link(p.name) else p.nic, p, ctx)
         raise
+    # the index it has in the pod (the kernel gives it another one there when the pod
+    # already uses its own): the identity of a NIC without a bus device
+    ctx.made[p.k] = ctx.pod.require(p.name).index
 
 
-def move_out(ctx: Ctx, p: IfacePlan) -> None:
-    """Return an exclusive NIC from the pod to the host under its own name."""
-    tmp_fd, tmp = ctx.tmpns()
-    current = find_moved(ctx.pod, p, ctx.marker)
-    if current is None:
+def move_back(ctx: Ctx, p: IfacePlan) -> None:
+    """Undo :func:`move_in`: only the NIC this request moved in (by its index in the pod)."""
+    index = ctx.made.pop(p.k, None)
+    if index is None:
         return
+    current = next((lk.name for lk in ctx.pod.links() if lk.index == index), None)
+    if current is None:
+        log.warning("rollback: %s is no longer in %s under the index it was moved in "
+                    "with: nothing moved back", p.nic, ctx.pod_path)
+        return
+    _out_of_pod(ctx, current, with_index(p, index))
+
+
+def move_out(ctx: Ctx, p: IfacePlan) -> bool:
+    """Return an exclusive NIC from the pod to the host under its own name, restored;
+    False when it is not in the pod (under its recorded identity)."""
+    current = find_moved(ctx.pod, p, ctx.marker, POD)
+    if current is None:
+        return False
+    _out_of_pod(ctx, current, p)
+    return True
+
+
+def _out_of_pod(ctx: Ctx, current: str, p: IfacePlan) -> None:
+    tmp_fd, tmp = ctx.tmpns()
     ctx.pod.move_to_netns(current, tmp_fd, f"move {current} out of {ctx.pod_path}")
     _home_from(tmp, current, p, ctx)
 
@@ -71,32 +111,71 @@ def fallback_name(p: IfacePlan) -> str:
         ":", "").replace(".", "")[:15]
 
 
-def find_moved(nl: NetlinkPort, p: IfacePlan, marker: str) -> str | None:
-    """The exclusive NIC in ``nl``'s netns: by PCI address, then permanent MAC, then MAC."""
+def with_index(p: IfacePlan, index: int) -> IfacePlan:
+    """``p`` whose NIC has ``index`` in the pod's netns (it moved in)."""
+    return replace(p, identity={**p.identity, "ifindex": index, "ifindexNetns": POD})
+
+
+def same_device(link: Link, ident: dict[str, Any], where: str,
+                device_path: Callable[[str], str | None] | None = None) -> bool:
+    """Whether ``link``, seen in the netns ``where`` (:data:`POD` or :data:`HOST`), is the
+    netdev ``ident`` (recorded at ADD) names: the same kind (a NIC's own driver has
+    none), the same permanent MAC when it has one, and the same bus device
+    (IFLA_PARENT_DEV_NAME, which no link made through netlink has). A NIC recorded
+    without one: a link with a sysfs device (``device_path``: on the host) must have the
+    PCI address ADD read there (a kernel before 5.16 does not say it over netlink);
+    otherwise (a virtual stand-in, or no sysfs view) no bus device and the same index, in
+    the netns the index was recorded in. The MAC, the name and the alias prove nothing:
+    a pod with CAP_NET_ADMIN sets them on links of its own making."""
+    if link.kind != ident.get("kind"):
+        return False
+    perm = ident.get("permMac")
+    if perm and link.perm_mac != perm:
+        return False
+    bus = ident.get("parentDev")
+    if bus:
+        return link.parent_dev == bus and ident.get("parentBus") in (None, link.parent_bus)
+    if link.parent_dev is not None:
+        return False
+    pci = ident.get("pci")
+    path = device_path(link.name) if pci and device_path is not None else None
+    if path is not None:
+        return pci in path.split("/")
+    return ident.get("ifindexNetns", HOST) == where and link.index == ident.get("ifindex")
+
+
+def find_moved(nl: NetlinkPort, p: IfacePlan, marker: str, where: str,
+               device_path: Callable[[str], str | None] | None = None) -> str | None:
+    """The name of the exclusive NIC in ``nl``'s netns (``where``), found by its recorded
+    identity (:func:`same_device`)."""
     links = nl.links()
-    parent = p.identity.get("parentDev") or p.identity.get("pci")  # older records: pci only
-    for attr, want in (("parent_dev", parent),
+    if "kind" not in p.identity:
+        return _legacy(links, p, marker)
+    return next((lk.name for lk in links if same_device(lk, p.identity, where, device_path)),
+                None)
+
+
+def _legacy(links: list[Link], p: IfacePlan, marker: str) -> str | None:
+    """A record of a release before 0.3 (no kind, no index): its bus device when it
+    names one (nothing else may stand for it); otherwise, as those releases did, the
+    permanent MAC, then the MAC, then our mark."""
+    ours = [lk for lk in links if lk.kind not in SUBLINK_KINDS]
+    parent = p.identity.get("parentDev")
+    if parent:
+        return next((lk.name for lk in ours if lk.parent_dev == parent and lk.kind is None), None)
+    for attr, want in (("parent_dev", p.identity.get("pci")),
                        ("perm_mac", p.identity.get("permMac")),
                        ("mac", p.identity.get("mac"))):
-        if not want:
-            continue
-        hits = [lk for lk in links if getattr(lk, attr) == want and lk.kind not in SUBLINK_KINDS]
-        if hits:
-            return hits[0].name
-    alias = [lk for lk in links if lk.alias == marker and lk.kind not in SUBLINK_KINDS]
-    return alias[0].name if alias else None
+        hit = next((lk.name for lk in ours if want and getattr(lk, attr) == want), None)
+        if hit is not None:
+            return hit
+    return next((lk.name for lk in ours if lk.alias == marker), None)
 
 
-def restore_host(host: NetlinkPort, name: str, p: IfacePlan) -> None:
-    if p.host_mtu:
-        host.set_mtu(name, p.host_mtu, f"restore MTU of {name}")
-    for addr in p.addresses:
-        host.add_address(name, addr)
-    if p.host_up:
-        host.set_up(name, f"bring {name} up")
-    link = host.require(name)
-    saved = p.host_routes or tuple((dst, gw, 0, 0, False) for dst, gw in p.routes)
-    for dst, gw, proto, metric, onlink in saved:
-        scope = SCOPE_UNIVERSE if gw else SCOPE_LINK  # a device route is link scope
-        host.add_route(Route(dst=dst, gateway=gw, oif=link.index, table=RT_TABLE_MAIN,
-                             onlink=onlink, proto=proto, priority=metric, scope=scope))
+def lookalikes(nl: NetlinkPort, p: IfacePlan, marker: str) -> list[str]:
+    """Links in ``nl``'s netns that carry our mark or the NIC's MAC while the NIC is not
+    there under its identity: a pod can make such a link, and hide the NIC in a netns of
+    its own. They are never taken (see :mod:`rdma_cni.datapath.teardown`)."""
+    macs = {m for m in (p.identity.get("mac"), p.identity.get("permMac")) if m}
+    return [lk.name for lk in nl.links()
+            if lk.alias == marker or lk.mac in macs or (lk.perm_mac or "") in macs]

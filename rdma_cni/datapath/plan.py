@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from ipaddress import IPv4Address, IPv4Interface
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rdma_cni.errors import ConfigError, IfNameInUse, UnsupportedField
 from rdma_cni.modes import NicRule, names_where
-from rdma_cni.store.records import HostRoute, IfacePlan
+from rdma_cni.store.records import HostAddr, HostRoute, IfacePlan
 
 if TYPE_CHECKING:  # the executor and teardown (DEL) import this module: no pydantic here
     from rdma_cni.models.blocks import Block
@@ -38,8 +38,12 @@ class NicFacts:
     host_routes: tuple[HostRoute, ...] = ()  # the same routes as the host has them
     pci: str | None = None
     parent_dev: str | None = None  # IFLA_PARENT_DEV_NAME (the PCI address on the pci bus)
+    parent_bus: str | None = None  # IFLA_PARENT_DEV_BUS_NAME
+    kind: str | None = None  # the link's kind (None: a device's own driver)
     perm_mac: str | None = None
     ibdev: str | None = None
+    host_addrs: tuple[HostAddr, ...] = ()  # every family, kernel order (exclusive only)
+    inet6_mode: int | None = None  # IPv6 address generation mode (exclusive only)
 
 
 def interface_names(nc: NetConf, blocks: Sequence[tuple[int, Block]], n_nics: int) -> list[str]:
@@ -134,10 +138,19 @@ def _plan_one(nc: NetConf, k: int, name: str, nic: NicFacts, mac: str | None,
         mtu=mtu, table=nc.routing.tableBase + k, mac=mac, requested_ip=ip,
         addresses=() if traits.pod_ipam else nic.addresses, gateway=nic.gateway,
         routes=nic.routes, ibdev=nic.ibdev,
-        identity={"pci": nic.pci, "parentDev": nic.parent_dev, "permMac": nic.perm_mac,
-                  "mac": nic.mac},
+        identity=identity_of(nic),
         host_mtu=nic.mtu, host_up=nic.up, host_routes=nic.host_routes,
+        host_addrs=nic.host_addrs, inet6_mode=nic.inet6_mode,
     )
+
+
+def identity_of(nic: NicFacts) -> dict[str, Any]:
+    """What identifies the NIC's netdev (see :func:`rdma_cni.datapath.physical.same_device`):
+    its bus device, permanent MAC, kind and (for a link with no bus device) its index,
+    which ADD updates to the index the NIC gets in the pod."""
+    return {"pci": nic.pci, "parentDev": nic.parent_dev, "parentBus": nic.parent_bus,
+            "permMac": nic.perm_mac, "mac": nic.mac, "kind": nic.kind, "ifindex": nic.index,
+            "ifindexNetns": "host"}
 
 
 def with_address(plan: IfacePlan, ip: IPv4Address, prefixlen: int) -> IfacePlan:

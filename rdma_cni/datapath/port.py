@@ -23,8 +23,12 @@ from typing import Any, Protocol
 from rdma_cni.errors import IOFailure, NicUnavailable
 
 RT_TABLE_MAIN = 254
+RT_TABLE_LOCAL = 255
 SCOPE_UNIVERSE = 0
 SCOPE_LINK = 253
+RTN_UNICAST = 1
+#: an address lifetime that never runs out (``forever``)
+FOREVER = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,25 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Addr:
+    """An address of any family as the kernel shows it: ``flags`` are its IFA_F_* bits,
+    ``valid``/``preferred`` its remaining lifetimes in seconds (:data:`FOREVER`: none),
+    ``proto`` who made it (IFA_PROTO; None when the kernel does not say)."""
+
+    cidr: str  # "198.51.100.1/26", "2001:db8::5/64"
+    flags: int = 0
+    valid: int = FOREVER
+    preferred: int = FOREVER
+    label: str | None = None  # IPv4 only
+    broadcast: str | None = None  # IPv4 only
+    proto: int | None = None
+
+    @property
+    def version(self) -> int:
+        return 6 if ":" in self.cidr else 4
+
+
+@dataclass(frozen=True)
 class Route:
     dst: str  # CIDR
     gateway: str | None
@@ -52,6 +75,12 @@ class Route:
     proto: int = 0  # 0: the default (static)
     priority: int = 0  # the metric
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    prefsrc: str | None = None
+    type: int = RTN_UNICAST
+
+    @property
+    def version(self) -> int:
+        return 6 if ":" in self.dst else 4
 
 
 @dataclass(frozen=True)
@@ -131,6 +160,33 @@ class NetlinkPort(Protocol):
 
     # addresses, routes, rules (IPv4)
     def addresses(self, index: int | None = None) -> list[tuple[int, IPv4Interface]]: ...
+
+    # every family (an exclusive NIC's own configuration). These defaults serve IPv4 only,
+    # through the IPv4 methods; the kernel adapter reads and writes every family.
+    def addrs(self, index: int) -> list[Addr]:
+        """Every address of link ``index``, of every family, in the kernel's order (the
+        primary IPv4 address of a subnet before its secondaries)."""
+        return [Addr(str(a)) for i, a in self.addresses(index) if i == index]
+
+    def put_addr(self, name: str, addr: Addr) -> None:
+        """Add ``addr`` to ``name`` with its flags, lifetimes, label and broadcast (present
+        already: success)."""
+        if addr.version != 4:
+            raise failure(f"add {addr.cidr} to {name} in {self.label}", errno.EAFNOSUPPORT)
+        self.add_address(name, IPv4Interface(addr.cidr))
+
+    def routes_via(self, oif: int) -> list[Route]:
+        """Every unicast route through link ``oif``, of every family, in every table but
+        the kernel's ``local`` one."""
+        return self.routes(RT_TABLE_MAIN, oif=oif)
+
+    def inet6_mode(self, name: str) -> int | None:
+        """The IPv6 address generation mode of ``name`` (None: unknown, or no IPv6)."""
+        return None
+
+    def set_inet6_mode(self, name: str, mode: int, action: str) -> None:
+        """Set the IPv6 address generation mode of ``name``."""
+
     def add_address(self, name: str, iface: IPv4Interface) -> None: ...
     def del_address(self, name: str, iface: IPv4Interface) -> None: ...
     def routes(self, table: int = RT_TABLE_MAIN, oif: int | None = None) -> list[Route]: ...

@@ -22,21 +22,26 @@ from __future__ import annotations
 
 import logging
 from ipaddress import IPv4Address, IPv4Interface
+from typing import Any
 
 from rdma_cni.cni.attachment import AttachmentKey
-from rdma_cni.datapath.physical import SUBLINK_KINDS
+from rdma_cni.datapath.physical import HOST, POD, SUBLINK_KINDS
 from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.datapath.port import RT_TABLE_MAIN, Link, NetlinkPort
 from rdma_cni.store.core import Store
+from rdma_cni.store.records import HostRoute
 from rdma_cni.store.state import SALVAGED, AttachmentState, make_state
 
 log = logging.getLogger("rdma_cni")
 RTPROT_BOOT = 3
 
 
-def _identity(link: Link) -> dict[str, str | None]:
-    return {"pci": None, "parentDev": link.parent_dev, "permMac": link.perm_mac,
-            "mac": link.mac}
+def _identity(link: Link, where: str) -> dict[str, Any]:
+    """The link's identity as ADD records it (its index in ``where``): the link found by
+    our mark is the one."""
+    return {"pci": None, "parentDev": link.parent_dev, "parentBus": link.parent_bus,
+            "permMac": link.perm_mac, "mac": link.mac, "kind": link.kind,
+            "ifindex": link.index, "ifindexNetns": where}
 
 
 def _tables(nl: NetlinkPort, priority: int) -> dict[str, int]:
@@ -58,12 +63,12 @@ def _physical_in_pod(k: int, pod: NetlinkPort, link: Link, nic: str,
     # ADD applies the NIC's routes in the pod "onlink" with its own protocol; the host's
     # originals are not known: give them back as `ip route add` makes them (proto boot),
     # onlink only where the gateway is outside the NIC's subnets
-    routes = tuple((r.dst, r.gateway, RTPROT_BOOT, r.priority,
-                    not any(IPv4Address(r.gateway) in a.network for a in addrs))
+    routes = tuple(HostRoute(r.dst, r.gateway, RTPROT_BOOT, r.priority,
+                             not any(IPv4Address(r.gateway) in a.network for a in addrs))
                    for r in pod.routes(RT_TABLE_MAIN, oif=link.index) if r.gateway)
     table = next((tables[str(a.ip)] for a in addrs if str(a.ip) in tables), 0)
     return IfacePlan(k=k, name=link.name, tmp=link.name, nic=nic, kind="physical",
-                     mtu=link.mtu, table=table, addresses=addrs, identity=_identity(link),
+                     mtu=link.mtu, table=table, addresses=addrs, identity=_identity(link, POD),
                      host_mtu=link.mtu, host_up=link.up, host_routes=routes)
 
 
@@ -72,7 +77,7 @@ def _physical_on_host(k: int, link: Link, nic: str) -> IfacePlan:
                 "%s; its addresses and routes are not known and are not restored", nic,
                 link.name)
     return IfacePlan(k=k, name=nic, tmp=nic, nic=nic, kind="physical", mtu=link.mtu,
-                     table=0, identity=_identity(link), host_mtu=0, host_up=link.up)
+                     table=0, identity=_identity(link, HOST), host_mtu=0, host_up=link.up)
 
 
 def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: NetlinkPort,

@@ -23,6 +23,7 @@ def check_name(ctx: Ctx, p: IfacePlan) -> None:
 def create(ctx: Ctx, p: IfacePlan) -> None:
     parent = ctx.host.require(p.nic)
     ctx.host.create_sublink(p.kind, p.tmp, parent, ctx.pod_fd, p.mtu, p.mac)
+    ctx.made[p.k] = ctx.pod.require(p.tmp).index  # what a rollback may delete
 
 
 def ours(ctx: Ctx, p: IfacePlan) -> list[str]:
@@ -37,8 +38,12 @@ def ours(ctx: Ctx, p: IfacePlan) -> list[str]:
 
 
 def delete(ctx: Ctx, p: IfacePlan) -> None:
-    """Our sub-link of plan ``p`` in the pod, under its temporary or its final name."""
-    ctx.pod.delete_links(ours(ctx, p))
+    """Undo :func:`create`: the sub-link this request made, by its index in the pod's
+    netns (whatever its name is now), and nothing else."""
+    index = ctx.made.pop(p.k, None)
+    if index is not None:
+        ctx.pod.delete_links([lk.name for lk in ctx.pod.links()
+                              if lk.index == index and lk.kind == p.kind])
 
 
 def rename(ctx: Ctx, p: IfacePlan) -> None:

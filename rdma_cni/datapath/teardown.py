@@ -9,16 +9,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rdma_cni import testhooks
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.datapath import sublinks
-from rdma_cni.datapath.physical import fallback_name, find_moved, move_out, rdma_out, restore_host
+from rdma_cni.datapath.physical import (
+    HOST,
+    NicNotBack,
+    fallback_name,
+    find_moved,
+    lookalikes,
+    move_out,
+    rdma_out,
+    restore_host,
+)
 from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.datapath.port import NetlinkPort
 from rdma_cni.datapath.session import Session
-from rdma_cni.errors import CniError, IOFailure, TryAgain
+from rdma_cni.errors import CniError, IOFailure
 from rdma_cni.store.state import AttachmentState
 
 log = logging.getLogger("rdma_cni")
@@ -30,8 +39,7 @@ RETURN_WAIT = 10.0
 _POLL = 0.1
 
 
-class NicNotBack(TryAgain):
-    """An exclusive NIC is in no netns we can see but its device still exists."""
+__all__ = ["NicNotBack", "hardware_of", "marker_of", "teardown"]
 
 
 def marker_of(digest: str) -> str:
@@ -46,12 +54,16 @@ def teardown(session: Session, state: AttachmentState, digest: str) -> None:
     doomed: list[str] = []  # our sub-links in the pod, deleted together at the end
     for p in reversed(state.interfaces):
         try:
+            # an exclusive NIC: moved home from the pod (and restored), or look-alikes of it
+            home, fakes = False, list[str]()
             if session.has_pod:
-                doomed += _in_pod(session, p, marker, priority, tick)
+                names, home, fakes = _in_pod(session, p, marker, priority, tick)
+                doomed += names
             if p.kind == "physical":
                 assert session.host is not None
                 tick()
-                _recover_on_host(session.host, p, marker)
+                if not home:
+                    _recover_on_host(session.host, p, marker, fakes=fakes)
         except CniError as exc:
             if p.kind == "physical":
                 failures.append((p.nic, exc))
@@ -68,8 +80,10 @@ def teardown(session: Session, state: AttachmentState, digest: str) -> None:
 
 
 def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,
-            tick: Callable[[], None]) -> list[str]:
-    """Undo ``p`` in the pod; for a sub-link, the names to delete (at the end, together)."""
+            tick: Callable[[], None]) -> tuple[list[str], bool, list[str]]:
+    """Undo ``p`` in the pod; for a sub-link, the names to delete (at the end, together);
+    for an exclusive NIC, whether it was moved home from the pod, and if not, the links
+    there that only look like it."""
     ctx = session.ctx(marker, priority)
     tick()
     for addr in p.addresses:
@@ -78,9 +92,10 @@ def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,
     if p.kind == "physical":
         if p.rdma_move:
             rdma_out(ctx, p)  # reverse order of ADD: RDMA device first, then the netdev
-        move_out(ctx, p)
-        return []
-    return sublinks.ours(ctx, p)
+        if move_out(ctx, p):
+            return [], True, []
+        return [], False, lookalikes(ctx.pod, p, marker)
+    return sublinks.ours(ctx, p), False, []
 
 
 def _delete_sublinks(session: Session, marker: str, priority: int, names: list[str]) -> None:
@@ -91,20 +106,35 @@ def _delete_sublinks(session: Session, marker: str, priority: int, names: list[s
 
 
 def _recover_on_host(host: NetlinkPort, p: IfacePlan, marker: str, sysfs: Sysfs | None = None,
-                     wait: float | None = None) -> None:
-    """The NIC came back by itself (pod netns died) or a move half-finished: fix name and config."""
-    if host.link(p.nic) is not None and find_moved(host, p, marker) == p.nic:
+                     wait: float | None = None, fakes: Sequence[str] = ()) -> None:
+    """The NIC came back by itself (pod netns died) or a move half-finished: fix name and
+    config. Not on the host either while ``fakes`` in the pod look like it: the pod hides
+    it (in a netns of its own, until that dies and the kernel returns a physical NIC),
+    and nothing is taken in its place: :class:`NicNotBack` at once."""
+    sysfs = sysfs or Sysfs()
+
+    def device_path(name: str) -> str | None:
+        return sysfs.realpath(f"sys/class/net/{name}/device") if "/" not in name else None
+
+    current = find_moved(host, p, marker, HOST, device_path)
+    if current is not None and current == p.nic:
         restore_host(host, p.nic, p)
         return
-    current = find_moved(host, p, marker)
+    if current is None and fakes:
+        log.warning("DEL: exclusive NIC %s is not in the pod under the identity recorded "
+                    "at ADD, nor on the host; %s in the pod only looks like it and is not "
+                    "taken", p.nic, ", ".join(fakes))
+        raise NicNotBack(f"exclusive NIC {p.nic} is not in the pod under the identity "
+                         f"recorded at ADD ({', '.join(fakes)} only looks like it) nor "
+                         "back on the host: the state is kept for a retry")
     if current is None:
-        device = hardware_of(p, sysfs or Sysfs())
+        device = hardware_of(p, sysfs)
         if device is None:
             return  # gone with its hardware (or a virtual stand-in gone with its netns)
         wait = RETURN_WAIT if wait is None else wait
         log.info("DEL: exclusive NIC %s (%s) is in no netns in sight: waiting up to %.0f s "
                  "for the kernel to return it", p.nic, device, wait)
-        current = _wait_back(host, p, marker, wait)
+        current = _wait_back(host, p, marker, wait, device_path)
         if current is None:
             raise NicNotBack(
                 f"exclusive NIC {p.nic} ({device}) is neither in the pod nor back on the "
@@ -127,10 +157,11 @@ def hardware_of(p: IfacePlan, sysfs: Sysfs) -> str | None:
     return None
 
 
-def _wait_back(host: NetlinkPort, p: IfacePlan, marker: str, wait: float) -> str | None:
+def _wait_back(host: NetlinkPort, p: IfacePlan, marker: str, wait: float,
+               device_path: Callable[[str], str | None]) -> str | None:
     deadline = time.monotonic() + wait
     while True:
-        current = find_moved(host, p, marker)
+        current = find_moved(host, p, marker, HOST, device_path)
         if current is not None or time.monotonic() >= deadline:
             return current
         time.sleep(_POLL)

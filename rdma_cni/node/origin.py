@@ -1,7 +1,7 @@
 """Where an attachment was made: the node and the network namespace (identity, not path).
 
 Recorded at ADD in the state as ``origin`` (``{"node": ..., "machineId": ...,
-"netnsDev": .., "netnsIno": ..}``) so the agent can
+"netnsDev": .., "netnsIno": .., "netnsDirDev": .., "netnsDirIno": ..}``) so the agent can
 
 - refuse to act on state another node wrote (two nodes sharing a ``dataDir`` by
   mistake, e.g. an NFS-mounted /var/lib/cni): the node is its hostname (see
@@ -9,7 +9,10 @@ Recorded at ADD in the state as ``origin`` (``{"node": ..., "machineId": ...,
   outlives reboots);
 - look the pod's network namespace up by its nsfs identity (st_dev, st_ino)
   through ``/proc/<pid>/ns/net`` instead of trusting its own view of
-  ``/var/run/netns``.
+  ``/var/run/netns``;
+- tell whether the netns directory it sees is the one the runtime uses (the same
+  directory: its (st_dev, st_ino) as ADD saw it), before it takes a netns missing
+  there for a pod that is gone.
 
 Pure stdlib and cheap: this runs on the ADD path.
 """
@@ -61,14 +64,23 @@ def netns_identity(path: str) -> tuple[int, int] | None:
     """(st_dev, st_ino) of ``path`` when it is a mounted nsfs file (a live netns) or a
     /proc/<pid>/ns/net link; None for a plain file (an unmounted leftover, or a view
     without mount propagation) or when it cannot be read."""
+    return _identities(path)[0]
+
+
+def _identities(path: str) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """:func:`netns_identity` of ``path`` and (st_dev, st_ino) of its directory."""
     try:
-        st = os.stat(path)
         parent = os.stat(os.path.dirname(path) or "/")
     except OSError:
-        return None
+        return None, None
+    directory = (parent.st_dev, parent.st_ino)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None, directory
     if st.st_dev == parent.st_dev and not path.startswith("/proc/"):
-        return None
-    return st.st_dev, st.st_ino
+        return None, directory
+    return (st.st_dev, st.st_ino), directory
 
 
 def origin_of(netns: str) -> dict[str, Any]:
@@ -77,9 +89,11 @@ def origin_of(netns: str) -> dict[str, Any]:
     mid = machine_id()
     if mid:
         out["machineId"] = mid
-    ident = netns_identity(netns) if netns else None
+    ident, directory = _identities(netns) if netns else (None, None)
     if ident is not None:
         out["netnsDev"], out["netnsIno"] = ident
+    if directory is not None and not netns.startswith("/proc/"):
+        out["netnsDirDev"], out["netnsDirIno"] = directory
     return out
 
 
@@ -91,10 +105,19 @@ def recorded_node(state: AttachmentState) -> str | None:
 
 
 def recorded_netns(state: AttachmentState) -> tuple[int, int] | None:
+    return _recorded(state, "netnsDev", "netnsIno")
+
+
+def recorded_netns_dir(state: AttachmentState) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the netns directory as ADD saw it (None: not recorded)."""
+    return _recorded(state, "netnsDirDev", "netnsDirIno")
+
+
+def _recorded(state: AttachmentState, dev_key: str, ino_key: str) -> tuple[int, int] | None:
     origin = state.origin
     if origin is None:
         return None
-    dev, ino = origin.get("netnsDev"), origin.get("netnsIno")
+    dev, ino = origin.get(dev_key), origin.get(ino_key)
     if isinstance(dev, int) and isinstance(ino, int) and ino > 0:
         return dev, ino
     return None

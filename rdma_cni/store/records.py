@@ -6,20 +6,52 @@ keeps them.
 A record holds what teardown needs, not every route of the node: a sub-interface
 (shared modes) is undone by deleting the link and its rules, so its NIC's
 mirrored fabric routes are not saved at all (a NIC with BGP-learned routes would
-make the record grow with them); an exclusive NIC keeps its host routes (DEL puts
-them back), once (``routes`` is derived from them on load). Records written with
-both lists (releases up to 0.1.0) still load. Keys this release does not know (a
-newer release wrote them) are kept in :attr:`IfacePlan.extra` and written back."""
+make the record grow with them); an exclusive NIC keeps its host configuration
+(DEL puts it back): every address of every family in the kernel's order with its
+flags and lifetimes (``host_addrs``), every route through it in every table
+(``host_routes``; ``routes`` is derived from them on load) and its IPv6 address
+generation mode. Records written with both lists (releases up to 0.1.0), or with
+IPv4 addresses only (``host_addrs`` absent: ``addresses`` are restored), still
+load. Keys this release does not know (a newer release wrote them) are kept in
+:attr:`IfacePlan.extra` and written back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface
-from typing import Any
+from typing import Any, NamedTuple
 
-#: (dst CIDR, gateway, protocol, metric, onlink): a host route to restore exactly
-HostRoute = tuple[str, str | None, int, int, bool]
 PHYSICAL = "physical"
+RT_TABLE_MAIN = 254
+
+
+class HostRoute(NamedTuple):
+    """A route through an exclusive NIC, to restore exactly (any family, any table)."""
+
+    dst: str  # CIDR
+    gateway: str | None
+    proto: int
+    metric: int
+    onlink: bool
+    table: int = RT_TABLE_MAIN
+    prefsrc: str | None = None
+
+    def saved(self) -> list[Any]:
+        """The record's form: the five fields of earlier releases when the rest is default."""
+        out = list(self)
+        return out if self.table != RT_TABLE_MAIN or self.prefsrc else out[:5]
+
+
+class HostAddr(NamedTuple):
+    """An address of an exclusive NIC, to restore exactly: its IFA_F_* flags, label,
+    broadcast, and when its lifetimes end (CLOCK_BOOTTIME seconds; None: forever)."""
+
+    cidr: str
+    flags: int = 0
+    valid_until: float | None = None
+    preferred_until: float | None = None
+    label: str | None = None
+    broadcast: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,11 +69,13 @@ class IfacePlan:
     gateway: IPv4Address | None = None
     routes: tuple[tuple[str, str | None], ...] = ()
     ibdev: str | None = None
-    identity: dict[str, str | None] = field(default_factory=dict)
+    identity: dict[str, Any] = field(default_factory=dict)
     host_mtu: int = 0
     host_up: bool = True
     host_routes: tuple[HostRoute, ...] = ()
     rdma_move: bool = False  # exclusive NIC under RDMA netns mode "exclusive"
+    host_addrs: tuple[HostAddr, ...] = ()  # exclusive: every address, in the kernel's order
+    inet6_mode: int | None = None  # exclusive: IFLA_INET6_ADDR_GEN_MODE on the host
     #: keys of the saved entry this release does not know, written back unchanged
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -61,26 +95,49 @@ def plan_to_dict(p: IfacePlan) -> dict[str, Any]:
     d["requested_ip"] = str(p.requested_ip) if p.requested_ip else None
     d["addresses"] = [str(a) for a in p.addresses]
     d["gateway"] = str(p.gateway) if p.gateway else None
+    del d["host_addrs"], d["inet6_mode"]
     if p.kind != PHYSICAL:  # deleting the sub-interface takes its routes with it
         d["routes"], d["host_routes"] = [], []
     else:
-        d["host_routes"] = [list(r) for r in p.host_routes]
+        d["host_routes"] = [HostRoute(*r).saved() for r in p.host_routes]
         d["routes"] = [] if p.host_routes else [list(r) for r in p.routes]
+        if p.host_addrs:
+            d["host_addrs"] = [list(a) for a in p.host_addrs]
+            d["inet6_mode"] = p.inet6_mode
     return {**p.extra, **d}
 
 
-def _routes_of(d: dict[str, Any], host_routes: tuple[Any, ...]) -> tuple[tuple[str, Any], ...]:
+def mirrored(host_routes: tuple[HostRoute, ...]) -> tuple[tuple[str, str | None], ...]:
+    """(dst, gateway) of the IPv4 main-table routes: the ones a pod mirrors (DESIGN §2)."""
+    return tuple((r.dst, r.gateway) for r in host_routes
+                 if r.table == RT_TABLE_MAIN and ":" not in r.dst)
+
+
+def _routes_of(d: dict[str, Any], host_routes: tuple[HostRoute, ...]
+               ) -> tuple[tuple[str, Any], ...]:
     saved = d.get("routes") or []
     if not saved and host_routes:
-        return tuple((r[0], r[1]) for r in host_routes)
+        return mirrored(host_routes)
     return tuple((str(r[0]), r[1]) for r in saved)
+
+
+def _host_route(r: list[Any]) -> HostRoute:
+    return HostRoute(str(r[0]), r[1], int(r[2]), int(r[3]), bool(r[4]),
+                     int(r[5]) if len(r) > 5 else RT_TABLE_MAIN, r[6] if len(r) > 6 else None)
+
+
+def _host_addr(a: list[Any]) -> HostAddr:
+    def until(v: Any) -> float | None:
+        return None if v is None else float(v)
+
+    return HostAddr(str(a[0]), int(a[1]), until(a[2]), until(a[3]), a[4], a[5])
 
 
 def plan_from_dict(d: dict[str, Any]) -> IfacePlan:
     """Raises KeyError, ValueError, TypeError, IndexError or AttributeError on an
     entry teardown cannot use."""
-    host_routes = tuple((str(r[0]), r[1], int(r[2]), int(r[3]), bool(r[4]))
-                        for r in d.get("host_routes") or [])
+    host_routes = tuple(_host_route(r) for r in d.get("host_routes") or [])
+    mode = d.get("inet6_mode")
     return IfacePlan(
         k=int(d["k"]), name=str(d["name"]), tmp=str(d["tmp"]), nic=str(d["nic"]),
         kind=str(d["kind"]), mtu=int(d["mtu"]), table=int(d["table"]), mac=d.get("mac"),
@@ -92,5 +149,7 @@ def plan_from_dict(d: dict[str, Any]) -> IfacePlan:
         host_mtu=int(d.get("host_mtu") or 0), host_up=bool(d.get("host_up", True)),
         rdma_move=bool(d.get("rdma_move", False)),
         host_routes=host_routes,
+        host_addrs=tuple(_host_addr(a) for a in d.get("host_addrs") or []),
+        inet6_mode=int(mode) if mode is not None else None,
         extra={k: v for k, v in d.items() if k not in _FIELDS},
     )

@@ -15,12 +15,14 @@ limits), cgroups may be v1/hybrid (crun refuses hybrid: runc is used).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +67,27 @@ def make_rootfs(root: Path) -> Path:
     return root
 
 
+@contextlib.contextmanager
+def shared_dir(path: Path) -> Iterator[Path]:
+    """``path`` (made here) as a mount of its own with shared propagation, as
+    ``ip netns`` makes /run/netns, so that a container can bind it ``rshared``."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", str(path), str(path)], check=True, timeout=30)
+    try:
+        subprocess.run(["mount", "--make-shared", str(path)], check=True, timeout=30)
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, timeout=30)
+
+
 class AgentContainer:
     def __init__(self, tmp: Path, config: dict[str, Any], data_dir: Path,
                  cri_dir: Path, status_dir: Path, name: str, network: str = "none",
-                 source: bool = False) -> None:
+                 source: bool = False, netns: tuple[str, str] = ("/run/netns", "rw")) -> None:
         """``source``: run the agent from the source tree and its venv (mounted read-only)
-        instead of the bundle, e.g. for the ``kubernetes`` client the bundle leaves out."""
+        instead of the bundle, e.g. for the ``kubernetes`` client the bundle leaves out.
+        ``netns``: what is mounted at /var/run/netns and how (default: the host's
+        /run/netns without propagation)."""
         self.name = name
         self.command = [str(PYTHON), "-m", "rdma_cni"] if source else ["/opt/rdma-cni/rdma-cni"]
         self.tmp = tmp
@@ -79,7 +96,7 @@ class AgentContainer:
         self.config_path.write_text(json.dumps(config))
         self.status_file = status_dir / "agent-status.json"
         mounts = [("/usr", "/usr", "ro"), (str(bundle_dir()), "/opt/rdma-cni", "ro"),
-                  ("/run/netns", "/var/run/netns", "rw"), (str(data_dir), str(data_dir), "rw"),
+                  (netns[0], "/var/run/netns", netns[1]), (str(data_dir), str(data_dir), "rw"),
                   (str(cri_dir), "/cri", "rw"), (str(status_dir), "/status", "rw"),
                   (str(self.config_path), "/agent-config.json", "ro")]
         if source:

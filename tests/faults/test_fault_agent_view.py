@@ -23,7 +23,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rig import AgentContainer, Serve, needs_exec, plugin_binary, podman_usable
+from agent_rig import (
+    AgentContainer,
+    Serve,
+    needs_exec,
+    plugin_binary,
+    podman_usable,
+    shared_dir,
+)
 from cnirunner import BINARY, PYTHON, Chain, Node, plugin_conf, rdma_blocks
 from fakecri import FakeCri
 
@@ -38,16 +45,17 @@ SUBNET = "198.51.100.1/26"
 class Site:
     """A node netns with one stand-in NIC, the fake runtime, the agent container."""
 
-    def __init__(self, tmp: Path, resident: bool) -> None:
+    def __init__(self, tmp: Path, resident: bool,
+                 netns: tuple[str, str] = ("/run/netns", "rw")) -> None:
         self.tmp = tmp
         self.node = Node()
         try:
-            self._build(tmp, resident)
+            self._build(tmp, resident, netns)
         except BaseException:
             self.close()  # nothing made here outlives a failed set-up
             raise
 
-    def _build(self, tmp: Path, resident: bool) -> None:
+    def _build(self, tmp: Path, resident: bool, netns: tuple[str, str]) -> None:
         self.node.add_nic("rnic0", SUBNET)
         self.data_dir = tmp / "data"
         self.data_dir.mkdir()
@@ -61,7 +69,7 @@ class Site:
         self.chain = Chain(conf, node_ns=self.node.ns, binary=plugin_binary())
         self.agent = AgentContainer(tmp, {"type": "rdma-cni", "dataDir": str(self.data_dir)},
                                     self.data_dir, tmp / "cri", tmp / "status",
-                                    f"rdma-cni-agent-{self.node.prefix}")
+                                    f"rdma-cni-agent-{self.node.prefix}", netns=netns)
 
     def pod(self, cid: str, env: dict[str, str] | None = None) -> tuple[str, str]:
         """A pod made after the agent's container started; (netns path, its address)."""
@@ -109,15 +117,21 @@ def test_live_pod_survives_an_agent_whose_netns_view_does_not_propagate(site: Si
     netns, addr = site.pod("a" * 64)
     # The fault's premise: inside the container the live netns is a plain empty file.
     assert site.agent.view(netns).startswith("regular empty file")
-    for _ in range(3):  # no runtime socket at all: the path view is all there is
+    _kept_without_runtime(site, "a" * 64, addr, "no propagation")
+
+
+def _kept_without_runtime(site: Site, cid: str, addr: str, reason: str) -> None:
+    """Three agent passes with no runtime socket at all (the path view is all there is)
+    release nothing and report the view suspect, for ``reason``."""
+    for _ in range(3):
         run = site.agent.agent_once(cri=False)
         assert run.returncode == 0, run.stderr
         time.sleep(0.3)
-    assert site.states() == ["a" * 64], "the agent released a live pod"
+    assert site.states() == [cid], "the agent released a live pod"
     assert site.reserved() == [addr.split("/")[0]]
     status = site.agent.status()
     assert status["viewSuspect"] is True and status["released"] == 0
-    assert any("no propagation" in r for r in status["reasons"]), status["reasons"]
+    assert any(reason in r for r in status["reasons"]), status["reasons"]
 
 
 def test_runtime_list_decides_and_gone_needs_two_passes(site: Site) -> None:
@@ -196,3 +210,47 @@ def test_state_of_another_node_is_left_alone(site: Site) -> None:
     assert site.states() == ["e" * 64]
     assert node_b.delete("e" * 64).rc == 0  # DEL on the node that made it releases it
     assert site.states() == [] and site.reserved() == []
+
+
+# Issue 26 item 11: /var/run/netns in the agent's container propagates, but it is a bind
+# of the wrong (empty) directory, and there is no runtime socket. Propagation alone does
+# not show the directory is the runtime's: nothing may be released on that view.
+@pytest.fixture
+def wrong_dir_site(tmp_path: Path) -> Iterator[Site]:
+    with shared_dir(tmp_path / "empty-netns") as empty:
+        s = Site(tmp_path, resident=False, netns=(str(empty), "rw,rshared"))
+        try:
+            yield s
+        finally:
+            s.close()
+
+
+def test_live_pod_survives_a_propagated_bind_of_the_wrong_netns_dir(
+        wrong_dir_site: Site) -> None:
+    site = wrong_dir_site
+    netns, addr = site.pod("a" * 64)
+    # the premise: the mount propagates, yet the live netns is not there at all
+    assert site.agent.view(netns) == ""
+    assert site.agent.view("/var/run/netns").startswith("directory")
+    _kept_without_runtime(site, "a" * 64, addr, "nothing shows it is the runtime's")
+
+
+def test_a_propagated_bind_of_the_runtimes_netns_dir_still_releases(tmp_path: Path) -> None:
+    """The same agent, /var/run/netns a propagated bind of the runtime's own directory:
+    it is the directory ADD saw, so a pod whose netns is gone is released (after two
+    passes) with no runtime socket, and a live one is kept."""
+    site = Site(tmp_path, resident=False, netns=("/run/netns", "rw,rshared"))
+    try:
+        _, live_addr = site.pod("b" * 64)
+        gone_ns, _ = site.pod("c" * 64)
+        site.node.delete_pod(next(p for p in site.node.pods if p.path == gone_ns))
+        site.chain.cache.pop(("c" * 64, "eth0"))
+        for _ in range(2):
+            run = site.agent.agent_once(cri=False)
+            assert run.returncode == 0, run.stderr
+            time.sleep(0.3)
+        assert site.states() == ["b" * 64]
+        assert site.reserved() == [live_addr.split("/")[0]]
+        assert site.agent.status()["released"] == 1
+    finally:
+        site.close()

@@ -7,7 +7,10 @@ dying pod netns still holds a physical NIC. (ADD goes through the resident serve
 on that path; a DEL whose netns path is gone always runs in-process.) The stand-in's
 saved identity names a bus device that exists on this machine, as a physical
 NIC's does (a veth has none, and a virtual device dies with its netns, so DEL
-rightly does not wait for one).
+rightly does not wait for one), and says it comes back to the node with the index it
+has in the pod (the kernel keeps a returning NIC's index when the node has it free:
+the test checks it does); with no sysfs device of its own, a veth is then known by
+that index only, as a NIC without a bus device is.
 The test plays the kernel: it moves the NIC back to the node, down, under its
 in-pod name. DEL waits (bounded) for it and restores it; past the wait it fails
 with code 11 and keeps the state, and the retry restores it. The VM tier does the
@@ -26,7 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cnirunner import rdma_blocks, sh
+from cnirunner import ip_json, link_detail, rdma_blocks, sh
 
 pytestmark = pytest.mark.root
 WAIT = 10.0  # rdma_cni.datapath.teardown.RETURN_WAIT
@@ -40,18 +43,22 @@ def _bus_device() -> str:
     return devices[0]
 
 
-def _give_identity(rig) -> None:  # type: ignore[no-untyped-def]
+def _give_identity(rig, pod) -> int:  # type: ignore[no-untyped-def]
+    """The stand-in's record: a bus device, back on the node under its pod index."""
     [path] = (Path(rig.data_dir) / "state").glob("*.json")
     state = json.loads(path.read_text())
-    state["interfaces"][0]["identity"]["pci"] = _bus_device()
+    index = link_detail(pod.name, "eth1")["ifindex"]
+    state["interfaces"][0]["identity"].update(pci=_bus_device(), ifindex=index,
+                                              ifindexNetns="host")
     path.write_text(json.dumps(state))
+    return int(index)
 
 
 class Held:
     """The pod netns without its path, kept alive by a process (the NIC still in it)."""
 
-    def __init__(self, rig, pod) -> None:  # type: ignore[no-untyped-def]
-        self.rig = rig
+    def __init__(self, rig, pod, index: int) -> None:  # type: ignore[no-untyped-def]
+        self.rig, self.index = rig, index
         self.proc = subprocess.Popen(["ip", "netns", "exec", pod.name, "sleep", "600"])
         time.sleep(0.2)
         sh("ip", "netns", "del", pod.name)
@@ -60,6 +67,8 @@ class Held:
     def kernel_returns(self) -> None:
         sh("nsenter", "-t", str(self.proc.pid), "-n", "ip", "link", "set", "dev", "eth1",
            "netns", self.rig.node.ns)
+        # its index kept (DEL may have renamed it already)
+        assert self.index in [lk["ifindex"] for lk in ip_json(self.rig.node.ns, "link", "show")]
 
     def close(self) -> None:
         self.proc.kill()
@@ -82,8 +91,7 @@ def _added_then_held(rig, faults):  # type: ignore[no-untyped-def]
     chain = faults.chain("exclusive")
     pod = rig.pod()
     assert chain.add("cid-a", pod.path, rdma_blocks(1)).rc == 0
-    _give_identity(rig)
-    return chain, Held(rig, pod)
+    return chain, Held(rig, pod, _give_identity(rig, pod))
 
 
 def test_del_waits_for_the_kernel_to_return_the_nic(rig, faults) -> None:  # type: ignore[no-untyped-def]

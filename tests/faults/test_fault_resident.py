@@ -10,13 +10,15 @@ late copy of the ADD must then leave the running pod as it is.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cnirunner import data_files, rdma_blocks
+from cnirunner import PYTHON, data_files, ip_json, rdma_blocks, snapshot
 from fakekubelet import FakeKubelet
 from integration.conftest import Rig, built_binary, rig, runner  # noqa: F401
 from resident_rig import Serve
@@ -124,3 +126,59 @@ def test_a_stalled_request_does_not_hold_up_the_next(
             assert chain.delete(cid).rc == 0
     finally:
         serve.stop()
+
+
+# A late duplicate ADD: the server stops (SIGSTOP) at a step boundary of its ADD, after
+# its pending state; the client gives up after 1 s and runs the ADD in-process, which
+# takes the attachment over and makes the pod's interface; then the server resumes.
+# Boundaries (shared-multi, one interface): 0 right after the pending state, 2 after
+# its macvlan was made (before the rename), 8 after its last step. exclusive: stopped
+# with the NIC moved in (2), then failing at the next step (3), so that its rollback runs.
+LATE = [("shared-multi", 0, None), ("shared-multi", 2, None), ("shared-multi", 8, None),
+        ("exclusive", 2, 3)]
+
+
+@pytest.mark.parametrize(("mode", "stop", "fail"), LATE,
+                         ids=[f"{m}-stop{s}" + (f"-fail{f}" if f else "") for m, s, f in LATE])
+def test_a_stalled_server_resuming_changes_nothing_of_the_pod(
+        rig: Rig, client: list[str] | None, tmp_path: Path,  # noqa: F811
+        mode: str, stop: int, fail: int | None) -> None:
+    rig.nic()
+    pod = rig.pod()
+    seams = [f"RDMA_CNI_TEST_STOP_AT_STEP={stop}"] + (
+        [f"RDMA_CNI_TEST_FAIL_AT_STEP={fail}"] if fail is not None else [])
+    serve = Serve(rig.node.ns, tmp_path / "r.sock", tmp_path / "serve.log",
+                  argv=("env", *seams, str(PYTHON), "-m", "rdma_cni"),
+                  options=["--workers", "1"])  # one process: the one that stops
+    try:
+        chain = rig.chain(mode, binary=client, residentSocket=str(serve.sock))
+        chain.env = {"RDMA_CNI_RESIDENT_TIMEOUT": "1"}
+        add = chain.add("c1", pod.path, rdma_blocks(1))
+        assert add.rc == 0, add.out
+        assert _stopped(serve.proc.pid), "the server never stopped at its step"
+        before = _pod_view(pod)
+        files = data_files(rig.data_dir)
+        os.kill(serve.proc.pid, signal.SIGCONT)
+        _wait_served(serve, "ADD", 1)  # the late copy has run to its end
+        time.sleep(0.2)
+        assert _pod_view(pod) == before, "the late ADD changed the pod"
+        assert data_files(rig.data_dir) == files, "the late ADD changed the store"
+        assert "resident ADD c1 exit 1 " in serve.log.read_text(), "the late ADD succeeded"
+        assert chain.check("c1").rc == 0
+        assert chain.delete("c1").rc == 0
+        assert sorted(pod.links()) == ["eth0", "lo"]
+    finally:
+        os.kill(serve.proc.pid, signal.SIGCONT)
+        serve.stop()
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _pod_view(pod) -> dict:  # type: ignore[no-untyped-def]
+    """The pod's links (index, name, address, state) and addresses of every family."""
+    return {"links": sorted((lk["ifindex"], lk["ifname"], lk["address"], tuple(lk["flags"]))
+                            for lk in ip_json(pod.name, "link", "show")),
+            "addrs": snapshot(pod.name)["addrs"], "rules": snapshot(pod.name)["rules"]}

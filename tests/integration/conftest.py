@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from cnirunner import (
     HOST_TREE,
     HPC_NET,
     REPO,
+    SETTLE,
     Chain,
     Node,
     Pod,
@@ -127,7 +129,9 @@ class Rig:
     def node_changes(self) -> dict[str, Any]:
         """What differs from the baseline (empty when the node is as before). A NIC that
         was up and has just come back gets its carrier within a second (the kernel's
-        linkwatch updates operstate late): it is waited for, up to 2 s."""
+        linkwatch updates operstate late): it is waited for, up to 2 s; then the kernel's
+        own work on it (its IPv6 link-local address, DAD) gets a few seconds to end
+        before a difference counts."""
         assert self.baseline is not None
         want = without(self.baseline, self.gone)
         present = set(self.node.links())
@@ -135,7 +139,12 @@ class Rig:
             if lk["operstate"] == "UP" and lk["ifname"] in present:
                 with contextlib.suppress(RuntimeError):
                     wait_oper_up(self.node.ns, str(lk["ifname"]), timeout=2.0)
-        have = snapshot(self.node.ns)
+        deadline = time.monotonic() + SETTLE
+        while True:
+            have = snapshot(self.node.ns)
+            if have == want or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         return {k: {"was": [x for x in want[k] if x not in have[k]],
                     "now": [x for x in have[k] if x not in want[k]]}
                 for k in want if want[k] != have[k]}

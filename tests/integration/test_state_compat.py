@@ -18,6 +18,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "state"
 #: values that differ from run to run (netns path and identity, the ADD's token, MACs)
 PER_RUN = ("netns", "origin", "request", "result")
 PER_RUN_IFACE = ("identity",)
+#: keys this release adds to an exclusive NIC's entry (its configuration of every family);
+#: the replayed record goes without them, as the previous code wrote it
+ADDED_IFACE = ("host_addrs", "inet6_mode")
 HEAVY = {"pydantic", "pydantic_core", "grpc", "kubernetes"}
 
 
@@ -57,7 +60,9 @@ def test_records_of_the_previous_code_drive_check_del_and_gc(rig: Any, mode: str
     live = json.loads(path.read_bytes())
     old = json.loads((FIXTURES / f"{mode}-0.2.json").read_bytes())
     replay = _with_run_values(old, live)
-    assert replay == live  # the current code writes the record the previous code wrote
+    same = {**live, "interfaces": [{k: v for k, v in i.items() if k not in ADDED_IFACE}
+                                   for i in live["interfaces"]]}
+    assert replay == same  # the current code writes the record the previous code wrote
     path.write_text(json.dumps(replay))
     assert chain.check("c1").rc == 0
     assert chain.delete("c1").rc == 0  # the rig's clean check: the node as before the ADD

@@ -15,6 +15,7 @@ from test_datapath_fake import POD, PRIO, SHARED, Node
 
 from rdma_cni import testhooks
 from rdma_cni.cni.commands import add as add_cmd
+from rdma_cni.cni.commands import owner as owner_mod
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.errors import IOFailure, TryAgain
@@ -98,7 +99,7 @@ def test_an_unchanged_pending_record_is_known_as_ours_by_its_identity(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     node = Node()
     reads: list[str] = []
-    monkeypatch.setattr(add_cmd, "_mine", lambda *a: reads.append("read"))
+    monkeypatch.setattr(owner_mod, "mine", lambda *a: reads.append("read"))
     _apply(node, tmp_path, SHARED)
     assert reads == []
 
@@ -119,3 +120,29 @@ def test_a_state_another_add_put_meanwhile_is_left_as_it_is(
     assert saved is not None and saved.status == PENDING
     assert saved.request == "ffeeddccbbaa9988"
     assert _temp_files(tmp_path) == []
+
+
+def test_once_another_request_owns_the_attachment_nothing_more_is_done_or_undone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later request takes the pending record over after this ADD made its first
+    sub-link (boundary 2: before the rename): this ADD renames nothing and undoes nothing
+    (the sub-link is the later request's to undo, by the record it took over)."""
+    node = Node()
+    real = testhooks.at_step
+    req = _request(tmp_path)
+
+    def take_over_at(k: int) -> None:
+        if k == 2:
+            store = Store(str(tmp_path / "data"))
+            st = store.get_state(req.key)
+            assert st is not None
+            store.put_state(req.key, replace(st, request="ffeeddccbbaa9988"))
+        real(k)
+    monkeypatch.setattr(testhooks, "at_step", take_over_at)
+    assert node.pod is not None
+    pod = node.kernel.port(node.pod)
+    with pytest.raises(TryAgain, match="another request's now"):
+        _apply(node, tmp_path, SHARED)
+    assert sorted(lk.name for lk in pod.links()) == sorted(["eth0", "lo", SHARED[0].tmp])
+    saved = Store(str(tmp_path / "data")).get_state(req.key)
+    assert saved is not None and saved.request == "ffeeddccbbaa9988"

@@ -8,7 +8,16 @@ from typing import Any
 import pytest
 
 from rdma_cni.kube.agent import plan as agentplan
-from rdma_cni.kube.agent.view import ALIVE, GONE, UNKNOWN, Evidence, judge, mount_of, propagation
+from rdma_cni.kube.agent.view import (
+    ALIVE,
+    GONE,
+    UNKNOWN,
+    Evidence,
+    judge,
+    mount_of,
+    propagation,
+    runtime_dir,
+)
 from rdma_cni.store.state import AttachmentState
 
 ID = (4, 4026532999)
@@ -117,3 +126,27 @@ def test_state_of_another_node_is_never_planned() -> None:
 def test_malformed_origin_is_ignored(bad: Any) -> None:
     st = state("a", origin=bad)
     assert judge(st, Evidence(held=frozenset({ID})), never).kind == UNKNOWN
+
+
+DIR = (25, 4242)  # (st_dev, st_ino) of the runtime's netns directory, as ADD saw it
+
+
+def test_a_propagated_dir_is_sound_only_when_shown_to_be_the_runtimes() -> None:
+    """Propagation alone does not tell a bind of the runtime's netns directory from a
+    bind of an empty one: the directory ADD saw (device and inode), or a recorded netns
+    visible in it, must show it."""
+    with_dir = {**REC, "netnsDirDev": DIR[0], "netnsDirIno": DIR[1]}
+    d = "/var/run/netns"
+    assert runtime_dir(d, [state("a", origin=with_dir)], never, lambda p: DIR) == ""
+    empty_bind = runtime_dir(d, [state("a", origin=with_dir)], never, lambda p: (25, 7))
+    assert "nothing shows it is the runtime's" in empty_bind
+    # a record without the directory's identity (an earlier release): a live netns of
+    # one of its pods, visible with its recorded identity, shows it; nothing else does
+    old = [state("a", origin=REC), state("b", origin=REC)]
+    assert runtime_dir(d, old, lambda p: ID if p.endswith("/p") else None,
+                       lambda p: (25, 7)) == ""
+    assert runtime_dir(d, old, never, lambda p: (25, 7)) != ""
+    assert runtime_dir(d, [state("a")], never, lambda p: DIR) != ""
+    # records of another directory say nothing of this one
+    assert runtime_dir("/run/other", [state("a", origin=with_dir)], never,
+                       lambda p: DIR) != ""

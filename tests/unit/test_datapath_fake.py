@@ -17,6 +17,7 @@ from rdma_cni.datapath.plan import SYSCTLS, IfacePlan, with_address
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.teardown import marker_of, teardown
 from rdma_cni.errors import EnvError, IfNameInUse, IOFailure
+from rdma_cni.store.records import HostRoute
 from rdma_cni.store.state import make_state
 
 DIGEST = "feedc0ffee0011"
@@ -66,9 +67,10 @@ def sub(k: int, nic: str, mtu: int, ip: str, kind: str = "macvlan") -> IfacePlan
 EXCL = IfacePlan(k=0, name="eth1", tmp=f"rdt{DIGEST[:9]}0", nic="rnic0", kind="physical",
                  mtu=9000, table=100, addresses=(IPv4Interface("198.51.100.1/26"),),
                  routes=(("198.19.0.0/16", "198.51.100.62"),),
-                 host_routes=(("198.19.0.0/16", "198.51.100.62", 3, 0, False),),
+                 host_routes=(HostRoute("198.19.0.0/16", "198.51.100.62", 3, 0, False),),
                  identity={"pci": "0000:03:00.0", "parentDev": "0000:03:00.0",
-                           "permMac": None, "mac": "02:00:00:00:00:01"}, host_mtu=9000)
+                           "parentBus": "pci", "permMac": None, "mac": "02:00:00:00:00:01",
+                           "kind": "veth", "ifindex": 2}, host_mtu=9000)
 SHARED = [sub(0, "rnic0", 9000, "198.51.100.10"), sub(1, "rnic1", 1500, "198.51.100.11")]
 
 

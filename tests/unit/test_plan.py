@@ -19,13 +19,14 @@ from rdma_cni.datapath.plan import (
 from rdma_cni.errors import ConfigError, IfNameInUse, UnsupportedField
 from rdma_cni.models.blocks import Block, parse_block
 from rdma_cni.models.netconf import NetConf, load_netconf
+from rdma_cni.store.records import HostRoute
 
 DIGEST = "0123456789abcdef"
 NIC = NicFacts(name="rnic0", index=3, mtu=9000, mac="02:00:00:00:00:01", up=True,
                addresses=(IPv4Interface("198.51.100.1/26"),),
                gateway=IPv4Address("198.51.100.62"),
                routes=(("198.19.0.0/16", "198.51.100.62"),),
-               host_routes=(("198.19.0.0/16", "198.51.100.62", 3, 0, False),),
+               host_routes=(HostRoute("198.19.0.0/16", "198.51.100.62", 3, 0, False),),
                pci="0000:03:00.0", parent_dev="0000:03:00.0", perm_mac="02:00:00:00:00:01",
                ibdev="mlx5_0")
 NIC1 = NicFacts(name="rnic1", index=4, mtu=4200, mac="02:00:00:00:00:02")
@@ -126,7 +127,9 @@ def test_exclusive_takes_the_nics_own_configuration() -> None:
     assert p.addresses == NIC.addresses and p.address == NIC.addresses[0]
     assert p.host_mtu == 9000 and p.host_up and p.host_routes == NIC.host_routes
     assert p.identity == {"pci": "0000:03:00.0", "parentDev": "0000:03:00.0",
-                          "permMac": "02:00:00:00:00:01", "mac": "02:00:00:00:00:01"}
+                          "parentBus": None, "permMac": "02:00:00:00:00:01",
+                          "mac": "02:00:00:00:00:01", "kind": None, "ifindex": NIC.index,
+                          "ifindexNetns": "host"}
     assert p.ibdev == "mlx5_0" and not p.rdma_move
 
 

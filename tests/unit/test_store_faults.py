@@ -98,7 +98,7 @@ def _plan(kind: str) -> IfacePlan:
     routes = tuple((f"198.19.{i // 250}.{i % 250}/32", "192.0.2.62") for i in range(800))
     return IfacePlan(k=0, name="eth1", tmp="t", nic="nic0", kind=kind, mtu=1500, table=100,
                      routes=routes,
-                     host_routes=tuple((d, g, 3, 0, False) for d, g in routes))
+                     host_routes=tuple(records.HostRoute(d, g, 3, 0, False) for d, g in routes))
 
 
 def test_sub_interface_records_hold_no_routes_exclusive_ones_hold_them_once() -> None:

@@ -63,6 +63,9 @@ class FakeHost:
     def add_address(self, name: str, iface: IPv4Interface) -> None:
         self.calls.append(f"add {iface} to {name}")
 
+    def put_addr(self, name: str, addr: Any) -> None:
+        self.calls.append(f"add {addr.cidr} to {name}")
+
     def add_route(self, route: Any) -> None:
         self.calls.append(f"route {route.dst}")
 

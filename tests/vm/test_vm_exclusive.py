@@ -13,7 +13,7 @@ import os
 
 import pytest
 import vmkit
-from cnirunner import HPC_NET, ip_json, link_detail, rdma_blocks
+from cnirunner import HPC_NET, hide_and_spoof, ip_json, link_detail, rdma_blocks
 from vmrig import NODE, PodView, VmRig, assert_iface, link_by, wait_for
 
 pytestmark = [pytest.mark.vm, pytest.mark.root]
@@ -129,3 +129,35 @@ def _in_netns(pid: int, path: str) -> bool:
         return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(path).st_ino
     except OSError:
         return False
+
+
+def test_a_look_alike_is_never_taken_for_the_pci_nic(rig: VmRig, virtio_nics: list[str]
+                                                     ) -> None:
+    """Security: a pod with only CAP_NET_ADMIN hides the virtio NIC in a netns of its own
+    and makes a veth with its name, MAC, our mark and address. DEL takes nothing of the
+    pod's (code 11, state kept); once the hiding place dies the kernel returns the NIC
+    to the root netns and DEL finds it by its bus device and restores it."""
+    import signal
+
+    nic = rig.borrow(virtio_nics[-1], rename="rnic0")
+    rig.configure(nic, CIDR, mtu=1400, routes=[(HPC_NET, GW)])
+    host = link_detail("", nic)
+    parent, mac = host["parentdev"], host["address"]
+    chain = rig.chain("exclusive", [nic])
+    pod = rig.pod()
+    assert chain.add("c4", pod.path, rdma_blocks(1)).rc == 0
+    hideout = hide_and_spoof(pod.name, "eth1", CIDR)
+    try:
+        run = chain.delete("c4")
+        assert run.code == 11 and "only looks like it" in run.out["msg"], run
+        assert link_by(NODE, parentdev=parent) is None and link_by(NODE, address=mac) is None
+        assert rig.files(), "the state must be kept for the retry"
+    finally:
+        os.kill(hideout, signal.SIGKILL)
+    assert wait_for(lambda: link_by(NODE, parentdev=parent)) is not None
+    run = chain.delete("c4")
+    assert run.rc == 0 and run.out is None, run
+    now = link_detail("", nic)
+    assert (now["parentdev"], now["address"]) == (parent, mac) and _ipv4(nic) == [CIDR]
+    assert link_detail(pod.name, "eth1")["linkinfo"]["info_kind"] == "veth"  # not taken
+    assert rig.files() == []

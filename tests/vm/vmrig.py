@@ -6,8 +6,8 @@ exclusive mode can only be proven there. Stand-in NICs are dummies (or the VM's
 virtio-net PCI NICs); pods are netns with a veth ``eth0`` (the primary's) whose
 peer lives in a private fabric netns. At the end the rig checks that the data dir
 holds no state/ips/nics files and that the root netns shows exactly what it showed
-when the first chain was made (``ip -j``: links, IPv4 addresses, every routing
-table, rules), then removes everything it made and puts borrowed NICs back.
+when the first chain was made (``ip -j``: links, addresses and routes of every family
+in every table, rules), then removes everything it made and puts borrowed NICs back.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 from cnirunner import (
-    _ADDR_KEYS,
     _LINK_KEYS,
     _ROUTE_DROP,
     BINARY,
@@ -33,6 +32,7 @@ from cnirunner import (
     SYSCTLS,
     Chain,
     Pod,
+    addr_row,
     data_files,
     install_host_tree,
     ip_json,
@@ -45,6 +45,7 @@ from cnirunner import (
 NODE = None  # the VM's root netns (``ip`` without ``-n``)
 STAMP = BINARY.parents[1] / ".built"  # scripts/build.sh: both bundles complete
 SETTLE = 15.0  # seconds for async kernel work (netns cleanup, link state) to settle
+SETTLE_DAD = 10.0  # seconds for IPv6 duplicate address detection (an emulated guest is slow)
 
 
 def guest_binary(dest: Path, attempts: int = 12) -> list[str]:
@@ -108,18 +109,27 @@ def ip_batch(ns: str | None, commands: Iterable[str],
 
 
 def snapshot(ns: str | None) -> dict[str, Any]:
-    """cnirunner.snapshot's shape (links, IPv4 addresses, routes of all tables, rules),
-    read with one ``ip`` exec."""
-    links, addrs, routes, rules = ip_batch(
-        ns, ["link show", "addr show", "route show table all", "rule show"], ("-j", "-4"))
+    """cnirunner.snapshot's shape and rules (links, addresses and routes of every family
+    in every table, rules of both families; addresses once no link with carrier has a
+    tentative one, bounded), read with three ``ip`` execs."""
+    deadline = time.monotonic() + SETTLE_DAD
+    while True:
+        links, addrs = ip_batch(ns, ["link show", "addr show"], ("-j",))
+        if time.monotonic() > deadline or not any(
+                lk.get("operstate") in ("UP", "UNKNOWN") and
+                any(a.get("tentative") for a in lk.get("addr_info", [])) for lk in addrs):
+            break
+        time.sleep(0.2)
+    routes4, rules4 = ip_batch(ns, ["route show table all", "rule show"], ("-j", "-4"))
+    routes6, rules6 = ip_batch(ns, ["route show table all", "rule show"], ("-j", "-6"))
     return {
         "links": sorted(({k: lk.get(k) for k in _LINK_KEYS} for lk in links),
                         key=lambda x: x["ifname"]),
-        "addrs": sorted((lk["ifname"], *(a.get(k) for k in _ADDR_KEYS))
+        "addrs": sorted(addr_row(lk["ifname"], a)
                         for lk in addrs for a in lk.get("addr_info", [])),
         "routes": sorted(json.dumps({k: v for k, v in r.items() if k not in _ROUTE_DROP},
-                                    sort_keys=True) for r in routes),
-        "rules": sorted(json.dumps(r, sort_keys=True) for r in rules),
+                                    sort_keys=True) for r in routes4 + routes6),
+        "rules": sorted(json.dumps(r, sort_keys=True) for r in rules4 + rules6),
     }
 
 

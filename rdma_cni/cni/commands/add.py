@@ -8,27 +8,29 @@
 
 Each ADD tags the state it writes with its own request token: the pending state is
 written only when no other request's state is there (and, on the resident path,
-only while the client still waits), and the ready state and any rollback act only
-on a state that still carries the token, so a late duplicate never undoes another
-request's pod.
+only while the client still waits). From then on every step, every undo and the
+ready state act only while the record is still this ADD's (checked under the store
+lock, :mod:`rdma_cni.cni.commands.owner`); a later ADD or a DEL takes the record
+over before it undoes anything, and a rollback undoes only the links this ADD made
+(by index in the pod's netns), so a late duplicate never undoes another request's pod.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from ipaddress import IPv4Address
 from typing import Any
 
 from rdma_cni.cni import result
+from rdma_cni.cni.commands.owner import AddOwner, mine, new_token, take_over
 from rdma_cni.cni.request import Request
-from rdma_cni.datapath.execute import apply, steps_for
+from rdma_cni.datapath.execute import apply, rollback, steps_for
 from rdma_cni.datapath.plan import IfacePlan, NicFacts, plan_interfaces, with_address
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.tables import choose_tables
 from rdma_cni.datapath.teardown import marker_of, teardown
-from rdma_cni.errors import CniError, ConfigError, NicUnavailable, TryAgain, shown
+from rdma_cni.errors import ConfigError, NicUnavailable, TryAgain, shown
 from rdma_cni.ipam.allocator import build_pool
 from rdma_cni.ipam.reserve import allocate
 from rdma_cni.models.blocks import validate_blocks
@@ -58,8 +60,9 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
         )
     store = Store(nc.dataDir)
     session = Session(req.netns, pod_required=True, fd=req.netns_fd)
+    token = new_token()
     try:
-        again = _repeat(req, store, session)
+        again = _repeat(req, store, session, token)
         if again is not None:
             return again
         rdma = nic_select.rdma_nics(nc)
@@ -70,11 +73,11 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
             names = assign(nc.mode, rdma.nics, answer.ids, n_ifaces, resolve=rdma.resolve,
                            pod=req.args.pod, resource=nc.resource, busy=busy)
         assert session.host is not None
-        facts, host_addrs = nic_facts(session.host, names, rdma.by_netdev)
+        facts, host_addrs = nic_facts(session.host, names, rdma.by_netdev,
+                                      whole=not nc.mode.traits.pod_ipam)
         plans = plan_interfaces(nc, blocks, [facts[n] for n in names], req.key.digest())
         plans = nic_select.rdma_netns(nc, plans)
         plans = _free_tables(session, nc, plans)
-        token = os.urandom(8).hex()
         state = _states(req, nc, token)
         plans, pending = _reserve(req, nc, store, plans, facts, host_addrs, state)
         return _apply(req, nc, store, session, plans, token, state, pending)
@@ -119,8 +122,11 @@ def _allocation(req: Request, nc: NetConf) -> AllocationAnswer:
     return answer
 
 
-def _repeat(req: Request, store: Store, session: Session) -> dict[str, Any] | None:
-    """A repeated ADD of the same attachment returns the same interfaces when intact."""
+def _repeat(req: Request, store: Store, session: Session, token: str
+            ) -> dict[str, Any] | None:
+    """A repeated ADD of the same attachment returns the same interfaces when intact;
+    otherwise it takes the record over (the request that wrote it, maybe still running,
+    changes nothing more), undoes it and drops it."""
     state = store.get_state(req.key)
     if state is None:
         return None
@@ -130,9 +136,13 @@ def _repeat(req: Request, store: Store, session: Session) -> dict[str, Any] | No
         return result.append(req.prev_result, state.result or {})
     _still_wanted(req)
     log.info("ADD of %s: replacing the earlier incomplete attachment", req.container_id)
+    state = take_over(store, req.key, token)
+    if state is None:
+        return None
     teardown(session, state, req.key.digest())
     with store.lock():
-        store.purge(req.key)
+        if mine(store, req.key, token) is not None:
+            store.purge(req.key)
     return None
 
 
@@ -176,25 +186,12 @@ def _first_owner(req: Request, store: Store) -> None:
                        "retry")
 
 
-def _mine(store: Store, req: Request, token: str) -> AttachmentState | None:
-    state = store.get_state(req.key)
-    return state if state is not None and state.request == token else None
-
-
-def _still_mine(store: Store, req: Request, token: str, pending: Identity | None) -> bool:
-    """Under the lock: the state is still the pending one this ADD saved (its file
-    unchanged: one ``lstat``), or carries this ADD's token."""
-    if pending is not None and store.state_identity(req.key) == pending:
-        return True
-    return _mine(store, req, token) is not None
-
-
 def _reserve(req: Request, nc: NetConf, store: Store, plans: list[IfacePlan],
              facts: dict[str, NicFacts], host_addrs: set[IPv4Address],
              state: StateOf) -> tuple[list[IfacePlan], Identity | None]:
     """Claim NICs and reserve addresses (none of the host's ``host_addrs``), then save the
     pending state (all under the lock); the plans with their addresses, and the pending
-    record's identity."""
+    record's file identity."""
     key = req.key
     ranges = ranges_of(nc)
     out: list[IfacePlan] = []
@@ -233,20 +230,26 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
            pending: Identity | None) -> dict[str, Any]:
     digest = req.key.digest()
     ctx = session.ctx(marker_of(digest), nc.routing.rulePriority)
+    owner = AddOwner(store, req.key, token, pending, ctx, state(PENDING, plans, None))
+    steps = steps_for(plans)
+    applied = False
     try:
-        apply(ctx, steps_for(plans))
+        apply(ctx, steps, owner)
+        applied = True
         nic_select.wait_gids(plans)
         macs = {p.name: ctx.pod.require(p.name).mac for p in plans}
     except BaseException as exc:
-        _undo(req, store, session, token, exc)
+        clean = rollback(ctx, steps, owner) if applied else ctx.undone_clean
+        _undo(req, store, token, clean, exc)
         raise
+    plans = owner.plans()
     ours = result.our_part(plans, macs, req.netns)
     # written (and fsynced) before the lock, put in place under it: pods started at once
     # do not queue for each other's fsync
     ready: str | None = store.prepare_state(req.key, state(READY, plans, ours))
     try:
         with store.lock():
-            if not _still_mine(store, req, token, pending):
+            if not owner.still_mine():
                 raise TryAgain(f"ADD of {req.container_id} was replaced by a later ADD meanwhile")
             assert ready is not None
             store.commit_state(req.key, ready)
@@ -257,19 +260,18 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
     return result.append(req.prev_result, ours)
 
 
-def _undo(req: Request, store: Store, session: Session, token: str, exc: BaseException) -> None:
-    """Undo this request's own attachment only: a state another request wrote stays."""
+def _undo(req: Request, store: Store, token: str, clean: bool, exc: BaseException) -> None:
+    """After the executor's rollback (of this request's own links only): release the
+    attachment's record, reservations and claims, unless another request owns it now
+    or the rollback left something for DEL (which finds it by the record)."""
     with store.lock():
-        state = _mine(store, req, token)
-        if state is None:
+        if mine(store, req.key, token) is None:
             log.warning("ADD of %s failed (%s); the attachment is another request's now: "
                         "left as it is", req.container_id, exc)
             return
-        try:
-            teardown(session, state, req.key.digest())
-        except CniError as err:
-            log.error("ADD rollback left work for DEL: %s", err.msg)
-            return  # keep state: DEL finishes the job
+        if not clean:
+            log.error("ADD of %s failed (%s) and its rollback left work for DEL: the "
+                      "state is kept", req.container_id, exc)
+            return
         store.purge(req.key)
     log.info("ADD of %s rolled back after: %s", req.container_id, exc)
-

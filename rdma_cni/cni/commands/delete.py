@@ -12,7 +12,7 @@ from rdma_cni.cni.request import Request
 from rdma_cni.errors import ConfigError
 from rdma_cni.log import LazyLogger
 from rdma_cni.store.core import DEFAULT_DATA_DIR, Store
-from rdma_cni.store.state import AttachmentState
+from rdma_cni.store.state import PENDING, AttachmentState
 
 #: DEL keeps failing (code 11) for an exclusive NIC the kernel has not returned for
 #: this long after the first such DEL; then it releases the attachment and logs it
@@ -76,6 +76,11 @@ def release(store: Store, netns_path: str, state: AttachmentState, key: Attachme
             fd: int | None = None) -> None:
     from rdma_cni.datapath.teardown import NicNotBack
 
+    if state.status == PENDING:
+        taken = _take_over(store, key)
+        if taken is None:
+            return  # released meanwhile
+        state = taken
     same = netns_path == state.netns
     try:
         _tear_down(store, key, netns_path if same else "", fd if same else None,
@@ -85,6 +90,15 @@ def release(store: Store, netns_path: str, state: AttachmentState, key: Attachme
             raise
     log.info("DEL of %s/%s released %d interface(s)", key.network, key.container_id,
              len(state.interfaces))
+
+
+def _take_over(store: Store, key: AttachmentKey) -> AttachmentState | None:
+    """A pending record may be an ADD's that still runs (a resident server that stalled):
+    take it over first (see :mod:`rdma_cni.cni.commands.owner`), so that ADD changes
+    nothing more while this undoes what the record names."""
+    from rdma_cni.cni.commands.owner import new_token, take_over
+
+    return take_over(store, key, new_token())
 
 
 def _give_up(store: Store, key: AttachmentKey, state: AttachmentState, why: str) -> bool:

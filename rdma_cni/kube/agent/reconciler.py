@@ -50,7 +50,14 @@ from rdma_cni.kube.agent.kubeapi import (
 )
 from rdma_cni.kube.agent.plan import PassPlan, plan_pass
 from rdma_cni.kube.agent.podreport import without_rdma
-from rdma_cni.kube.agent.view import Evidence, held_netns, netns_dirs, propagation, read_mountinfo
+from rdma_cni.kube.agent.view import (
+    Evidence,
+    held_netns,
+    netns_dirs,
+    propagation,
+    read_mountinfo,
+    runtime_dir,
+)
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, data_dir_of, in_cluster, load_config
 from rdma_cni.node.origin import node_identity
 from rdma_cni.store.core import Store
@@ -81,7 +88,7 @@ def gather(states: Sequence[AttachmentState], cri: CriClient | None,
     info = read_mountinfo() if mountinfo is None else mountinfo
     sound, unsound = set(), {}
     for d in netns_dirs(states):
-        why = propagation(os.path.realpath(d), info)
+        why = propagation(os.path.realpath(d), info) or runtime_dir(d, states)
         if why:
             unsound[d] = why
         else:

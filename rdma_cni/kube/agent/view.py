@@ -10,8 +10,10 @@ pod's address, so the evidence is graded:
   ADD recorded; the recorded path is a mounted nsfs file with that identity;
 - **gone**: the runtime is reachable and does not have the sandbox; or, with no
   runtime socket at all, the recorded path is not a netns in a view that is
-  sound (the netns directory is a propagated mount, or the agent shares the
-  host's mount namespace) and no visible process holds the recorded netns;
+  sound and no visible process holds the recorded netns. A view is sound when the
+  netns directory is a propagated mount here *and* is shown to be the runtime's
+  (:func:`runtime_dir`): propagation alone does not tell a bind of the runtime's
+  directory from a bind of an empty one;
 - anything else is **unknown**, and the reasons go to the report.
 
 :func:`gather` reads the OS (``/proc``, mountinfo, the CRI socket); everything
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rdma_cni.node.origin import netns_identity as path_identity
-from rdma_cni.node.origin import recorded_netns
+from rdma_cni.node.origin import recorded_netns, recorded_netns_dir
 
 if TYPE_CHECKING:
     from rdma_cni.store.state import AttachmentState
@@ -89,6 +91,33 @@ def _without_runtime(netns: str, seen: tuple[int, int] | None, ev: Evidence) -> 
     if seen is not None:  # a live netns with another identity: the path was reused
         return Verdict(UNKNOWN, f"{netns} is a netns other than the one recorded at ADD")
     return Verdict(GONE, f"{netns} is gone (propagated view, no process holds it)")
+
+
+def runtime_dir(directory: str, states: Sequence[AttachmentState],
+                ident_of: Callable[[str], tuple[int, int] | None] = path_identity,
+                dir_of: Callable[[str], tuple[int, int] | None] | None = None) -> str:
+    """"" when ``directory`` is shown to be the netns directory the runtime uses: it is
+    the directory an ADD saw (the same st_dev and st_ino), or a netns an ADD recorded
+    there is visible in it with the identity ADD recorded; otherwise why not."""
+    dir_of = dir_of or _dir_identity
+    mine = [s for s in states if s.netns and os.path.dirname(s.netns) == directory]
+    here = dir_of(directory)
+    if here is not None and any(recorded_netns_dir(s) == here for s in mine):
+        return ""
+    if any(rec is not None and ident_of(s.netns) == rec
+           for s, rec in ((s, recorded_netns(s)) for s in mine)):
+        return ""
+    return (f"{directory} propagates here, but nothing shows it is the runtime's netns "
+            "directory: it is not the directory ADD saw (device and inode), and no netns "
+            "an ADD recorded there is visible in it")
+
+
+def _dir_identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def netns_dirs(states: Sequence[AttachmentState]) -> set[str]:

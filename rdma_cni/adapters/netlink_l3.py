@@ -1,0 +1,176 @@
+"""rtnetlink of one netns, layer 3: addresses, routes and rules of the netns a
+:class:`rdma_cni.adapters.netlink.Netlink` is bound to (its base class). The IPv4
+methods serve every mode; ``addrs``, ``put_addr`` and ``routes_via`` read and write
+every family (an exclusive NIC's own configuration)."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import ipaddress
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rdma_cni.adapters.rtnl import (
+    NLM_F_CREATE,
+    NLM_F_EXCL,
+    RTM_DELADDR,
+    RTM_DELROUTE,
+    RTM_DELRULE,
+    RTM_GETADDR,
+    RTM_GETROUTE,
+    RTM_GETRULE,
+    RTM_NEWADDR,
+    RTM_NEWROUTE,
+    RTM_NEWRULE,
+    Channel,
+    fibmsg,
+    ifaddrmsg,
+    rtmsg,
+)
+from rdma_cni.adapters.rtnlmsg import (
+    addr_of,
+    addr_request,
+    address_of,
+    header_table,
+    route_of,
+    route_request,
+    rule_of,
+)
+from rdma_cni.datapath.port import (
+    RT_TABLE_LOCAL,
+    RT_TABLE_MAIN,
+    RTN_UNICAST,
+    Addr,
+    NetlinkPort,
+    Route,
+    Rule,
+    failure,
+)
+
+AF_INET = socket.AF_INET
+AF_INET6 = socket.AF_INET6
+FR_ACT_TO_TBL = 1
+NEW = NLM_F_CREATE | NLM_F_EXCL
+#: the errnos that mean "it is not there" (a delete of it is done)
+ABSENT = (errno.ENODEV, errno.ENOENT, errno.ESRCH, errno.EADDRNOTAVAIL)
+EXISTS = (errno.EEXIST,)
+#: "address/prefix length" -> IPv4Interface (immutable; a node's addresses recur in every
+#: request the resident process serves)
+_interface = functools.lru_cache(maxsize=4096)(ipaddress.IPv4Interface)
+
+
+@contextmanager
+def filtered(action: str, ok: tuple[int, ...] = ()) -> Iterator[None]:
+    """The one errno filter: an errno in ``ok`` ends the block as success (the caller
+    reads that as "absent" or "already so"); any other is a NetlinkFailure."""
+    try:
+        yield
+    except OSError as exc:
+        if (exc.errno or 0) not in ok:
+            raise failure(action, exc.errno or 0) from None
+
+
+class Layer3(NetlinkPort):
+    """Addresses, routes and rules over the channel ``_nl`` of this netns."""
+
+    _nl: Channel
+    label: str
+
+    # addresses ---------------------------------------------------------
+    def addresses(self, index: int | None = None) -> list[tuple[int, ipaddress.IPv4Interface]]:
+        msgs: Any = ()
+        # the kernel filters by link (strict dumps); a link that is gone has none
+        with filtered(f"list addresses in {self.label}", (errno.ENODEV,)):
+            msgs = self._nl.dump(ifaddrmsg, RTM_GETADDR, family=AF_INET, index=index or 0)
+        pairs = (address_of(m) for m in msgs if not index or m["index"] == index)
+        return [(i, _interface(a)) for i, a in pairs]
+
+    def add_address(self, name: str, iface: ipaddress.IPv4Interface) -> None:
+        self._addr(RTM_NEWADDR, NEW, name, iface, f"add {iface} to {name} in {self.label}",
+                   EXISTS)
+
+    def del_address(self, name: str, iface: ipaddress.IPv4Interface) -> None:
+        self._addr(RTM_DELADDR, 0, name, iface,
+                   f"delete {iface} from {name} in {self.label}", ABSENT)
+
+    def _addr(self, kind: int, flags: int, name: str, iface: ipaddress.IPv4Interface,
+              action: str, ok: tuple[int, ...]) -> None:
+        link = self.require(name)
+        ip = str(iface.ip)
+        with filtered(action, ok):
+            self._nl.request(ifaddrmsg, kind, flags, [("IFA_ADDRESS", ip), ("IFA_LOCAL", ip)],
+                             family=AF_INET, prefixlen=iface.network.prefixlen,
+                             index=link.index)
+
+    # every family: an exclusive NIC's own configuration -------------------------
+    def addrs(self, index: int) -> list[Addr]:
+        msgs: Any = ()
+        with filtered(f"list addresses in {self.label}", (errno.ENODEV,)):
+            msgs = self._nl.dump(ifaddrmsg, RTM_GETADDR, family=0, index=index)
+        return [a for i, a in (addr_of(m) for m in msgs) if i == index]
+
+    def put_addr(self, name: str, addr: Addr) -> None:
+        fields, attrs = addr_request(addr, self.require(name).index)
+        with filtered(f"add {addr.cidr} to {name} in {self.label}", EXISTS):
+            self._nl.request(ifaddrmsg, RTM_NEWADDR, NEW, attrs, **fields)
+
+    def routes_via(self, oif: int) -> list[Route]:
+        out: list[Route] = []
+        for family in (AF_INET, AF_INET6):
+            msgs: Any = ()
+            # every table (0), filtered to the link by the kernel; a kernel without IPv6
+            # has no IPv6 routes
+            with filtered(f"list routes through link {oif} in {self.label}",
+                           (errno.ENODEV, errno.ENOENT, errno.EAFNOSUPPORT)):
+                msgs = self._nl.dump(rtmsg, RTM_GETROUTE, [("RTA_OIF", oif)], family=family)
+            out += [r for r in (route_of(m) for m in msgs)
+                    if r.oif == oif and r.table != RT_TABLE_LOCAL and r.type == RTN_UNICAST]
+        return out
+
+    # routes and rules --------------------------------------------------
+    def routes(self, table: int = RT_TABLE_MAIN, oif: int | None = None) -> list[Route]:
+        msgs: Any = ()
+        attrs = [("RTA_TABLE", table)] + ([("RTA_OIF", oif)] if oif else [])
+        # filtered by the kernel (strict dumps): no such table or link means no routes
+        with filtered(f"list routes of table {table} in {self.label}",
+                       (errno.ENOENT, errno.ENODEV)):
+            msgs = self._nl.dump(rtmsg, RTM_GETROUTE, attrs, family=AF_INET,
+                                 table=header_table(table))
+        out = [route_of(m) for m in msgs]
+        return [r for r in out if r.table == table and (oif is None or r.oif == oif)]
+
+    def add_route(self, route: Route) -> None:
+        fields, attrs = route_request(route)
+        with filtered(f"add route {route.dst} to table {route.table} in {self.label}", EXISTS):
+            self._nl.request(rtmsg, RTM_NEWROUTE, NEW, attrs, **fields)
+
+    def del_route(self, route: Route) -> None:
+        fields, attrs = route_request(route, delete=True)
+        with filtered(f"delete route {route.dst} from table {route.table}", ABSENT):
+            self._nl.request(rtmsg, RTM_DELROUTE, 0, attrs, **fields)
+
+    def rules(self) -> list[Rule]:
+        """(priority, table, source CIDR) of every IPv4 rule."""
+        msgs: Any = ()
+        with filtered(f"list rules in {self.label}"):
+            msgs = self._nl.dump(fibmsg, RTM_GETRULE, family=AF_INET)
+        return [rule_of(m) for m in msgs]
+
+    def add_rule(self, src: str, table: int, priority: int) -> None:
+        self._rule(RTM_NEWRULE, NEW, src, table, priority,
+                   f"add rule from {src} lookup {table} in {self.label}", EXISTS)
+
+    def del_rule(self, src: str, table: int, priority: int) -> None:
+        self._rule(RTM_DELRULE, 0, src, table, priority,
+                   f"delete rule from {src} lookup {table}", ABSENT)
+
+    def _rule(self, kind: int, flags: int, src: str, table: int, priority: int, action: str,
+              ok: tuple[int, ...]) -> None:
+        with filtered(action, ok):
+            self._nl.request(fibmsg, kind, flags,
+                             [("FRA_SRC", src), ("FRA_TABLE", table), ("FRA_PRIORITY", priority)],
+                             family=AF_INET, src_len=32, table=header_table(table),
+                             action=FR_ACT_TO_TBL)

@@ -1,0 +1,87 @@
+"""Which request owns an attachment while its ADD runs, and the proof of it.
+
+An ADD owns the attachment from the pending state it saves (tagged with its own
+request token) until it is replaced: a later ADD of the same attachment (the
+runtime's retry, or the in-process fallback of a resident request whose client gave
+up) or a DEL takes a pending record over by writing its own token into it, under the
+store lock, before it undoes anything. :class:`AddOwner` is what the executor holds
+around every step and every undo (:class:`rdma_cni.datapath.execute.Owner`): the
+store lock, and the check that the record is still this ADD's (its file unchanged
+since this ADD wrote it: one ``lstat``; or still carrying its token). An ADD that
+lost the attachment, however late it resumes, changes nothing more.
+
+While it holds the lock after a step, the owner also records in the pending state
+the index an exclusive NIC got in the pod (the identity DEL finds it by), so that a
+crash right after the move leaves DEL a record that names the NIC as it is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.datapath.context import Ctx
+from rdma_cni.datapath.execute import Superseded
+from rdma_cni.datapath.physical import with_index
+from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.store.core import Store
+from rdma_cni.store.files import Identity
+from rdma_cni.store.state import AttachmentState
+
+
+def new_token() -> str:
+    return os.urandom(8).hex()
+
+
+def mine(store: Store, key: AttachmentKey, token: str) -> AttachmentState | None:
+    state = store.get_state(key)
+    return state if state is not None and state.request == token else None
+
+
+def take_over(store: Store, key: AttachmentKey, token: str) -> AttachmentState | None:
+    """Under the lock: make ``key``'s record this request's (``token``), so that the
+    request that wrote it changes nothing more; the record as taken over (None: none)."""
+    with store.lock():
+        state = store.get_state(key)
+        if state is not None and state.request != token:
+            state = state.with_(request=token)
+            store.put_state(key, state)
+        return state
+
+
+class AddOwner:
+    """The owner an ADD's executor holds (see the module doc)."""
+
+    def __init__(self, store: Store, key: AttachmentKey, token: str,
+                 pending: Identity | None, ctx: Ctx, state: AttachmentState) -> None:
+        self.store, self.key, self.token = store, key, token
+        self.pending, self.ctx, self.state = pending, ctx, state
+
+    def still_mine(self) -> bool:
+        """Under the lock: the record is the pending one this ADD saved, or carries its token."""
+        if self.pending is not None and self.store.state_identity(self.key) == self.pending:
+            return True
+        return mine(self.store, self.key, self.token) is not None
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        with self.store.lock():
+            if not self.still_mine():
+                raise Superseded(f"ADD of {self.key.container_id}: the attachment is another "
+                                 "request's now; this one changes nothing more")
+            yield
+            self._record_moves()
+
+    def plans(self) -> list[IfacePlan]:
+        """The plans with the index each exclusive NIC has in the pod."""
+        made = self.ctx.made
+        return [with_index(p, made[p.k]) if p.kind == "physical" and p.k in made else p
+                for p in self.state.interfaces]
+
+    def _record_moves(self) -> None:
+        plans = self.plans()
+        if plans != list(self.state.interfaces):
+            self.state = self.state.with_(interfaces=tuple(plans))
+            self.pending = self.store.put_state(self.key, self.state)

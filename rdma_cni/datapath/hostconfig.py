@@ -1,0 +1,136 @@
+"""An exclusive NIC's own configuration, put on a link: on the host when the NIC comes
+back (:func:`restore_host`), in the pod when it goes in (:mod:`rdma_cni.datapath.podconfig`).
+
+Addresses go on so that the kernel lists them in the order the host had them (the
+first of an IPv4 subnet becomes its primary again), with their flags, broadcast and
+label (renamed with the link) and what is left of their lifetimes (an address whose
+valid lifetime ran out meanwhile is not put back). IPv6 addresses go on once the link
+is up: the kernel gives an address with a finite lifetime that was added to a down
+link no prefix route when the link comes up. They start tentative, as the kernel makes
+every new one (``nodad`` only where the host's had it); a route whose IPv6 source
+address is still tentative waits, bounded, for its duplicate address detection. The
+IPv6 address generation mode is set before the link comes up, so the kernel makes the
+link-local address the host had (or none)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import time
+from collections.abc import Sequence
+
+from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.datapath.port import (
+    FOREVER,
+    SCOPE_LINK,
+    SCOPE_UNIVERSE,
+    Addr,
+    NetlinkFailure,
+    NetlinkPort,
+    Route,
+)
+from rdma_cni.store.records import HostAddr, HostRoute
+
+log = logging.getLogger("rdma_cni")
+IFA_F_TENTATIVE = 0x40
+#: how long a route waits for the IPv6 source address it names to leave DAD
+DAD_WAIT = 3.0
+
+
+def restore_host(host: NetlinkPort, name: str, p: IfacePlan) -> None:
+    if p.host_mtu:
+        host.set_mtu(name, p.host_mtu, f"restore MTU of {name}")
+    set_mode(host, name, p.inet6_mode)
+    # a record of an earlier release has IPv4 addresses only
+    addrs = p.host_addrs or tuple(HostAddr(str(a)) for a in p.addresses)
+    put_addrs(host, name, addrs, relabel=name != p.nic, family=4 if p.host_up else None)
+    if p.host_up:
+        host.set_up(name, f"bring {name} up")
+        put_addrs(host, name, addrs, family=6)
+    link = host.require(name)
+    saved = p.host_routes or tuple(HostRoute(dst, gw, 0, 0, False) for dst, gw in p.routes)
+    add_routes(host, name, [route_of(HostRoute(*r), link.index) for r in saved])
+
+
+def set_mode(nl: NetlinkPort, name: str, mode: int | None) -> None:
+    if mode is None:
+        return
+    try:
+        nl.set_inet6_mode(name, mode, f"set the IPv6 address mode of {name} in {nl.label}")
+    except NetlinkFailure as exc:  # IPv6 off there: nothing to generate addresses for
+        log.warning("%s", exc.msg)
+
+
+def put_addrs(nl: NetlinkPort, name: str, addrs: Sequence[HostAddr], relabel: bool = True,
+              family: int | None = None) -> None:
+    """Put ``addrs`` (of ``family``: 4, 6 or both) on ``name`` (see the module doc);
+    ``relabel``: IPv4 labels take the link's name (the kernel renames them with the
+    link, but not across a move)."""
+    now = time.clock_gettime(time.CLOCK_BOOTTIME)
+    v4 = [h for h in addrs if ":" not in h.cidr and family in (None, 4)]
+    v6 = [h for h in addrs if ":" in h.cidr and family in (None, 6)]
+    # the kernel lists an IPv4 address after those before it, an IPv6 one before those
+    # of its scope before it: the order it had comes back from the same adds, reversed
+    for h in v4 + v6[::-1]:
+        addr = addr_at(h, now, name if relabel else None)
+        if addr is None:
+            log.warning("%s: the valid lifetime of %s ran out while it was away: not put back",
+                        name, h.cidr)
+            continue
+        try:
+            nl.put_addr(name, addr)
+        except NetlinkFailure as exc:
+            if addr.version == 4 or exc.errno not in (errno.EACCES, errno.EAFNOSUPPORT):
+                raise
+            log.warning("%s in %s: IPv6 is disabled there: %s not added", name, nl.label,
+                        h.cidr)
+
+
+def addr_at(h: HostAddr, now: float, name: str | None) -> Addr | None:
+    """The address to add at ``now`` (None: its valid lifetime ended)."""
+    def left(until: float | None) -> int:
+        return FOREVER if until is None else max(0, min(int(until - now), FOREVER - 1))
+
+    valid, preferred = left(h.valid_until), left(h.preferred_until)
+    if valid == 0:
+        return None
+    label = h.label
+    if label and name is not None:
+        suffix = label.partition(":")[2]
+        label = f"{name}:{suffix}" if suffix else name
+    return Addr(h.cidr, h.flags, valid, min(preferred, valid), label, h.broadcast)
+
+
+def route_of(r: HostRoute, index: int, table: int | None = None) -> Route:
+    v4 = ":" not in r.dst
+    scope = SCOPE_LINK if v4 and not r.gateway else SCOPE_UNIVERSE  # a v4 device route: link
+    return Route(dst=r.dst, gateway=r.gateway, oif=index, table=r.table if table is None
+                 else table, onlink=r.onlink, proto=r.proto, priority=r.metric, scope=scope,
+                 prefsrc=r.prefsrc)
+
+
+def add_routes(nl: NetlinkPort, name: str, routes: Sequence[Route]) -> None:
+    """Add ``routes``; one whose IPv6 source address is still tentative (EINVAL) is added
+    again once that address has left DAD (bounded by :data:`DAD_WAIT`)."""
+    later = []
+    for route in routes:
+        try:
+            nl.add_route(route)
+        except NetlinkFailure as exc:
+            if not (route.version == 6 and route.prefsrc and exc.errno == errno.EINVAL):
+                raise
+            later.append(route)
+    if later:
+        _wait_dad(nl, name, {r.prefsrc for r in later})
+        for route in later:
+            nl.add_route(route)
+
+
+def _wait_dad(nl: NetlinkPort, name: str, sources: set[str | None]) -> None:
+    index = nl.require(name).index
+    deadline = time.monotonic() + DAD_WAIT
+    while time.monotonic() < deadline:
+        if not any(a.cidr.split("/")[0] in sources and a.flags & IFA_F_TENTATIVE
+                   for a in nl.addrs(index)):
+            return
+        time.sleep(0.05)
