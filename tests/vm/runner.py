@@ -1,4 +1,4 @@
-"""Run the VM test tier: boot Debian's kernel once under virtme-ng, run pytest -m vm inside.
+"""Run the VM test tier: boot a Debian kernel once under virtme-ng, run pytest -m vm inside.
 
 Usage (from anywhere; also via scripts/vm-run.sh):
     python tests/vm/runner.py [--timeout S] [--exec CMD] [-- ] [pytest args...]
@@ -32,6 +32,9 @@ SENTINEL_RE = re.compile(re.escape(SENTINEL) + r"(\d+)@@")
 EXIT_TIMEOUT = 124
 EXIT_INFRA = 125
 DEFAULT_TIMEOUT = 25 * 60
+#: trixie-backports' kernel, the default (rxe with per-netns sockets); RDMA_CNI_VM_KERNEL
+#: picks a Debian 12 one instead (scripts/vm-prepare.sh)
+NEXT_RELEASE = "7.3.4+deb13-amd64"
 
 
 @dataclass
@@ -148,8 +151,13 @@ def find_vng() -> str:
     return found
 
 
+def kernel_stamp(work: Path) -> Path:
+    """The file naming the guest kernel's image (written by scripts/vm-prepare.sh)."""
+    return work / ("kernel" if os.environ.get("RDMA_CNI_VM_KERNEL") else f"kernel-{NEXT_RELEASE}")
+
+
 def needs_prepare(work: Path) -> bool:
-    stamp = work / "kernel"
+    stamp = kernel_stamp(work)
     if not stamp.is_file() or not Path(stamp.read_text().strip()).is_file():
         return True
     if not (work / "udev-rules").is_dir():
@@ -162,7 +170,7 @@ def prepare(work: Path) -> str:
     if needs_prepare(work):
         env = {**os.environ, "RDMA_CNI_VM_DIR": str(work)}
         subprocess.run([str(REPO / "scripts" / "vm-prepare.sh")], check=True, env=env)
-    return (work / "kernel").read_text().strip()
+    return kernel_stamp(work).read_text().strip()
 
 
 def kill_group(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
