@@ -116,8 +116,9 @@ def cycle_rows(cycles: dict[str, Any] | None) -> list[dict[str, Any]]:
     start = cycles["rss_kib_after_warmup"] / MIB
     cell = {"n": cycles["cycles"], "median": round(end, 3), "p90": round(end, 3),
             "min": round(start, 3), "max": round(cycles["hwm_kib"] / MIB, 3)}
-    return [{"id": "5b", "title": f"resident process RSS after {cycles['cycles']} ADD/DEL "
-             f"cycles (after warm-up: {start:.1f} MiB)", "path": "resident", "unit": "MiB",
+    return [{"id": "5b", "title": f"resident process RSS, all its processes summed, after "
+             f"{cycles['cycles']} ADD/DEL cycles (after warm-up: {start:.1f} MiB)",
+             "path": "resident", "unit": "MiB",
              "rdma_cni": cell, "go": None, "ratio": None, "ratio_p90": None,
              "goal": RESIDENT_RSS_GOAL_MIB, "goal_kind": "absolute",
              "met": end <= RESIDENT_RSS_GOAL_MIB, "growth_mib": round(end - start, 3)}]
@@ -184,9 +185,11 @@ def markdown(record: dict[str, Any]) -> str:
         lines.append(_line(r))
     daemon = record.get("resident_daemon")
     if daemon:
-        lines += ["", f"Resident process memory (the largest of its {daemon.get('workers', 1)} "
-                      f"worker processes): peak {daemon.get('VmHWM', 0) / MIB:.1f} MiB, "
-                      f"at the end {daemon.get('VmRSS', 0) / MIB:.1f} MiB."]
+        lines += ["", f"Resident process memory, its {daemon.get('workers', 1)} processes "
+                      f"summed: RSS at the end {daemon.get('VmRSS', 0) / MIB:.1f} MiB "
+                      f"(peaks summed {daemon.get('VmHWM', 0) / MIB:.1f} MiB; proportional "
+                      f"set size {daemon.get('Pss', 0) / MIB:.1f} MiB; the largest process "
+                      f"{daemon.get('VmRSS_max', 0) / MIB:.1f} MiB)."]
     lines += _floor_line(record.get("floor"))
     return "\n".join(lines) + "\n"
 

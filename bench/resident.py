@@ -13,6 +13,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from cpuacct import CpuGroup
+
 
 def supported(binary: str) -> bool:
     """Whether this build of the binary has the ``serve`` subcommand."""
@@ -29,13 +31,21 @@ class Daemon:
     proc: subprocess.Popen[bytes]
     socket: str
     log_file: str
+    #: the daemon's control group: its CPU in ns, every thread and worker, ended ones too
+    group: CpuGroup | None = None
 
     @classmethod
     def start(cls, binary: str, socket: str, log_file: str, timeout: float = 30.0) -> Daemon:
+        try:
+            group: CpuGroup | None = CpuGroup(f"rdma-cni-bench-{os.getpid()}")
+        except OSError:
+            group = None
         with open(log_file + ".out", "wb") as out:
             proc = subprocess.Popen([binary, "serve", "--socket", socket, "--log-file", log_file],
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/")
-        daemon = cls(proc, socket, log_file)
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/",
+                                    preexec_fn=(lambda: group.add(os.getpid())) if group
+                                    else None)
+        daemon = cls(proc, socket, log_file, group)
         deadline = time.monotonic() + timeout
         while not os.path.exists(socket):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -57,25 +67,33 @@ class Daemon:
         return out
 
     def memory_kib(self) -> dict[str, int]:
-        """VmHWM (peak) and VmRSS of the daemon, from /proc; ``workers``: how many
-        processes serve, ``VmRSS_max``: the largest of them (each holds the plugin)."""
-        out: dict[str, int] = {}
+        """The daemon's memory, every process it runs summed (``serve --workers``): VmRSS
+        and VmHWM (each process's peak) summed, the proportional set size (shared pages
+        counted once, ``Pss`` of smaps_rollup) summed, and the largest single VmRSS;
+        ``workers``: how many processes serve."""
+        out = {"VmRSS": 0, "VmHWM": 0, "Pss": 0, "VmRSS_max": 0}
         pids = self.pids()
         for pid in pids:
             try:
                 with open(f"/proc/{pid}/status") as f:
-                    for line in f:
-                        key, _, value = line.partition(":")
-                        if key in ("VmHWM", "VmRSS"):
-                            kib = int(value.split()[0])
-                            out[key] = max(out.get(key, 0), kib)
+                    status = dict(line.split(":", 1) for line in f if ":" in line)
+                with open(f"/proc/{pid}/smaps_rollup") as f:
+                    rollup = dict(line.split(":", 1) for line in f if ":" in line)
             except OSError:
                 continue
+            rss = int(status["VmRSS"].split()[0])
+            out["VmRSS"] += rss
+            out["VmHWM"] += int(status["VmHWM"].split()[0])
+            out["Pss"] += int(rollup.get("Pss", "0 kB").split()[0])
+            out["VmRSS_max"] = max(out["VmRSS_max"], rss)
         out["workers"] = len(pids)
         return out
 
     def cpu_s(self) -> float:
-        """The daemon's user+system CPU seconds so far (all its threads and workers)."""
+        """The daemon's CPU seconds so far: every thread and worker it ever ran, in ns
+        (its control group); without one, /proc's live processes in clock ticks."""
+        if self.group is not None:
+            return self.group.seconds()
         total = 0.0
         for pid in self.pids():
             try:
@@ -87,11 +105,12 @@ class Daemon:
         return total
 
     def stop(self) -> None:
-        if self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.group is not None:
+            self.group.remove()

@@ -9,10 +9,16 @@
  * the host tree through the loader and C library shipped in `_internal/`, so nothing of
  * the host's userland is loaded (exec_bundle). All plugin logic stays in the bundle and
  * the server: this only moves bytes.
+ * It also falls back when CNI_NETNS is not a network namespace file (opened O_PATH
+ * first: a FIFO never blocks it, a device is never opened; the bundle answers code 4)
+ * and when an answer is not a complete CNI answer (an ADD success without its result,
+ * a failure without its error document).
  *
- * Protocol (rdma_cni/resident/protocol.py, version 2):
- *   request: u32 hlen, header JSON {"v":2,"env":{...}}, u32 slen, stdin;
- *            SCM_RIGHTS [this process's netns, pod netns when CNI_NETNS is set]
+ * Protocol (rdma_cni/resident/protocol.py, version 3):
+ *   request: u32 hlen, header JSON {"v":3,"env":{...}}, u32 slen, stdin;
+ *            SCM_RIGHTS [this process's netns, its root dir (O_PATH), pod netns when
+ *            CNI_NETNS is set]: the server resolves the config's paths from that root
+ *            to prove it sees the same store and kubelet files, else it refuses
  *   reply:   u32 blen, body: 'A' i32 exit u32 olen stdout u32 elen stderr | 'R' reason
  * Integers are in host byte order (both ends run on one host).
  *
@@ -28,11 +34,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,6 +55,10 @@
 #define CONNECT_MS 200
 #define DEFAULT_TIMEOUT_S 25.0
 #define MAX_DEPTH 64
+#define MAX_FDS 3
+#define NSFS_MAGIC_ 0x6e736673
+#define NS_GET_NSTYPE_ 0xb703   /* _IO(0xb7, 0x3), linux/nsfs.h */
+#define CLONE_NEWNET_ 0x40000000
 
 extern char **environ;
 static const char *FORWARDED[] = {"CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS",
@@ -169,7 +181,7 @@ static int put_json_string(struct buf *b, const char *s) {
 int front_encode_request(struct buf *b, char *const *env, const char *in, size_t n) {
     struct buf h = {0};
     int first = 1, rc = -1;
-    if (buf_put(&h, "{\"v\":2,\"env\":{", 14)) goto out;
+    if (buf_put(&h, "{\"v\":3,\"env\":{", 14)) goto out;
     for (size_t i = 0; i < sizeof FORWARDED / sizeof *FORWARDED; i++) {
         size_t klen = strlen(FORWARDED[i]);
         for (char *const *e = env; *e; e++) {
@@ -205,6 +217,17 @@ int front_parse_reply(const char *body, size_t n, struct reply *r) {
     return 1;
 }
 
+/* Whether an answer may be relayed as the plugin's: an ADD success carries its result,
+ * a failure its error document (each exactly one JSON object on stdout); other
+ * successes are relayed as they are. Anything else: the bundle runs the request. */
+int front_relayable(const char *cmd, const struct reply *r) {
+    const char *s = r->out, *end = r->out + r->olen;
+    if (r->exit == 0 && strcmp(cmd, "ADD") != 0) return 1;
+    s = skip_ws(s, end);
+    if (s >= end || *s != '{' || !(s = skip_value(s, end, 0))) return 0;
+    return skip_ws(s, end) == end;
+}
+
 #ifndef FRONT_FUZZ
 /* ---- talking to the server ---- */
 static long now_ms(void) {
@@ -226,7 +249,7 @@ static int connect_to(const char *path) {
 }
 
 static int send_frame(int fd, const struct buf *f, const int *fds, int nfds) {
-    char ctl[CMSG_SPACE(2 * sizeof(int))] = {0};
+    char ctl[CMSG_SPACE(MAX_FDS * sizeof(int))] = {0};
     struct iovec iov = {f->p, f->n};
     struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
                        .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
@@ -277,16 +300,45 @@ static long timeout_ms(void) {
     return (long)(s * 1000);
 }
 
+/* CNI_NETNS opened for the server: O_PATH first (a FIFO cannot block, a device is not
+ * opened), then only an nsfs file of a network namespace is opened for real. -1: not
+ * one (or gone): the bundle answers it. */
+static int open_pod_netns(const char *path) {
+    char self[64];
+    struct statfs sf;
+    int probe = open(path, O_PATH | O_CLOEXEC), fd = -1;
+    if (probe < 0) return -1;
+    if (fstatfs(probe, &sf) == 0 && sf.f_type == NSFS_MAGIC_) {
+        snprintf(self, sizeof self, "/proc/self/fd/%d", probe);
+        fd = open(self, O_RDONLY | O_CLOEXEC);
+    }
+    close(probe);
+    if (fd >= 0) {
+        int type = ioctl(fd, NS_GET_NSTYPE_);
+        if (type >= 0 && type != CLONE_NEWNET_) { close(fd); fd = -1; }
+    }
+    return fd;
+}
+
+/* The descriptors a request carries (protocol.py FD_*); their count, -1 to fall back. */
+static int request_fds(int fds[MAX_FDS]) {
+    const char *netns = getenv("CNI_NETNS");
+    int n = 0;
+    if ((fds[n] = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) >= 0) n++;
+    if (n == 1 && (fds[n] = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC)) >= 0) n++;
+    if (n == 2 && netns && *netns && (fds[n] = open_pod_netns(netns)) >= 0) n++;
+    if (n == 2 + (netns && *netns)) return n;
+    while (n--) close(fds[n]);
+    return -1;
+}
+
 /* The server's answer relayed: returns the exit status, or -1 to fall back. */
 static int forward(const char *path, const struct buf *in) {
-    int fds[2], nfds = 0, sock = -1, rc = -1;
+    int fds[MAX_FDS], nfds, sock = -1, rc = -1;
     struct buf frame = {0};
     char *body = NULL;
-    const char *netns = getenv("CNI_NETNS");
-    if ((fds[nfds] = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) return -1;
-    nfds++;
-    if (netns && *netns && (fds[nfds] = open(netns, O_RDONLY | O_CLOEXEC)) < 0) goto out;
-    if (netns && *netns) nfds++;
+    const char *cmd = getenv("CNI_COMMAND");
+    if ((nfds = request_fds(fds)) < 0) return -1;
     if (front_encode_request(&frame, environ, in->p, in->n) ||
         (sock = connect_to(path)) < 0 || send_frame(sock, &frame, fds, nfds)) goto out;
     long deadline = now_ms() + timeout_ms();
@@ -294,7 +346,8 @@ static int forward(const char *path, const struct buf *in) {
     struct reply r;
     if (read_until(sock, (char *)&blen, 4, deadline) || blen > MAX_FRAME ||
         !(body = malloc(blen ? blen : 1)) || read_until(sock, body, blen, deadline) ||
-        front_parse_reply(body, blen, &r) != 1) goto out;
+        front_parse_reply(body, blen, &r) != 1 || !front_relayable(cmd ? cmd : "", &r))
+        goto out;
     write_all(1, r.out, r.olen);
     write_all(2, r.err, r.elen);
     rc = r.exit;

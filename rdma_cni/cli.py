@@ -166,7 +166,7 @@ def _subcommand(argv: list[str]) -> int:
     if name in ("-v", "--version", "version"):
         from rdma_cni.cliargs import version_text
 
-        sys.stdout.write(version_text() + "\n")
+        sys.stdout.write(version_text("--verbose" in argv[1:]) + "\n")
         return 0
     module = SUBCOMMANDS.get(name)
     if module is None:
@@ -214,7 +214,9 @@ def _run_subcommand(name: str, module: str, args: list[str]) -> int:
         return 130
     except Exception as e:  # the last resort: one line, never a traceback
         reason = f"unexpected {type(e).__name__}: {e}"
-    sys.stderr.write(f"rdma-cni {name}: {' '.join(reason.split())}\n")
+    from rdma_cni.errors import escaped
+
+    sys.stderr.write(f"rdma-cni {name}: {escaped(' '.join(reason.split()))}\n")
     return 1
 
 

@@ -22,6 +22,7 @@ EPILOG = "exit codes: 0 ok, 1 failure (one line on stderr says what to fix), 2 u
 CONFIG_HELP = ("JSON object shaped like the plugin's conflist entry (default: the rdma-cni "
                "entry of the first CNI config in /etc/cni/net.d)")
 COMMIT_FILE = "BUILD_COMMIT"  # written by scripts/build.sh next to this module
+VERSIONS_FILE = "BUILD_VERSIONS"  # written into each bundle by scripts/bundle_versions.py
 
 
 def commit() -> str:
@@ -35,8 +36,23 @@ def commit() -> str:
     return value if value and value.replace("-", "").isalnum() else "unknown"
 
 
-def version_text() -> str:
-    return f"rdma-cni {__version__} (commit {commit()})"
+def version_text(verbose: bool = False) -> str:
+    """``rdma-cni X (commit C)``; ``verbose``: also what the build bundled, one line each
+    (scripts/bundle_versions.py records it beside this module)."""
+    head = f"rdma-cni {__version__} (commit {commit()})"
+    if not verbose:
+        return head
+    import json
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), VERSIONS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            built = json.load(f)
+        lines = [f"python {built['python']}", f"c library {built['c_library']}"]
+        lines += [f"{name} {ver}" for name, ver in built["packages"].items()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        lines = ["bundled versions: not recorded (not a build of ./scripts/build.sh)"]
+    return "\n".join([head, *lines])
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,13 +68,17 @@ class Parser(argparse.ArgumentParser):
 
 
 def parser(prog: str, description: str, *, config: bool = True,
-           config_help: str = CONFIG_HELP) -> Parser:
-    """A subcommand's parser with ``--version`` and (unless ``config`` is False) ``--config``."""
+           config_help: str = CONFIG_HELP, log_format: bool = False) -> Parser:
+    """A subcommand's parser with ``--version``, (unless ``config`` is False)
+    ``--config`` and (with ``log_format``, the long-running ones) ``--log-format``."""
     p = Parser(prog=prog, description=description, epilog=EPILOG)
     p.add_argument("--version", action="version", version=version_text(),
                    help="print the version and the git commit of the build, then exit")
     if config:
         p.add_argument("--config", metavar="FILE", help=config_help)
+    if log_format:
+        p.add_argument("--log-format", choices=("text", "json"), default="text",
+                       help="log lines on stderr as text or as JSON objects (default text)")
     return p
 
 

@@ -4,6 +4,8 @@ Stdlib-free and import-free, so the pass-through path, DEL and the models can al
 it without pulling in the modules that use the values.
 """
 
+#: the plugin's log file (``logFile``)
+LOG_FILE = "/var/log/rdma-cni.log"
 #: the store's data dir (``dataDir``)
 DATA_DIR = "/var/lib/cni/rdma-cni"
 #: the directory of the node's runtime files (the DaemonSet creates it)
@@ -16,6 +18,9 @@ METRICS_FILE = f"{RUN_DIR}/metrics"
 DEVICE_PLUGIN_STATUS = f"{RUN_DIR}/device-plugin.json"
 #: the agent's status file
 AGENT_STATUS = f"{RUN_DIR}/agent-status.json"
+#: the kubelet's PodResources socket and device-plugin checkpoint (``kubelet`` keys)
+KUBELET_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+KUBELET_CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 #: the node's CNI config dir
 CNI_CONF_DIR = "/etc/cni/net.d"
 #: the first policy-routing rule priority of a pod's RDMA interfaces (``rulePriority``)

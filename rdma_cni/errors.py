@@ -12,6 +12,10 @@ Messages name the action, the object and the cause, e.g.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import re
 
 
 class Code(IntEnum):
@@ -124,3 +128,25 @@ def shown(value: object, limit: int = 64) -> str:
     except (TypeError, ValueError):
         text = json.dumps(str(value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_UNSAFE: re.Pattern[str] | None = None  # compiled on first use: this module is on every exec
+
+
+def escaped(text: str) -> str:
+    """``text`` with every character that could end, rewrite or hide a log line shown as
+    an escape (``\\x0a``, ``\\u2028``): C0 and C1 controls, DEL, the Unicode line and
+    paragraph separators and lone surrogates (undecodable bytes of the environment).
+    What the plugin logs or writes to stderr passes through it, so a key, a value or a
+    path from a pod author or the runtime can never forge a line."""
+    global _UNSAFE
+    if _UNSAFE is None:
+        import re
+
+        _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+    return _UNSAFE.sub(_escape_one, text)
+
+
+def _escape_one(m: re.Match[str]) -> str:
+    code = ord(m.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

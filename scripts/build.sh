@@ -14,7 +14,8 @@ commit=$(./scripts/commit-id.sh .)
 [ "$(cat rdma_cni/BUILD_COMMIT 2>/dev/null)" = "$commit" ] || echo "$commit" > rdma_cni/BUILD_COMMIT
 stamp=dist/.built
 if [ -f "$stamp" ] && [ -x dist/rdma-cni/rdma-cni ] && [ -x dist/rdma-cni-host/rdma-cni-front ] && \
-   [ -z "$(find rdma_cni front build.spec scripts/nccl_env.sh scripts/host_tree.py pyproject.toml \
+   [ -z "$(find rdma_cni front build.spec scripts/nccl_env.sh scripts/host_tree.py \
+           scripts/bundle_versions.py pyproject.toml requirements/bundle.txt \
            -newer "$stamp" 2>/dev/null | head -1)" ]; then
     echo "build: dist/rdma-cni and dist/rdma-cni-host are up to date"; exit 0
 fi
@@ -24,5 +25,6 @@ rm -f .build.log
 gcc -O2 -Wall -Wextra -Werror -static -s -o dist/rdma-cni-front front/rdma-cni-front.c
 .venv/bin/python scripts/host_tree.py dist/rdma-cni-host --front dist/rdma-cni-front
 rm -f dist/rdma-cni-front
+.venv/bin/python scripts/bundle_versions.py dist/rdma-cni dist/rdma-cni-host
 touch "$stamp"
 echo "build: dist/rdma-cni/rdma-cni, dist/rdma-cni-host/rdma-cni-front"

@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 PKGS="python3 python3-venv python3-pip python3-dev gcc libc6-dev iproute2 procps kmod
       containernetworking-plugins rdma-core ibverbs-utils python3-pyverbs containerd runc
-      podman buildah catatonit debootstrap openssl
+      podman buildah catatonit debootstrap openssl strace util-linux
       golang-go golang-github-appc-cni-dev"
+# strace: the security tests widen serve's socket window with a delayed listen(2);
+# util-linux: unshare, setpriv and prlimit (serve in a private mount namespace, a
+# client of another user, a descriptor limit)
 # golang-go + golang-github-appc-cni-dev (libcni's sources): the cnitool the docs'
 # cnitool section is tested with (Debian does not package cnitool itself)
 missing=""
@@ -29,10 +32,15 @@ if [ ! -x .venv/bin/python ]; then
     /usr/bin/python3 -m venv --system-site-packages .venv
 fi
 stamp=.venv/.rdma-cni-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements/bundle.txt -nt "$stamp" ]; then
     echo "setup: installing Python dependencies into .venv"
     .venv/bin/pip install -q --upgrade pip >/dev/null
-    .venv/bin/pip install -q -e '.[dev]'
+    # What the bundles are built from: exactly the locked versions, each checked against
+    # its hashes (requirements/bundle.txt, pip-compile --generate-hashes; README "Packaging").
+    .venv/bin/pip install -q --require-hashes -r requirements/bundle.txt
+    # The project and its dev tools, which may not move a locked version.
+    grep -E '^[A-Za-z0-9_.-]+==' requirements/bundle.txt | sed 's/ *\\$//' > .venv/locked.txt
+    .venv/bin/pip install -q -c .venv/locked.txt -e '.[dev]'
     touch "$stamp"
 fi
 # promtool (tests/unit/test_alert_rules.py checks the alert rules with it), taken out

@@ -115,6 +115,8 @@ def plugin_invocation(
         argv = ["ip", "netns", "exec", node_ns, *argv]
     full_env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
                 "CNI_COMMAND": cmd, "CNI_PATH": cni_path, "PYTHONDONTWRITEBYTECODE": "1"}
+    if binary is None:  # this checkout's package, not whatever the venv installed
+        full_env["PYTHONPATH"] = str(REPO)
     if container_id:
         full_env["CNI_CONTAINERID"] = container_id
         full_env["CNI_IFNAME"] = ifname

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -35,15 +36,25 @@ class NetnsGone(Exception):
 
 
 def open_netns(path: str) -> int:
-    """Open ``path`` as a network namespace; EnvError if it is something else."""
+    """Open ``path`` as a network namespace; EnvError if it is something else. The path
+    is first opened ``O_PATH`` (nothing of the file's own runs: a FIFO cannot block, a
+    device is not opened) and only an nsfs file is opened for real."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        probe = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except FileNotFoundError:
         raise NetnsGone(path) from None
-    except IsADirectoryError:
-        raise EnvError(f"CNI_NETNS {path} is a directory, not a network namespace") from None
     except OSError as exc:
         raise EnvError(f"failed to open CNI_NETNS {path}: {exc.strerror or exc}") from None
+    try:
+        if stat.S_ISDIR(os.fstat(probe).st_mode):
+            raise EnvError(f"CNI_NETNS {path} is a directory, not a network namespace")
+        if not _is_nsfs(probe):
+            raise EnvError(f"CNI_NETNS {path} is not a network namespace")
+        fd = os.open(f"/proc/self/fd/{probe}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise EnvError(f"failed to open CNI_NETNS {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(probe)
     try:
         _verify(fd, path)
     except BaseException:
@@ -63,9 +74,13 @@ def adopt_netns(fd: int, path: str) -> int:
     return own
 
 
-def _verify(fd: int, path: str) -> None:
+def _is_nsfs(fd: int) -> bool:
     buf = (ctypes.c_long * 16)()
-    if _libc.fstatfs(fd, buf) != 0 or buf[0] != _NSFS_MAGIC:
+    return bool(_libc.fstatfs(fd, buf) == 0 and buf[0] == _NSFS_MAGIC)
+
+
+def _verify(fd: int, path: str) -> None:
+    if not _is_nsfs(fd):
         raise EnvError(f"CNI_NETNS {path} is not a network namespace")
     host = host_fd()
     try:

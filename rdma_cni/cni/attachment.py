@@ -13,6 +13,7 @@ the digest and record form of release 0.1.0: state written by it still loads.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 from rdma_cni import defaults
@@ -28,12 +29,8 @@ class AttachmentKey(NamedTuple):
     instance: str = ""  # the entry's cniConfName, "" for the default ("rdma")
 
     def digest(self) -> str:
-        import hashlib
-
-        parts = [self.network, self.container_id, self.ifname]
-        if self.instance:
-            parts.append(self.instance)
-        return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:40]
+        """The store's file name of the attachment (computed once per key and process)."""
+        return _digest(self.network, self.container_id, self.ifname, self.instance)
 
     def as_dict(self) -> dict[str, str]:
         d = {"network": self.network, "containerID": self.container_id, "ifname": self.ifname}
@@ -51,6 +48,16 @@ class AttachmentKey(NamedTuple):
     def legacy(self) -> AttachmentKey | None:
         """The key release 0.1.0 used for this attachment, when it differs."""
         return self._replace(instance="") if self.instance else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _digest(network: str, container_id: str, ifname: str, instance: str) -> str:
+    import hashlib
+
+    parts = [network, container_id, ifname]
+    if instance:
+        parts.append(instance)
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:40]
 
 
 DEFAULT_INSTANCE = defaults.CNI_CONF_NAME

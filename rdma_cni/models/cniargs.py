@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from rdma_cni.errors import EnvError, shown
+from rdma_cni.errors import EnvError, escaped, shown
 
 K8S_KEYS = ("K8S_POD_NAMESPACE", "K8S_POD_NAME", "K8S_POD_INFRA_CONTAINER_ID", "K8S_POD_UID")
 _KNOWN = frozenset((*K8S_KEYS, "IgnoreUnknown"))
@@ -52,7 +52,8 @@ def parse_cni_args(raw: str) -> CniArgs:
     ignore = _truthy(pairs.get("IgnoreUnknown", ""))
     extra = {k: v for k, v in pairs.items() if k not in _KNOWN}
     if extra and not ignore:
-        raise EnvError(f"invalid CNI_ARGS: unknown keys {', '.join(sorted(extra))}")
+        keys = ", ".join(escaped(k) for k in sorted(extra))
+        raise EnvError(f"invalid CNI_ARGS: unknown keys {keys}")
     return CniArgs(
         pod_namespace=pairs.get("K8S_POD_NAMESPACE", ""),
         pod_name=pairs.get("K8S_POD_NAME", ""),

@@ -19,6 +19,8 @@ from typing import Any, Literal, TypeVar
 from pydantic_core import PydanticCustomError, SchemaValidator, ValidationError
 from pydantic_core import core_schema as cs
 
+from rdma_cni.errors import escaped, shown
+
 __all__ = ["Model", "ValidationError", "after", "explain", "field", "ipv4_address", "model",
            "sub_model", "validator"]
 
@@ -109,11 +111,20 @@ _QUOTED = re.compile(r"'([^'\\]*)'")
 
 
 def explain(exc: ValidationError) -> str:
-    """The first three errors of ``exc``, one clause each: ``where: what``."""
+    """The first three errors of ``exc``, one clause each: ``where: what``. A key of the
+    location that is not plain printable ASCII (a pod author's unknown key may hold a
+    newline or a terminal escape) is shown JSON-quoted, like a value."""
     parts = []
     for err in exc.errors()[:3]:
-        loc = ".".join(str(x) for x in err["loc"])
+        loc = ".".join(_key(x) for x in err["loc"])
         msg = _PY_TYPE.sub("", err["msg"].removeprefix("Value error, "))
-        msg = _QUOTED.sub(r'"\1"', msg)  # pydantic quotes choices Python-style
+        msg = escaped(_QUOTED.sub(r'"\1"', msg))  # pydantic quotes choices Python-style
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
+
+
+def _key(part: str | int) -> str:
+    text = str(part)
+    if text.isascii() and text.isprintable() and '"' not in text and len(text) <= 64:
+        return text
+    return shown(text)

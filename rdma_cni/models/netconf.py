@@ -114,6 +114,7 @@ class NetConf(Model):
     dataDir: str
     logFile: str
     logLevel: Literal["debug", "info", "warning", "error"]
+    logFormat: Literal["text", "json"]
     residentSocket: str
     metricsFile: str
     runtimeConfig: dict[str, Any]
@@ -156,9 +157,8 @@ _ROUTING = model(RoutingConf, {
     "rulePriority": field(_int(1, 32765), default=defaults.RULE_PRIORITY),
 }, extra="forbid")
 _KUBELET = model(KubeletConf, {
-    "podResourcesSocket": field(_STR, default="/var/lib/kubelet/pod-resources/kubelet.sock"),
-    "checkpointFile": field(
-        _STR, default="/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"),
+    "podResourcesSocket": field(_STR, default=defaults.KUBELET_POD_RESOURCES_SOCKET),
+    "checkpointFile": field(_STR, default=defaults.KUBELET_CHECKPOINT),
     "devicePluginDir": field(_STR, default="/var/lib/kubelet/device-plugins"),
 }, extra="forbid")
 _NAME = cs.str_schema(min_length=1, max_length=253)
@@ -180,9 +180,10 @@ _NETCONF = model(NetConf, {
     "slotsPerNic": field(_int(1, 1024), default=16),
     "hostSlots": field(_int(1, 1024), default=16),
     "dataDir": field(after(_STR, _absolute), default=defaults.DATA_DIR),
-    "logFile": field(_STR, default="/var/log/rdma-cni.log"),
+    "logFile": field(_STR, default=defaults.LOG_FILE),
     "logLevel": field(cs.literal_schema(["debug", "info", "warning", "error"]),
                       default="info"),
+    "logFormat": field(cs.literal_schema(["text", "json"]), default="text"),
     "residentSocket": field(_STR, default=defaults.RESIDENT_SOCKET),
     "metricsFile": field(_STR, default=defaults.METRICS_FILE),
     "runtimeConfig": field(cs.dict_schema(), factory=dict),

@@ -1,8 +1,10 @@
 """The exec'd binary's side: forward one CNI request to the resident process.
 
 Returns None whenever the request should run in-process instead: no socket,
-connect refused, the server refuses (other netns, draining), or no answer
-within the deadline. Stdlib only: this runs on every exec.
+connect refused, the server refuses (other netns, another view of the store or the
+kubelet's files, draining), an answer that is no complete CNI answer (an ADD success
+without its result), CNI_NETNS that is not a plain nsfs file, or no answer within the
+deadline. Stdlib only: this runs on every exec.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import array
 import os
 import socket
+import stat
 from typing import Any
 
 from rdma_cni.resident import protocol
@@ -36,15 +39,34 @@ def forward(env: dict[str, str], stdin: bytes, path: str) -> dict[str, Any] | No
 
 
 def _fds(env: dict[str, str]) -> list[int] | None:
+    """[this thread's netns, the root dir, the pod netns when CNI_NETNS is set]."""
     fds = [os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)]
-    netns = env.get("CNI_NETNS", "")
-    if netns:
-        try:
-            fds.append(os.open(netns, os.O_RDONLY | os.O_CLOEXEC))
-        except OSError:
-            os.close(fds[0])
-            return None  # in-process reports it (or DEL treats it as gone)
+    try:
+        fds.append(os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+        netns = env.get("CNI_NETNS", "")
+        if netns:
+            pod = _open_netns(netns)
+            if pod is None:
+                raise OSError("CNI_NETNS is no netns file")
+            fds.append(pod)
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        return None  # in-process reports it (or DEL treats it as gone)
     return fds
+
+
+def _open_netns(path: str) -> int | None:
+    """The pod netns opened without ever blocking or opening a device: ``O_PATH`` first,
+    then, for a regular file (what nsfs files are), a real descriptor of that very inode
+    (the server verifies it is a network namespace). None for anything else."""
+    probe = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(probe).st_mode):
+            return None
+        return os.open(f"/proc/self/fd/{probe}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    finally:
+        os.close(probe)
 
 
 def _exchange(
@@ -64,7 +86,7 @@ def _exchange(
         reply = _read(sock)
     finally:
         sock.close()
-    if reply is None or "refuse" in reply:
+    if reply is None or not protocol.relayable(env.get("CNI_COMMAND", ""), reply):
         return None
     return reply
 

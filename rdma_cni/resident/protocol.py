@@ -1,11 +1,16 @@
 """Framing of the resident protocol (pure; stdlib only, on the exec path).
 
-Request:  u32 header length, header JSON {"v":2,"env":{...}}, u32 stdin length, stdin.
-          Ancillary SCM_RIGHTS: [client netns fd, pod netns fd (when CNI_NETNS opened)].
+Request:  u32 header length, header JSON {"v":3,"env":{...}}, u32 stdin length, stdin.
+          Ancillary SCM_RIGHTS: [client netns fd, client root dir fd (O_PATH),
+          pod netns fd (when CNI_NETNS is set)].
 Reply:    u32 length, then 'A' i32 exit, u32 n, stdout bytes, u32 m, stderr bytes
           (relayed byte for byte), or 'R' and the reason of a refusal.
 Integers in host byte order. Speakers: this package's client and the native front
 (front/rdma-cni-front.c), which parses the same frames.
+
+Version 3 added the root dir: the server resolves the config's store and kubelet paths
+from it to prove it sees the caller's files (:mod:`rdma_cni.resident.view`). A request of
+another version is refused ('R'), so a caller of either version runs it in-process.
 """
 
 from __future__ import annotations
@@ -16,8 +21,12 @@ from typing import Any
 
 from rdma_cni import defaults
 
-VERSION = 2
+VERSION = 3
 MAX_FRAME = 2 << 20
+MAX_HEADER = 64 << 10
+#: the descriptors of a request, in order (the pod's netns only when CNI_NETNS is set)
+FD_NETNS, FD_ROOT, FD_POD = 0, 1, 2
+MAX_FDS = 3
 _LEN = struct.Struct("=I")
 _EXIT = struct.Struct("=i")
 DEFAULT_SOCKET = defaults.RESIDENT_SOCKET
@@ -32,12 +41,23 @@ def encode_request(env: dict[str, str], stdin: bytes) -> bytes:
 
 
 def decode_request(data: bytes) -> tuple[dict[str, str], bytes]:
+    """The environment and stdin of a request; ValueError when the frame is malformed
+    (a header nested too deeply for the decoder included), of another version, or
+    carries anything but string values."""
     (hlen,) = _LEN.unpack_from(data, 0)
-    header = json.loads(data[4:4 + hlen])
+    if hlen > MAX_HEADER:
+        raise ValueError("bad resident request frame: header too large")
+    try:
+        header = json.loads(data[4:4 + hlen])
+    except RecursionError:
+        raise ValueError("bad resident request frame: header nested too deeply") from None
     (slen,) = _LEN.unpack_from(data, 4 + hlen)
     stdin = data[8 + hlen: 8 + hlen + slen]
-    if header.get("v") != VERSION or len(stdin) != slen:
+    if not isinstance(header, dict) or len(stdin) != slen:
         raise ValueError("bad resident request frame")
+    if header.get("v") != VERSION:
+        raise ValueError(f"resident protocol version {str(header.get('v'))[:8]} is not "
+                         f"{VERSION}")
     env = header.get("env")
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise ValueError("bad resident request environment")
@@ -45,10 +65,13 @@ def decode_request(data: bytes) -> tuple[dict[str, str], bytes]:
 
 
 def request_size(prefix: bytes) -> int | None:
-    """Total frame size once the first 4 + hlen + 4 bytes are known, else None."""
+    """Total frame size once the first 4 + hlen + 4 bytes are known, else None (a header
+    longer than MAX_HEADER: MAX_FRAME + 1, which the reader refuses at once)."""
     if len(prefix) < 4:
         return None
     (hlen,) = _LEN.unpack_from(prefix, 0)
+    if hlen > MAX_HEADER:
+        return MAX_FRAME + 1
     if len(prefix) < 8 + hlen:
         return None
     (slen,) = _LEN.unpack_from(prefix, 4 + hlen)
@@ -95,3 +118,20 @@ def decode_reply(data: bytes) -> dict[str, Any]:
     text = body[9:9 + olen].decode("utf-8", "surrogateescape")
     err = body[13 + olen:].decode("utf-8", "surrogateescape")
     return {"exit": code, "stdout": text, "stderr": err}
+
+
+def relayable(command: str, reply: dict[str, Any]) -> bool:
+    """Whether a caller may relay ``reply`` as the plugin's answer: a refusal never; an
+    ADD success only with its result, a failure only with its error document (each one
+    JSON object on stdout); other successes as they are. Anything else: in-process."""
+    if "refuse" in reply:
+        return False
+    if reply.get("exit") == 0 and command != "ADD":
+        return True
+    out = str(reply.get("stdout", "")).strip()
+    if not out.startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(out), dict)
+    except (ValueError, RecursionError):
+        return False

@@ -1,16 +1,20 @@
-"""``rdma-cni serve``: the resident process. One thread per request (one at a time
-while sibling processes are idle, see HANDOFF), each running the same dispatcher as
-the exec'd binary, with the pod netns handed over as a
-file descriptor (so the server never needs the client's mount namespace).
+"""``rdma-cni serve``: the resident process. Connections are accepted and their frames
+read by one poll loop per process (:mod:`rdma_cni.resident.intake`: deadlines, caps,
+peer check); each complete request runs on a thread of its own, one waiting for work
+when there is one (:mod:`rdma_cni.resident.pool`) (one ADD at a time while
+sibling processes are idle, see HANDOFF) through the same dispatcher as the exec'd
+binary, with the pod netns handed over as a file descriptor.
 
-It refuses (and the client runs in-process) when the client is in another
-network namespace than the server, or when the frame is malformed.
+It refuses (and the client runs in-process) when the frame is malformed or of another
+protocol version, when the client is in another network namespace than the server, or
+when the server does not see the caller's store and kubelet files
+(:mod:`rdma_cni.resident.view`).
 """
 
 from __future__ import annotations
 
 import argparse
-import array
+import contextlib
 import gc
 import io
 import json
@@ -20,14 +24,17 @@ import select
 import signal
 import socket
 import stat
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-from rdma_cni import log
+from rdma_cni import defaults, log, logsetup
 from rdma_cni.cni import dispatch
 from rdma_cni.cni.request import Request
-from rdma_cni.resident import protocol
+from rdma_cni.resident import intake, protocol, view
+from rdma_cni.resident.pool import Pool
 
 logger = logging.getLogger("rdma_cni")
 #: a process with a request in hand leaves the next connection to an idle sibling
@@ -41,6 +48,11 @@ HANDOFF = 0.05
 PRELOAD = ("rdma_cni.cni.commands.add", "rdma_cni.cni.commands.delete",
            "rdma_cni.cni.commands.check", "rdma_cni.cni.commands.status",
            "rdma_cni.models.netconf", "rdma_cni.adapters.netlink")
+#: commands whose answer depends on the store or the kubelet's files: served only when
+#: the server sees the caller's (:mod:`rdma_cni.resident.view`)
+VIEWED = ("ADD", "DEL", "CHECK", "STATUS", "GC")
+BACKLOG = 1024
+SEND_TIMEOUT = 5.0
 
 
 def _ino(fd: int) -> tuple[int, int]:
@@ -49,54 +61,99 @@ def _ino(fd: int) -> tuple[int, int]:
 
 
 class Server:
-    def __init__(self, path: str, handlers: dispatch.Handlers | None = None) -> None:
+    def __init__(self, path: str, handlers: dispatch.Handlers | None = None,
+                 cap: int = intake.MAX_CONNECTIONS) -> None:
         self.path = path
         self.handlers = handlers
+        self.cap = cap
         fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         self.netns = _ino(fd)
         os.close(fd)
         self.sock: socket.socket | None = None
         self.stopping = threading.Event()
-        self.idle = threading.Semaphore(1)  # held while this process serves a request
+        self.notices = intake.Notices()
+        self.intake: intake.Intake | None = None  # made per process by serve_forever
         self.owner = True  # removes the socket path at stop (a forked worker does not)
+        self._busy = 0  # ADDs (and requests not yet known not to be one) in hand, see HANDOFF
+        self.request_log: Any = None  # each request's lines to its logFile (requestlog.py)
+        self.pool = Pool(self._handle_in)  # the request threads, waiting for work
+        self._lock = threading.Lock()
 
     def bind(self) -> None:
-        os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
-        if os.path.exists(self.path) and stat.S_ISSOCK(os.lstat(self.path).st_mode):
-            os.unlink(self.path)
+        """Listen on the socket path. The socket is made with its final mode (0600: the
+        umask is set before ``bind``) in a directory of its own only root can enter, and
+        renamed into place once listening: no one else can ever connect, clients never
+        see a half-made socket."""
+        parent = os.path.dirname(self.path) or "."
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        private = tempfile.mkdtemp(prefix=".s", dir=parent)  # 0700
+        tmp = os.path.join(private, "s")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        tmp = f"{self.path}.{os.getpid()}"
-        sock.bind(tmp)
-        sock.listen(128)
-        os.chmod(tmp, 0o600)
-        os.rename(tmp, self.path)  # clients never see a half-made socket, nor one not listening
+        try:
+            old = os.umask(0o177)
+            try:
+                sock.bind(tmp)
+            finally:
+                os.umask(old)
+            sock.listen(BACKLOG)
+            if os.path.exists(self.path) and stat.S_ISSOCK(os.lstat(self.path).st_mode):
+                os.unlink(self.path)
+            os.rename(tmp, self.path)
+        except BaseException:
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        finally:
+            os.rmdir(private)
         self.sock = sock
 
     def serve_forever(self) -> None:
         assert self.sock is not None
-        self.sock.settimeout(0.5)
-        while not self.stopping.is_set():
-            held = _Held(self.idle if self.idle.acquire(timeout=HANDOFF) else None)
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                held.release()
-                continue
-            except OSError:
-                held.release()
-                if self.stopping.is_set():
-                    break
-                raise
-            threading.Thread(target=self._handle_in, args=(conn, held), daemon=True).start()
-
-    def _handle_in(self, conn: socket.socket, held: _Held) -> None:
+        self.intake = intake.Intake(self.sock, self.cap, self.notices)
+        deferred: float | None = None
         try:
-            self.handle(conn, held)
+            while not self.stopping.is_set():
+                now = time.monotonic()
+                busy = self._busy > 0
+                deferred = (deferred or now) if busy else None
+                waited = deferred is None or now - deferred >= HANDOFF
+                accepted = self.intake.accepted
+                ready = self.intake.step(1 if busy and waited else 64 if waited else 0,
+                                         HANDOFF if busy else 0.5)
+                if self.intake.accepted != accepted and busy:
+                    deferred = time.monotonic()
+                for conn, data, fds in ready:
+                    self._hold(+1)
+                    self.pool.submit(conn, data, fds)
         finally:
-            held.release()
+            self.intake.close()
+
+    def _hold(self, n: int) -> None:
+        with self._lock:
+            self._busy += n
+        if n < 0 and self.intake is not None:
+            self.intake.wake()
+
+    def _handle_in(self, conn: socket.socket, data: bytes, fds: list[int]) -> None:
+        held = [True]
+
+        def release() -> None:
+            if held[0]:
+                held[0] = False
+                self._hold(-1)
+
+        try:
+            self.handle(conn, data, fds, release)
+        finally:
+            release()
+            if self.intake is not None:
+                self.intake.finished()
 
     def stop(self) -> None:
         self.stopping.set()
+        if self.intake is not None:
+            self.intake.wake()
         if self.sock is not None:
             self.sock.close()
         if not self.owner:
@@ -107,13 +164,13 @@ class Server:
         except OSError:
             pass
 
-    def handle(self, conn: socket.socket, held: _Held) -> None:
-        fds: list[int] = []
+    def handle(self, conn: socket.socket, data: bytes, fds: list[int],
+               release: Callable[[], None]) -> None:
         try:
-            conn.settimeout(10.0)
-            data, fds = _receive(conn)
-            conn.sendall(protocol.encode_reply(self._answer(conn, data, fds, held)))
-        except (OSError, ValueError) as exc:
+            conn.setblocking(True)
+            conn.settimeout(SEND_TIMEOUT)
+            conn.sendall(protocol.encode_reply(self._answer(conn, data, fds, release)))
+        except OSError as exc:
             logger.warning("resident request failed: %s", exc)
         finally:
             for fd in fds:
@@ -121,38 +178,51 @@ class Server:
             conn.close()
 
     def _answer(self, conn: socket.socket, data: bytes, fds: list[int],
-                held: _Held) -> dict[str, Any]:
-        env, stdin = protocol.decode_request(data)
-        if env.get("CNI_COMMAND") != "ADD":
-            held.release()
-        if not fds or _ino(fds[0]) != self.netns:
-            return {"refuse": "client is in another network namespace"}
-        if env.get("CNI_NETNS") and len(fds) < 2:
-            return {"refuse": "no netns descriptor"}
+                release: Callable[[], None]) -> dict[str, Any]:
+        try:
+            env, stdin = protocol.decode_request(data)
+        except ValueError as exc:
+            self.notices.warn("malformed", f"resident server refused a request: {exc}")
+            return {"refuse": f"malformed request: {exc}"}
+        command = env.get("CNI_COMMAND", "")
+        if command != "ADD":
+            release()
+        refusal = self._refusal(command, env, stdin, fds)
+        if refusal:
+            return {"refuse": refusal}
         out, err = io.StringIO(), io.StringIO()
-        pod_fd = fds[1] if len(fds) > 1 else None
+        pod_fd = fds[protocol.FD_POD] if len(fds) > protocol.FD_POD else None
         start = time.monotonic()
 
         def watch(req: Request) -> None:
             req.abandoned = lambda: _abandoned(conn)
 
-        code = dispatch.run(env, stdin, out, err, handlers=self.handlers, netns_fd=pod_fd,
-                            on_request=watch)
-        logger.info("resident %s %s exit %d in %.1f ms", env.get("CNI_COMMAND"),
+        with self._request_log(stdin, fds):
+            code = dispatch.run(env, stdin, out, err, handlers=self.handlers,
+                                netns_fd=pod_fd, on_request=watch)
+        logger.info("resident %s %s exit %d in %.1f ms", command,
                     env.get("CNI_CONTAINERID", "")[:12], code, (time.monotonic() - start) * 1e3)
         return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
 
+    def _request_log(self, stdin: bytes, fds: list[int]) -> contextlib.AbstractContextManager[None]:
+        if self.request_log is None:
+            return contextlib.nullcontext()
+        return self.request_log.route(stdin, fds[protocol.FD_ROOT])
 
-class _Held:
-    """This process's busy mark while it serves a request (see HANDOFF); released once."""
-
-    def __init__(self, sem: threading.Semaphore | None) -> None:
-        self._sem = sem
-
-    def release(self) -> None:
-        sem, self._sem = self._sem, None
-        if sem is not None:
-            sem.release()
+    def _refusal(self, command: str, env: dict[str, str], stdin: bytes,
+                 fds: list[int]) -> str:
+        """Why this server must not serve the request ("" when it may)."""
+        if len(fds) <= protocol.FD_ROOT or _ino(fds[protocol.FD_NETNS]) != self.netns:
+            return "client is in another network namespace"
+        if env.get("CNI_NETNS") and len(fds) <= protocol.FD_POD:
+            return "no netns descriptor"
+        if command in VIEWED:
+            why = view.mismatch(stdin, fds[protocol.FD_ROOT])
+            if why:
+                self.notices.warn(f"view:{why}", f"resident server declines {command}: {why}; "
+                                  "the caller runs it in-process")
+                return f"the server does not see the caller's files: {why}"
+        return ""
 
 
 def _abandoned(conn: socket.socket) -> bool:
@@ -171,30 +241,9 @@ def _abandoned(conn: socket.socket) -> bool:
     return False
 
 
-def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
-    fds: list[int] = []
-    buf = b""
-    anc_size = socket.CMSG_SPACE(2 * array.array("i").itemsize)
-    while True:
-        chunk, anc, _flags, _addr = conn.recvmsg(65536, anc_size)
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                got = array.array("i")
-                got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
-                fds += list(got)
-        if not chunk:
-            raise ValueError("resident request truncated")
-        buf += chunk
-        size = protocol.request_size(buf)
-        if size is not None and len(buf) >= size:
-            return buf[:size], fds
-        if len(buf) > protocol.MAX_FRAME:
-            raise ValueError("resident request too large")
-
-
 def _args(argv: list[str]) -> argparse.Namespace:
-    """Options; with --config, the config's residentSocket, logFile and logLevel are the
-    defaults (an explicit option wins)."""
+    """Options; with --config, the config's residentSocket, logFile, logLevel and
+    logFormat are the defaults (an explicit option wins)."""
     from rdma_cni.cliargs import parser
 
     p = parser("rdma-cni serve", "Resident server: answers the plugin's CNI requests "
@@ -204,6 +253,8 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--socket", help=f"unix socket to listen on (default {protocol.DEFAULT_SOCKET})")
     p.add_argument("--log-file", help="log file (default /var/log/rdma-cni.log)")
     p.add_argument("--log-level", help="debug, info, warning or error (default info)")
+    p.add_argument("--log-format", choices=("text", "json"),
+                   help="lines of text or JSON objects (default text)")
     p.add_argument("--workers", type=_count, default=None,
                    help="processes accepting on the socket (default: CPUs, at most 4)")
     args = p.parse_args(argv)
@@ -214,14 +265,28 @@ def _args(argv: list[str]) -> argparse.Namespace:
         conf = read_json_object(args.config)
     args.socket = args.socket or conf.get("residentSocket") or protocol.DEFAULT_SOCKET
     if args.log_file is None:  # "" in the config turns the file off, as in the plugin
-        args.log_file = conf.get("logFile", "/var/log/rdma-cni.log")
+        args.log_file = conf.get("logFile", defaults.LOG_FILE)
     args.log_level = args.log_level or conf.get("logLevel") or "info"
+    args.log_format = args.log_format or conf.get("logFormat") or "text"
     return args
+
+
+def _logging(server: Server, args: argparse.Namespace) -> None:
+    """serve's own log (file and stderr), and each request's lines to the file its
+    config names (:mod:`rdma_cni.resident.requestlog`)."""
+    from rdma_cni.resident.requestlog import RequestLog
+
+    log.setup({"logFile": "", "logLevel": args.log_level, "logFormat": args.log_format})
+    own = logsetup.open_file(args.log_file, logsetup.level_of(args.log_level),
+                             args.log_format) if args.log_file else None
+    router = RequestLog(own, server.notices.warn)
+    logger.addHandler(router)
+    logger.setLevel(logging.DEBUG)  # a request's own logLevel decides (the router filters)
+    server.request_log = router
 
 
 def main(argv: list[str]) -> int:
     args = _args(argv)
-    log.setup({"logFile": args.log_file, "logLevel": args.log_level})
     import importlib
 
     for name in PRELOAD:
@@ -230,7 +295,8 @@ def main(argv: list[str]) -> int:
     from rdma_cni.resident import workers
 
     rtnlcodec.enable()  # requests packed here, not by pyroute2 (rdma_cni/adapters/rtnlcodec.py)
-    server = Server(args.socket)
+    server = Server(args.socket, cap=intake.connection_cap(intake.raise_fd_limit()))
+    _logging(server, args)
     # told to stop from the moment the socket can be seen (a DaemonSet rollout, a test)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())

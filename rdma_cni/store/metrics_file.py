@@ -14,6 +14,11 @@ Layout (little-endian), always exactly :data:`FILE_SIZE` bytes::
 Bounded: the file never grows; a (command, code) pair beyond the table lands in
 the last slot, reserved for command OTHER, code :data:`OVERFLOW_CODE`.
 
+Never anyone else's file: the path comes from a config, so a writer touches only a
+regular file with one link that is empty or starts with :data:`MAGIC` (a file it
+made); anything else (another file named by mistake or on purpose, a FIFO, a device,
+a hard link) is left exactly as it is and nothing is recorded.
+
 Writers (:func:`record`) never raise and never wait: they try a non-blocking
 ``flock(LOCK_EX)`` a few times within :data:`LOCK_BUDGET` seconds (the critical
 section is one ``pread`` and one ``pwrite`` of a slot, microseconds) and skip
@@ -31,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import struct
 import time
 import zlib
@@ -128,9 +134,15 @@ def _try_lock(fd: int, op: int) -> bool:
 
 def _open_for_update(path: str) -> int:
     """Open (creating the file, never its directory: a node without the DaemonSet's
-    /run/rdma-cni records nothing, and the plugin never litters the host)."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-    return os.open(path, flags, 0o644)
+    /run/rdma-cni records nothing, and the plugin never litters the host). OSError
+    for what is not a plain file of its own (see the module's docstring)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    fd = os.open(path, flags, 0o644)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        raise OSError(f"{path} is not a metrics file")
+    return fd
 
 
 _Slot = tuple[int, int, int, float, list[int]]
@@ -156,6 +168,8 @@ def _find_slot(data: bytes, cmd: int, code: int) -> tuple[int, _Slot | None]:
 def _update(fd: int, cmd: int, code: int, seconds: float) -> None:
     data = os.pread(fd, FILE_SIZE + 1, 0)
     if len(data) != FILE_SIZE or not data.startswith(MAGIC):
+        if data and not data.startswith(MAGIC):
+            return  # not ours: never overwritten
         os.ftruncate(fd, 0)
         os.pwrite(fd, MAGIC + bytes(FILE_SIZE - len(MAGIC)), 0)
         data = MAGIC + bytes(FILE_SIZE - len(MAGIC))

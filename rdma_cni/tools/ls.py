@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from rdma_cni.errors import CniError
+from rdma_cni.errors import CniError, escaped
 from rdma_cni.kube.agent import status as agentstatus
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, data_dir_of, load_config
 from rdma_cni.store.core import Store
@@ -64,7 +64,7 @@ def missing_rows(doc: dict[str, Any] | None, network: str) -> list[dict[str, str
 
 def render_table(table: Sequence[dict[str, str]]) -> str:
     def cell(row: dict[str, str], col: str) -> str:
-        v = row.get(col, "")
+        v = escaped(row.get(col, ""))  # names the runtime recorded: never raw to a terminal
         return (v[:12] if col == "container" else v) or "-"
 
     lines = [[c.upper() for c in COLUMNS]] + [[cell(r, c) for c in COLUMNS] for r in table]

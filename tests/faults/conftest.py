@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE.parent / "integration"))
 
 from cnirunner import Chain  # noqa: E402
 from integration.conftest import built_binary, installed_plugin, rig, runner  # noqa: E402,F401
-from integration.test_resident import Serve  # noqa: E402
+from resident_rig import Serve, front_layout  # noqa: E402
 
 
 class Faults:
@@ -68,3 +68,12 @@ def faults(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Faults]:
         yield f
     finally:
         f.stop()
+
+
+@pytest.fixture(params=["python-client", "front"])
+def client(request: pytest.FixtureRequest, tmp_path: Path) -> list[str] | None:
+    """The exec'd side: the Python entry (python -m rdma_cni) or the native front as
+    `install` lays it out."""
+    if request.param == "python-client":
+        return None
+    return front_layout(request.getfixturevalue("built_binary"), tmp_path / "bin")

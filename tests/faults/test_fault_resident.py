@@ -18,20 +18,11 @@ from pathlib import Path
 import pytest
 from cnirunner import data_files, rdma_blocks
 from fakekubelet import FakeKubelet
-from integration.conftest import Rig, built_binary, installed_plugin, rig, runner  # noqa: F401
-from integration.test_resident import Serve
+from integration.conftest import Rig, built_binary, rig, runner  # noqa: F401
+from resident_rig import Serve
 
 pytestmark = pytest.mark.root
 RESOURCE = "vke.volcengine.com/rdma"
-
-
-@pytest.fixture(params=["python-client", "front"])
-def client(request: pytest.FixtureRequest, tmp_path: Path) -> list[str] | None:
-    """The exec'd side: the Python entry (python -m rdma_cni) or the native front as
-    `install` lays it out."""
-    if request.param == "python-client":
-        return None
-    return list(request.getfixturevalue("installed_plugin"))
 
 
 @pytest.fixture
@@ -88,7 +79,7 @@ def test_late_resident_add_leaves_the_finished_pod_alone(
         time.sleep(0.2)
         assert pod.addrs("eth1") == ["198.51.100.2/26"], "the late ADD tore the pod down"
         assert data_files(rig.data_dir) == files, "the late ADD changed the store"
-        assert "abandoned" in serve.log.read_text()
+        assert "abandoned" in rig.log_file.read_text()  # the request's own log file
         assert chain.check("c1").rc == 0
         assert chain.delete("c1").rc == 0
         assert sorted(pod.links()) == ["eth0", "lo"]

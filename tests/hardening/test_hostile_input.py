@@ -43,7 +43,7 @@ from harness import (
     pod_ipv4,
     run_raw,
 )
-from integration.test_resident import Serve
+from resident_rig import Serve
 
 pytestmark = pytest.mark.root
 SUITE = "hostile-input"

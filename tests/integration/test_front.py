@@ -11,14 +11,13 @@ from __future__ import annotations
 import socket
 import struct
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from cnirunner import rdma_blocks, sh
-from test_resident import Serve
+from resident_rig import FakeServer, Serve
 
 from rdma_cni.tools import bundle
 
@@ -48,44 +47,6 @@ def serve(rig, built_binary: list[str],  # type: ignore[no-untyped-def]
         yield s
     finally:
         s.stop()
-
-
-class FakeServer:
-    """A socket that accepts and then does ``act(conn)`` (hang, half reply, garbage)."""
-
-    def __init__(self, path: Path, act: Callable[[socket.socket], None]) -> None:
-        self.path, self.act, self.accepted = path, act, 0
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(path))
-        self.listener.listen(8)
-        self.listener.settimeout(0.1)
-        self.stop_flag = threading.Event()
-        self.held: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self) -> None:
-        while not self.stop_flag.is_set():
-            try:
-                conn = self.listener.accept()[0]
-            except TimeoutError:
-                continue
-            self.accepted += 1
-            self.held.append(conn)
-            conn.settimeout(5)
-            try:
-                conn.recv(1 << 20)
-                self.act(conn)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.stop_flag.set()
-        self.thread.join()
-        for c in self.held:
-            c.close()
-        self.listener.close()
-        self.path.unlink()
 
 
 def _hang(conn: socket.socket) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -287,3 +288,29 @@ def test_the_host_tree_holds_the_cni_path_alone(tmp_path: Path) -> None:
                              capture_output=True, env={**env, "CNI_COMMAND": "VERSION"},
                              timeout=60)
     assert version.returncode == 0 and json.loads(version.stdout)["cniVersion"] == "1.1.0"
+
+
+def _lock() -> dict[str, str]:
+    lock = (REPO / "requirements" / "bundle.txt").read_text()
+    return {m.group(1).lower().replace("_", "-"): m.group(2)
+            for m in re.finditer(r"^([A-Za-z0-9_.-]+)==(\S+)", lock, re.M)}
+
+
+@pytest.mark.parametrize("which", ["host plugin", "image bundle"])
+def test_version_verbose_lists_what_the_build_bundled(tmp_path: Path, built_binary: list[str],
+                                                      which: str) -> None:
+    plugin = (str(install_host_tree(tmp_path / "bin")) if which == "host plugin"
+              else built_binary[0])
+    res = subprocess.run([plugin, "--version", "--verbose"], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"}, timeout=60)
+    assert res.returncode == 0, res
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("rdma-cni ") and lines[1].startswith("python 3.")
+    where = "in the bundle" if which == "host plugin" else "the host"
+    assert lines[2].startswith("c library glibc ") and lines[2].endswith(f"({where})"), lines[2]
+    got = dict(line.split(" ", 1) for line in lines[3:])
+    lock = _lock()
+    wrong = {n: v for n, v in got.items() if n != "rdma-cni" and lock.get(n) != v}
+    assert wrong == {}, f"bundled versions that are not the locked ones: {wrong}"
+    assert {"pyroute2", "pydantic-core", "h2", "protobuf"} <= set(got)
+    assert ("kubernetes" in got) == (which == "image bundle")

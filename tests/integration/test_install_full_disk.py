@@ -54,14 +54,19 @@ def fill(fs: Path, spare_pages: int = 0) -> None:
 
 
 def make_bundle(at: Path, lib_size: int) -> Path:
+    """A stand-in image bundle ``at`` and the host tree beside it (``at``-host), which
+    install copies to the CNI bin dir; returns the bundle's path."""
+    at.mkdir(parents=True)
+    at = at.parent / f"{at.name}-host"
     (at / "_internal" / "rdma_cni" / "data").mkdir(parents=True)
-    exe = at / "rdma-cni"
-    exe.write_text("#!/bin/sh\necho v1\n")
-    exe.chmod(0o755)
+    for name in ("rdma-cni", "rdma-cni-front"):
+        exe = at / name
+        exe.write_text("#!/bin/sh\necho v1\n")
+        exe.chmod(0o755)
     for i in range(4):
         (at / "_internal" / f"data{i}.bin").write_bytes(b"d" * lib_size)
     (at / "_internal" / "rdma_cni" / "data" / "nccl_env.sh").write_text("# nccl\n")
-    return at
+    return at.parent / at.name[: -len("-host")]
 
 
 def install(bundle: Path, bin_dir: Path, conf: Path) -> tuple[int, str]:

@@ -5,45 +5,17 @@ Both paths share one store: what one ADDs, the other DELs."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cnirunner import PYTHON, rdma_blocks, sh
+from cnirunner import rdma_blocks, sh
+from resident_rig import Serve
 
 pytestmark = pytest.mark.root
-
-
-class Serve:
-    """``rdma-cni serve`` in ``ns``; ``argv`` runs it (default: python -m rdma_cni)."""
-
-    def __init__(self, ns: str, sock: Path, log: Path,
-                 argv: Sequence[str] = (str(PYTHON), "-m", "rdma_cni"),
-                 options: Sequence[str] = ()) -> None:
-        self.sock, self.log = sock, log
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, *argv, "serve",
-             "--socket", str(sock), "--log-file", str(log), *options],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
-        while not sock.exists():
-            assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
-            assert time.monotonic() < deadline, "resident server did not start"
-            time.sleep(0.05)
-
-    def served(self, command: str) -> int:
-        text = self.log.read_text() if self.log.exists() else ""
-        return sum(1 for line in text.splitlines() if f"resident {command} " in line)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=20)
 
 
 @pytest.fixture
@@ -187,3 +159,21 @@ def test_workers_share_the_store_and_stop_together(rig, tmp_path: Path) -> None:
     for pid in workers:
         assert not Path(f"/proc/{pid}").exists() or \
             "zombie" in Path(f"/proc/{pid}/status").read_text(), f"worker {pid} outlived serve"
+
+
+def test_a_request_logs_to_its_own_config_s_log_file(rig, serve: Serve) -> None:  # type: ignore[no-untyped-def]
+    """As in-process: the request's lines go to its config's logFile, at its logLevel
+    and in its logFormat; the server's own log keeps only its own lines."""
+    import json
+
+    rig.nic()
+    pod = rig.pod()
+    chain = rig.chain("shared-multi", residentSocket=str(serve.sock), logFormat="json")
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    assert chain.delete("c1").rc == 0
+    assert (serve.served("ADD"), serve.served("DEL")) == (1, 1)
+    docs = [json.loads(line) for line in rig.log_file.read_text().splitlines()]
+    text = " ".join(d["msg"] for d in docs)
+    assert "no kubelet allocation source" in text and "DEL of vpc-cni/c1 released" in text
+    own = serve.log.read_text()
+    assert "kubelet" not in own and "released" not in own and "resident ADD" in own, own

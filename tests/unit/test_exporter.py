@@ -145,7 +145,10 @@ def scrape(node: dict[str, Any]) -> Iterator[Any]:
 def test_port_counters_generic_and_well_known(scrape: Any) -> None:
     s = scrape()
     lab = {"device": "mlx5_0", "port": "1"}
-    assert _get(s, "rdma_port_counter_total", **lab, counter="port_rcv_data") == 1000
+    # one unit per name: the 4-octet-word counters only as bytes, never beside packets
+    words = {("rdma_port_counter_total", frozenset({**lab, "counter": c}.items()))
+             for c in ("port_rcv_data", "port_xmit_data")}
+    assert not words & set(s)
     assert _get(s, "rdma_port_counter_total", **lab, counter="port_xmit_discards") == 3
     assert _get(s, "rdma_port_receive_bytes_total", **lab) == 4000  # 4-octet words
     assert _get(s, "rdma_port_transmit_bytes_total", **lab) == 1000
@@ -156,8 +159,7 @@ def test_port_counters_generic_and_well_known(scrape: Any) -> None:
     counters = {dict(k[1]).get("counter") for k in s if k[0].startswith("rdma_port_")}
     assert "lifespan" not in counters and "broken" not in counters
     # the device without hw_counters still has its port counters, and no hw series
-    assert _get(s, "rdma_port_counter_total", device="mlx5_1", port="1",
-                counter="port_rcv_data") == 8
+    assert _get(s, "rdma_port_receive_bytes_total", device="mlx5_1", port="1") == 32
     assert not [k for k in s if k[0] == "rdma_port_hw_counter_total"
                 and dict(k[1])["device"] == "mlx5_1"]
 
@@ -312,3 +314,19 @@ def test_load_config_defaults_metrics_file(tmp_path: Path) -> None:
     f.write_text("[]")
     with pytest.raises(ConfigError):
         load_config(str(f), conf_dir=str(tmp_path / "none"))
+
+
+def test_per_pod_start_labels_only_on_the_attachment_info(scrape: Any,
+                                                          node: dict[str, Any]) -> None:
+    """Container IDs and addresses, new at every pod start, label only the info series of
+    the attachment, which goes with it; no other series carries them."""
+    s = scrape()
+    churning = {"container_id", "address", "ip", "sandbox", "netns"}
+    carriers = {name for name, labels in s if churning & {k for k, _ in labels}}
+    assert carriers == {"rdma_cni_attachment_info"}, carriers
+    store = Store(str(node["data"]))
+    store.release_ips(KEY)
+    store.purge(KEY)  # the pod's DEL
+    after = scrape()
+    assert "rdma_cni_attachment_info" not in _names(after)
+    assert not [k for k in after if churning & {lab for lab, _ in k[1]}]

@@ -72,13 +72,20 @@ def test_file_stays_bounded_with_many_distinct_codes(tmp_path: Path) -> None:
     assert overflow[0].count == 3 * mf.SLOTS - (mf.SLOTS - 1)
 
 
-def test_garbage_file_reads_empty_and_is_reinitialised(tmp_path: Path) -> None:
+def test_a_file_not_ours_reads_empty_and_is_never_overwritten(tmp_path: Path) -> None:
     path = tmp_path / "m"
     path.write_bytes(b"\xff" * 12345)
     assert mf.read(str(path)).ops == []
     mf.record(str(path), "ADD", 0, 0.1)
-    assert path.stat().st_size == mf.FILE_SIZE
-    assert [(o.command, o.count) for o in mf.read(str(path)).ops] == [("ADD", 1)]
+    assert path.read_bytes() == b"\xff" * 12345
+    own = tmp_path / "own"  # one of ours cut short (a torn first write) starts afresh
+    own.write_bytes(mf.MAGIC + b"\0" * 10)
+    mf.record(str(own), "ADD", 0, 0.1)
+    assert [(o.command, o.count) for o in mf.read(str(own)).ops] == [("ADD", 1)]
+    os.link(own, tmp_path / "other")  # a hard link is never written through
+    before = own.read_bytes()
+    mf.record(str(own), "DEL", 0, 0.1)
+    assert own.read_bytes() == before
 
 
 def test_corrupt_slot_is_skipped_then_reset(tmp_path: Path) -> None:

@@ -235,7 +235,8 @@ def _parser() -> argparse.ArgumentParser:
     from rdma_cni.cliargs import parser
 
     p = parser("rdma-cni agent", "Node reconciler: frees the state, addresses and NICs of "
-               "sandboxes the runtime no longer has; reports what it cannot prove.")
+               "sandboxes the runtime no longer has; reports what it cannot prove.",
+               log_format=True)
     p.add_argument("--interval", type=float, default=30.0,
                    help="seconds between rounds (default 30)")
     p.add_argument("--once", action="store_true", help="one round, then exit")
@@ -270,8 +271,9 @@ def _agent(args: argparse.Namespace, config: dict[str, Any]) -> Agent:
 
 def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s rdma-cni agent: %(message)s")
+    from rdma_cni import logsetup
+
+    logsetup.daemon("%(asctime)s rdma-cni agent: %(message)s", log_format=args.log_format)
     try:
         agent = _agent(args, load_config(args.config, conf_dir))
     except CniError as e:

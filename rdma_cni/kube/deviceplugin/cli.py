@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     from rdma_cni.cliargs import parser
 
     p = parser("rdma-cni device-plugin", "RDMA NIC device plugin for the kubelet: serves "
-               "v1beta1.DevicePlugin in the kubelet's device-plugins dir and registers there.")
+               "v1beta1.DevicePlugin in the kubelet's device-plugins dir and registers there.",
+               log_format=True)
     p.add_argument("--sysfs-root", default="/", help="root of /sys and /dev (tests)")
     p.add_argument("--nccl-env", default=DEFAULT_NCCL_ENV,
                    help="host path of nccl_env.sh, mounted read-only into containers "
@@ -92,8 +93,10 @@ def _seen_at(host_root: str, host_path: str) -> str | None:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from rdma_cni import logsetup
+
+    logsetup.daemon("%(asctime)s %(levelname)s %(name)s: %(message)s",
+                    log_format=args.log_format)
     try:
         plugin = build(args)
         os.makedirs(plugin.dir, exist_ok=True)

@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     from rdma_cni.cliargs import parser
 
     p = parser("rdma-cni exporter", "Prometheus exporter for RDMA NICs and rdma-cni "
-               "(docs/metrics.md lists every metric).")
+               "(docs/metrics.md lists every metric).", log_format=True)
     p.add_argument("--cni-conf-dir", "--conf-dir", dest="conf_dir", default=DEFAULT_CONF_DIR,
                    help=f"CNI config dir searched without --config (default {DEFAULT_CONF_DIR})")
     p.add_argument("--listen", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}",
@@ -115,8 +115,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from rdma_cni import logsetup
+
+    logsetup.daemon("%(asctime)s %(levelname)s %(name)s: %(message)s",
+                    log_format=args.log_format)
     from rdma_cni.kube.exporter.netstats import host_nics, pod_stats
 
     try:

@@ -1,10 +1,11 @@
 """Per RDMA device and port: the kernel's counters, state, link layer and rate
 from ``sys/class/infiniband/<dev>/ports/<p>`` (read through the Sysfs adapter).
 
-Every file of ``counters/`` and ``hw_counters/`` is exported generically, by
-name, as it appears in sysfs. ``port_rcv_data``/``port_xmit_data`` count 4-octet
-words (IBTA); the byte series ``rdma_port_{receive,transmit}_bytes_total``
-multiply by 4. ``hw_counters/lifespan`` is a setting (ms), not a counter: skipped.
+Every file of ``counters/`` and ``hw_counters/`` that counts events (packets, errors,
+discards, ...) is exported generically, by name, as it appears in sysfs: one unit per
+metric name. ``port_rcv_data``/``port_xmit_data`` count 4-octet words (IBTA), another
+unit: they are exported only as bytes, ``rdma_port_{receive,transmit}_bytes_total`` (x 4).
+``hw_counters/lifespan`` is a setting (ms), not a counter: skipped.
 The rate is exported in bytes per second (base units, as node_exporter does).
 """
 
@@ -21,6 +22,8 @@ from rdma_cni.node.discovery import IB, discover
 
 PORT_STATES = ("NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER")
 _NOT_COUNTERS = {"lifespan"}
+#: counters in 4-octet words: only in bytes, under their own names (_WELL_KNOWN)
+_WORDS = {"port_rcv_data", "port_xmit_data"}
 _WELL_KNOWN = {  # sysfs counter -> (own metric name, multiplier, help)
     "port_rcv_data": ("rdma_port_receive_bytes_total", 4, "Bytes received (port_rcv_data x 4)"),
     "port_xmit_data": ("rdma_port_transmit_bytes_total", 4,
@@ -61,8 +64,9 @@ class _Families:
     def __init__(self) -> None:
         lab = ["device", "port"]
         self.counter = CounterMetricFamily(
-            "rdma_port_counter", "RDMA port counter from sysfs ports/<p>/counters (raw value; "
-            "port_rcv_data/port_xmit_data are in 4-octet words)", labels=[*lab, "counter"])
+            "rdma_port_counter", "RDMA port event counter from sysfs ports/<p>/counters "
+            "(packets, errors, discards; the data counters are rdma_port_*_bytes_total)",
+            labels=[*lab, "counter"])
         self.hw = CounterMetricFamily(
             "rdma_port_hw_counter", "RDMA port hardware counter from sysfs ports/<p>/hw_counters",
             labels=[*lab, "counter"])
@@ -103,7 +107,8 @@ class RdmaPortCollector:
         base = f"{IB}/{dev}/ports/{port}"
         lab = [dev, port]
         for name, value in read_counters(self.sysfs, f"{base}/counters").items():
-            fam.counter.add_metric([*lab, name], value)
+            if name not in _WORDS:
+                fam.counter.add_metric([*lab, name], value)
             if name in _WELL_KNOWN:
                 fam.known[name].add_metric(lab, value * _WELL_KNOWN[name][1])
         for name, value in read_counters(self.sysfs, f"{base}/hw_counters").items():

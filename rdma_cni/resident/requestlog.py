@@ -1,0 +1,112 @@
+"""Where ``serve`` writes a request's log lines: the file the request's own config names.
+
+In-process, a request logs to its config's ``logFile`` at its ``logLevel`` and
+``logFormat``. So does a request ``serve`` answers: its thread's records go to that file
+when ``serve`` sees the caller's file there (the same walk from the caller's root and
+from its own as for the data dir, :func:`rdma_cni.resident.view.identity`); otherwise,
+and for everything that is not a request's, they go to ``serve``'s own log, with one
+line a minute saying why. Files are opened once and kept (a few: one per network).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rdma_cni import defaults, logsetup
+from rdma_cni.resident import view
+
+#: open request log files kept at most (one per network's config, usually one)
+MAX_FILES = 8
+
+
+class RequestLog(logging.Handler):
+    """``serve``'s file handler: routes each record to its request's file, else ``own``."""
+
+    def __init__(self, own: logging.Handler | None,
+                 warn: Callable[[str, str], None]) -> None:
+        super().__init__(logging.DEBUG)
+        self.own = own
+        self.warn = warn
+        self.local = threading.local()
+        self.files: dict[tuple[str, int, str], logging.Handler | None] = {}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def route(self, stdin: bytes, caller_root: int) -> Iterator[None]:
+        """Records of this thread go to the request's log file for the ``with`` block."""
+        self.local.target = self._target(stdin, caller_root)
+        try:
+            yield
+        finally:
+            self.local.target = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        target = getattr(self.local, "target", None) or self.own
+        if target is not None and record.levelno >= target.level:
+            target.handle(record)
+
+    def _target(self, stdin: bytes, caller_root: int) -> logging.Handler | None:
+        path, level, fmt = _settings(stdin)
+        if not path:
+            return _Nowhere()  # "" turns the file off, as in-process
+        try:
+            own_root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                same = view.identity(caller_root, path) == view.identity(own_root, path)
+            finally:
+                os.close(own_root)
+        except OSError:
+            same = False
+        if not same:
+            self.warn(f"log:{path}", f"resident server: the request's logFile "
+                      f"{json.dumps(path)} is another file in its mounts than in the "
+                      "caller's: the request's lines go to the server's log")
+            return None
+        return self._file(path, level, fmt)
+
+    def _file(self, path: str, level: int, fmt: str) -> logging.Handler | None:
+        key = (path, level, fmt)
+        with self._lock:
+            if key not in self.files:
+                if len(self.files) >= MAX_FILES:
+                    _, old = self.files.popitem()
+                    if old is not None:
+                        old.close()
+                self.files[key] = logsetup.open_file(path, level, fmt)
+            return self.files[key]
+
+    def close(self) -> None:
+        with self._lock:
+            for handler in self.files.values():
+                if handler is not None:
+                    handler.close()
+            self.files.clear()
+        super().close()
+
+
+class _Nowhere(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.CRITICAL + 1)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        pass
+
+
+def _settings(stdin: bytes) -> tuple[str, int, str]:
+    """(logFile, level, logFormat) of a raw request config, with the plugin's defaults."""
+    try:
+        conf: Any = json.loads(stdin)
+    except (ValueError, RecursionError):
+        conf = {}
+    conf = conf if isinstance(conf, dict) else {}
+    path = conf.get("logFile", defaults.LOG_FILE)
+    fmt = conf.get("logFormat", "text")
+    return (path if isinstance(path, str) else defaults.LOG_FILE,
+            logsetup.level_of(conf.get("logLevel", "info")),
+            fmt if fmt in ("text", "json") else "text")

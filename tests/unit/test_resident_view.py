@@ -1,0 +1,105 @@
+"""The resident server's view check and request framing (no root): a path resolved
+inside a caller's root (symbolic links followed inside it, as the caller sees them),
+and the frames it refuses as malformed."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rdma_cni import defaults
+from rdma_cni.resident import protocol, view
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    """A directory standing for another mount namespace's ``/``."""
+    r = tmp_path / "root"
+    (r / "var" / "lib" / "cni").mkdir(parents=True)
+    (r / "run").mkdir()
+    (r / "var" / "run").symlink_to("/run")  # absolute: inside the root, not ours
+    (r / "var" / "data").symlink_to("lib/cni")
+    fd = os.open(r, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield r, fd
+    finally:
+        os.close(fd)
+
+
+def _id(p: Path, *missing: str) -> view.Identity:
+    st = p.stat()
+    return st.st_dev, st.st_ino, tuple(missing)
+
+
+def test_paths_resolve_inside_the_given_root(root: tuple[Path, int]) -> None:
+    r, fd = root
+    assert view.identity(fd, "/var/lib/cni") == _id(r / "var/lib/cni")
+    assert view.identity(fd, "/var/run") == _id(r / "run")  # not the host's /run
+    assert view.identity(fd, "/var/data/rdma-cni/x") == _id(r / "var/lib/cni", "rdma-cni", "x")
+    assert view.identity(fd, "/../../var//./lib/../lib/cni") == _id(r / "var/lib/cni")
+
+
+def test_a_symlink_loop_cannot_be_resolved(root: tuple[Path, int]) -> None:
+    r, fd = root
+    (r / "loop").symlink_to("loop")
+    with pytest.raises(OSError):
+        view.identity(fd, "/loop/x")
+
+
+def test_mismatch_names_the_first_path_seen_otherwise(root: tuple[Path, int]) -> None:
+    r, fd = root
+    conf = {"dataDir": str(r / "var/lib/cni"), "kubelet": {"checkpointFile": "relative"}}
+    why = view.mismatch(json.dumps(conf).encode(), fd)
+    assert why.startswith(f'dataDir "{r}/var/lib/cni" is another file'), why
+    own = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        assert view.mismatch(json.dumps(conf).encode(), own).startswith(
+            'kubelet.checkpointFile "relative" is not an absolute path')
+        assert view.mismatch(b'{"dataDir": 7}', own) == ""  # validation refuses it later
+        assert view.mismatch(b"[[[", own) == ""  # so does the decoder
+    finally:
+        os.close(own)
+
+
+def test_the_defaults_are_checked() -> None:
+    assert [p for _k, p in view.config_paths(b"{}")] == [
+        defaults.DATA_DIR, defaults.KUBELET_POD_RESOURCES_SOCKET, defaults.KUBELET_CHECKPOINT]
+
+
+def _frame(header: bytes, stdin: bytes = b"{}") -> bytes:
+    return struct.pack("=I", len(header)) + header + struct.pack("=I", len(stdin)) + stdin
+
+
+@pytest.mark.parametrize("header,why", [
+    (b'{"v":2,"env":{}}', "version 2 is not 3"),
+    (b"[" * 50000, "nested too deeply"),
+    (b"[]", "bad resident request frame"),
+    (b'{"v":3,"env":{"CNI_COMMAND":1}}', "environment"),
+])
+def test_malformed_frames_are_refused(header: bytes, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        protocol.decode_request(_frame(header))
+
+
+def test_an_oversized_header_is_refused_from_its_length() -> None:
+    assert protocol.request_size(struct.pack("=I", protocol.MAX_HEADER + 1)) == \
+        protocol.MAX_FRAME + 1
+
+
+@pytest.mark.parametrize("command,reply,ok", [
+    ("ADD", {"exit": 0, "stdout": '{"cniVersion":"1.0.0"}\n'}, True),
+    ("ADD", {"exit": 0, "stdout": ""}, False),
+    ("ADD", {"exit": 1, "stdout": '{"code":7}'}, True),
+    ("DEL", {"exit": 0, "stdout": ""}, True),
+    ("DEL", {"exit": 1, "stdout": ""}, False),
+    ("CHECK", {"exit": 1, "stdout": "[1]"}, False),
+    ("ADD", {"refuse": "x"}, False),
+])
+def test_only_complete_answers_are_relayable(command: str, reply: dict[str, object],
+                                             ok: bool) -> None:
+    assert protocol.relayable(command, reply) is ok
