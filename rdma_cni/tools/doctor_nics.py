@@ -110,5 +110,12 @@ def check_netns(mode: str, netns_mode: str | None) -> Check:
             "set `options ib_core netns_mode=1` and reboot, or use mode "
             + names_where(lambda t: RdmaNetnsMode.EXCLUSIVE in t.rdma_netns),
         )
-    return Check("rdma-netns", "ok", f"RDMA netns mode {netns_mode} fits mode {mode}")
+    return Check("rdma-netns", "ok", f"RDMA netns mode {netns_mode} fits mode {mode} "
+                 f"(it needs {_needed(mode)})")
+
+
+def _needed(mode: str) -> str:
+    """The RDMA netns modes node mode ``mode`` works under, as doctor names them."""
+    known = parse(mode)
+    return " or ".join(known.traits.rdma_netns) if known else "a known mode"
 
