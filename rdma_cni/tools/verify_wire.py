@@ -28,6 +28,17 @@ class WireError(Exception):
     """The out-of-band channel failed (the message names how)."""
 
 
+def _server_socket() -> socket.socket:
+    """IPv6 and IPv4 on one socket; IPv4 alone where the kernel has no IPv6."""
+    try:
+        srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        srv.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    except OSError:
+        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return srv
+
+
 class Wire:
     """One TCP connection carrying JSON lines."""
 
@@ -37,11 +48,9 @@ class Wire:
 
     @classmethod
     def listen(cls, port: int, deadline: float) -> Wire:
-        srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        srv.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        srv = _server_socket()
         try:
-            srv.bind(("::", port))
+            srv.bind(("::" if srv.family == socket.AF_INET6 else "0.0.0.0", port))
             srv.listen(1)
             srv.settimeout(max(0.1, deadline - time.monotonic()))
             conn, _ = srv.accept()
