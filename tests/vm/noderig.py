@@ -41,6 +41,17 @@ def rdma(*args: str, ns: str | None = None, check: bool = True) -> str:
     return sh(*(["ip", "netns", "exec", ns, *argv] if ns else argv), check=check)
 
 
+def rxe_serves_netns() -> bool:
+    """Whether this kernel's rxe has per-network-namespace sockets (rxe_ns.c; e.g.
+    trixie-backports' 7.3): its symbols are in /proc/kallsyms once rdma_rxe is loaded.
+    Debian 12's 6.1 has none: rxe routes and listens in the initial netns only."""
+    try:
+        with open("/proc/kallsyms", encoding="ascii", errors="replace") as f:
+            return any("rxe_ns_pernet_" in line for line in f)
+    except OSError:
+        return False
+
+
 def rdma_netns_mode() -> str:
     return "exclusive" if "netns exclusive" in rdma("system", "show") else "shared"
 

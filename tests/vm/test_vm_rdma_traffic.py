@@ -35,16 +35,17 @@ from noderig import (
     TwoNodes,
     pod_exec,
     rdma_netns_mode,
+    rxe_serves_netns,
     set_rdma_netns_mode,
     two_nodes,
     verify_pair,
 )
 
 pytestmark = [pytest.mark.vm, pytest.mark.root]
-PER_NETNS_RXE = tuple(int(x) for x in os.uname().release.split(".")[:2]) >= (6, 12)
 needs_netns_rxe = pytest.mark.skipif(
-    not PER_NETNS_RXE, reason="rxe of this kernel routes and listens in the initial netns "
-    "only (Debian 12's 6.1): no RDMA between pods")
+    os.environ.get("RDMA_CNI_IN_VM") == "1" and not rxe_serves_netns(),
+    reason="rxe of this kernel routes and listens in the initial netns only (Debian 12's "
+    "6.1): no RDMA between pods")
 
 
 def _nccl_index(plugin: list[str], pod: Pod) -> str:
