@@ -45,6 +45,7 @@ class Wire:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.file = sock.makefile("rb")
+        self.early: dict[str, Any] | None = None  # a message read ahead by peer_failed
 
     @classmethod
     def listen(cls, port: int, deadline: float) -> Wire:
@@ -79,6 +80,9 @@ class Wire:
             raise WireError(f"failed to send to the peer: {exc}") from None
 
     def recv(self, deadline: float) -> dict[str, Any]:
+        if self.early is not None:
+            doc, self.early = self.early, None
+            return doc
         self.sock.settimeout(max(0.1, deadline - time.monotonic()))
         try:
             line = self.file.readline(MAX_LINE)
@@ -94,10 +98,19 @@ class Wire:
             raise WireError("the peer sent something that is not a JSON object")
         return doc
 
-    def pending(self) -> bool:
-        """The peer has said something (while a step runs: that it failed)."""
-        readable, _, _ = select.select([self.sock], [], [], 0)
-        return bool(readable)
+    def peer_failed(self) -> bool:
+        """The peer has ended the running step with a failure. A message that says it
+        went well is kept for :meth:`recv`: the peer finished first (its last answer
+        can arrive before our completion of it), nothing to give up on."""
+        if self.early is None:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+            if not readable:
+                return False
+            try:
+                self.early = self.recv(time.monotonic() + 5)
+            except WireError:
+                return True
+        return not self.early.get("ok", True)
 
     def swap(self, doc: dict[str, Any], deadline: float) -> dict[str, Any]:
         self.send(doc)
@@ -152,7 +165,7 @@ def run_rail(ep: Any, remote: dict[str, Any], wire: Wire, connector: bool, seed:
     _step(wire, "connect", deadline, rts)
     latency = _step(wire, "send/recv", deadline,
                     lambda: _pingpong(ep, connector, seed, traffic.iters, deadline,
-                                      wire.pending))
+                                      wire.peer_failed))
     out: dict[str, Any] = {"latency_us": round(latency, 1) if latency else None}
     data = pattern(seed, traffic.size)
     if connector:

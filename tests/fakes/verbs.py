@@ -1,6 +1,8 @@
 """An in-memory pair of RC endpoints shaped like rdma_cni.adapters.verbs.RcEndpoint:
 what one side SENDs lands in the other's receive buffer, an RDMA WRITE in its memory.
-``broken`` makes a step fail the way verbs reports it (an exception naming it)."""
+``broken`` makes a step fail the way verbs reports it (an exception naming it);
+``late_ack`` delays each send completion (the peer's ACK) by that many seconds, as on
+a fabric where the receiver sees the data before the sender sees its completion."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from rdma_cni.adapters.verbs import VerbsError
 
 
 class FakeRc:
-    def __init__(self, size: int, broken: str = "") -> None:
-        self.size, self.broken = size, broken
+    def __init__(self, size: int, broken: str = "", late_ack: float = 0.0) -> None:
+        self.size, self.broken, self.late_ack = size, broken, late_ack
         self.peer: FakeRc | None = None
         self.mem = bytearray(size)
         self.recvs = 0  # receives posted and not yet used
@@ -23,8 +25,8 @@ class FakeRc:
         self.lock = threading.Condition()
 
     @staticmethod
-    def pair(size: int, broken: str = "") -> tuple[FakeRc, FakeRc]:
-        a, b = FakeRc(size, broken), FakeRc(size)
+    def pair(size: int, broken: str = "", late_ack: float = 0.0) -> tuple[FakeRc, FakeRc]:
+        a, b = FakeRc(size, broken, late_ack), FakeRc(size)
         a.peer, b.peer = b, a
         return a, b
 
@@ -53,8 +55,14 @@ class FakeRc:
             with self.peer.lock:
                 self.peer.inbox.append(bytes(data))
                 self.peer._deliver()
+        if self.late_ack:
+            threading.Timer(self.late_ack, self._completed, (len(data),)).start()
+        else:
+            self._completed(len(data))
+
+    def _completed(self, length: int) -> None:
         with self.lock:
-            self.done["send"].append(len(data))
+            self.done["send"].append(length)
             self.lock.notify_all()
 
     def _deliver(self) -> None:  # with self.lock held

@@ -65,6 +65,15 @@ def test_a_failure_on_one_side_ends_the_rail_on_both(broken: str) -> None:
     assert str(got).startswith("the peer failed at "), got
 
 
+def test_a_peer_that_finishes_first_is_no_failure() -> None:
+    """The connector has the last answer before the listener has the completion of its
+    send (the ACK is late): the connector's step message arrives meanwhile and is no
+    reason for the listener to give up."""
+    a, b = FakeRc.pair(4096, late_ack=0.3)
+    served, got = _both(a, b, Traffic(iters=2, writes=1, size=4096))
+    assert not isinstance(served, Exception) and not isinstance(got, Exception), (served, got)
+
+
 def test_a_write_that_lands_wrong_is_found() -> None:
     a, b = FakeRc.pair(4096)
     a.mem = bytearray(4096)
