@@ -31,7 +31,7 @@ SENTINEL = "@@RDMA_CNI_VM_EXIT="
 SENTINEL_RE = re.compile(re.escape(SENTINEL) + r"(\d+)@@")
 EXIT_TIMEOUT = 124
 EXIT_INFRA = 125
-DEFAULT_TIMEOUT = 45 * 60  # the tier takes about 22 min unloaded (RDMA traffic: ~9 of them)
+DEFAULT_TIMEOUT = 45 * 60  # the tier: 13 min on an idle machine, past 25 on a loaded one
 #: trixie-backports' kernel, the default (rxe with per-netns sockets); RDMA_CNI_VM_KERNEL
 #: picks a Debian 12 one instead (scripts/vm-prepare.sh)
 NEXT_RELEASE = "7.3.4+deb13-amd64"
