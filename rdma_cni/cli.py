@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "exporter": "rdma_cni.kube.exporter",
     "serve": "rdma_cni.resident.server",
     "probe": "rdma_cni.tools.probe",
+    "verify": "rdma_cni.tools.verify",
 }
 SUMMARIES = {  # one line each for the about text; a subcommand without one is still listed
     "doctor": "check this node (NICs, netmasks, RDMA netns mode, kubelet, mounts, config)",
@@ -36,6 +37,7 @@ SUMMARIES = {  # one line each for the about text; a subcommand without one is s
     "exporter": "serve Prometheus metrics of the NICs and the plugin",
     "serve": "resident server that answers CNI requests faster",
     "probe": "liveness/readiness check of serve, device-plugin, agent or cni-watch",
+    "verify": "RDMA traffic between two pods, rail by rail, with the cause of a failure",
 }
 MAX_STDIN = 1 << 20  # dispatch.MAX_STDIN: one more byte is read to detect excess
 

@@ -24,15 +24,18 @@ name=${RDMA_CNI_IMAGE_NAME:-localhost/rdma-cni}
 ref="$name:$tag"
 mirror=${RDMA_CNI_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 cache=.work/image
-rootfs="$cache/rootfs-bookworm-minbase.tar"
+# ibverbs-providers: libibverbs (in the bundle) dlopens the RDMA providers (librxe,
+# libmlx5, ...) listed in /etc/libibverbs.d for `rdma-cni verify`
+packages=ibverbs-providers
+rootfs="$cache/rootfs-bookworm-minbase-verbs.tar"
 archive=dist/rdma-cni-image.oci.tar
 mkdir -p "$cache" dist
 
 if [ ! -s "$rootfs" ]; then
-    echo "image: debootstrap --variant=minbase bookworm (once; cached in $rootfs)"
+    echo "image: debootstrap --variant=minbase --include=$packages bookworm (once; cached in $rootfs)"
     tmp=$(mktemp -d "$cache/rootfs.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
-    debootstrap --variant=minbase bookworm "$tmp/root" "$mirror" >"$cache/debootstrap.log" 2>&1 || {
+    debootstrap --variant=minbase --include="$packages" bookworm "$tmp/root" "$mirror" >"$cache/debootstrap.log" 2>&1 || {
         tail -20 "$cache/debootstrap.log" >&2; echo "image: debootstrap failed ($cache/debootstrap.log)" >&2
         exit 1; }
     # a runtime image: no package caches, lists, docs, man pages or locales

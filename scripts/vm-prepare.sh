@@ -1,18 +1,27 @@
 #!/bin/sh
-# Prepare the VM test tier (tests/vm): host packages, Debian 12's generic
-# kernel (it has ipvlan, macvlan, dummy, rdma_rxe as modules) unpacked under
+# Prepare the VM test tier (tests/vm): host packages, the guest kernel unpacked under
 # .work/vm/, and a minimal udev rules folder for the guest.
 # Idempotent and cached: a second run does nothing and says so.
 #
+# The kernel: by default trixie-backports' 7.3.4 (its rxe has per-network-namespace
+# sockets, so pods in their own netns exchange RDMA; Debian 12's 6.1 rxe routes and
+# listens in the initial netns only). Its three packages come from the Debian mirror's
+# pool (linux-binary, linux-modules, linux-base of one version), checked against the
+# SHA-256 sums below; the modules are decompressed (virtme-ng's initramfs takes plain
+# or .zst modules, not .xz) and depmod'ed. Stamp: .work/vm/kernel-<release>.
+#
 # Environment:
 #   RDMA_CNI_VM_DIR      work folder        (default: <repo>/.work/vm)
-#   RDMA_CNI_VM_KERNEL   kernel package     (default: what linux-image-amd64 depends on)
+#   RDMA_CNI_VM_KERNEL   `bookworm`: Debian 12's current kernel (what linux-image-amd64
+#                        depends on), or a linux-image-6.1.* package name; stamp
+#                        .work/vm/kernel (default: unset, the 7.3.4 kernel)
+#   RDMA_CNI_DEBIAN_MIRROR  (default: http://deb.debian.org/debian)
 set -eu
 
 REPO=$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)
 WORK=${RDMA_CNI_VM_DIR:-$REPO/.work/vm}
 # file: virtme-ng runs `file` on the kernel image and on busybox
-APT_PKGS="qemu-system-x86 kmod udev busybox-static file iproute2 rdma-core ibverbs-providers ibverbs-utils"
+APT_PKGS="qemu-system-x86 kmod udev busybox-static file iproute2 rdma-core ibverbs-providers ibverbs-utils python3-pyverbs curl xz-utils"
 APT="apt-get -o DPkg::Lock::Timeout=900"
 export DEBIAN_FRONTEND=noninteractive
 
@@ -42,8 +51,46 @@ install_pkgs() {
     fi
 }
 
+# trixie-backports' kernel: release, Debian version, and the pool files with their sums
+NEXT_RELEASE=7.3.4+deb13-amd64
+NEXT_VERSION=7.3.4-1~bpo13+1
+NEXT_DEBS="linux-signed-amd64/linux-binary:7e3248d03a84dcdda88c567aa8c4038f2e7795d2dd167b112c56f8901b6f513f
+linux/linux-modules:b3ea01922c9f133767a83cf6891c19b3693858ded617bf22d1e34f95382c08ea
+linux/linux-base:5663505495b5c90be94af42105c7b28629802516779102dac48d5a00cc00fccf"
+MIRROR=${RDMA_CNI_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+fetch_next() {
+    stamp=$WORK/kernel-$NEXT_RELEASE
+    if [ -s "$stamp" ] && [ -f "$(cat "$stamp")" ]; then
+        say "kernel cached: $(cat "$stamp")"
+        return
+    fi
+    root=$WORK/root-$NEXT_RELEASE
+    debs=$WORK/deb-$NEXT_RELEASE
+    rm -rf "$debs" "$root"
+    mkdir -p "$debs" "$root"
+    for entry in $NEXT_DEBS; do
+        src=${entry%%:*}; sum=${entry#*:}
+        file="${src#*/}-${NEXT_RELEASE}_${NEXT_VERSION}_amd64.deb"
+        url="$MIRROR/pool/main/l/${src%%/*}/$(printf %s "$file" | sed 's/+/%2b/g; s/~/%7e/g')"
+        say "downloading $file"
+        curl -fsS --retry 3 -o "$debs/$file" "$url" || die "cannot download $url"
+        echo "$sum  $debs/$file" | sha256sum -c --quiet - || die "$file: SHA-256 mismatch"
+        dpkg -x "$debs/$file" "$root"
+    done
+    rm -rf "$debs"
+    mods=$root/usr/lib/modules/$NEXT_RELEASE
+    [ -f "$mods/vmlinuz" ] || die "no vmlinuz in $mods"
+    find "$mods" -name '*.ko.xz' -print0 | xargs -0 -r -n 200 xz -d
+    depmod -a -b "$root/usr" "$NEXT_RELEASE" || die "depmod for $NEXT_RELEASE failed"
+    echo "$mods/vmlinuz" > "$stamp"
+    say "kernel $NEXT_RELEASE unpacked into $root"
+}
+
 kernel_pkg() {
-    if [ -n "${RDMA_CNI_VM_KERNEL:-}" ]; then
+    if [ "${RDMA_CNI_VM_KERNEL:-}" = bookworm ]; then
+        :
+    elif [ -n "${RDMA_CNI_VM_KERNEL:-}" ]; then
         echo "$RDMA_CNI_VM_KERNEL"; return
     fi
     pkg=$(apt-cache depends linux-image-amd64 2>/dev/null \
@@ -95,7 +142,14 @@ udev_rules() {
 
 [ "$(id -u)" = 0 ] || die "needs root (apt-get, depmod)"
 mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd -P)  # stamps name real paths (.work/vm may be a link)
 install_pkgs
-unpack_kernel
+if [ -n "${RDMA_CNI_VM_KERNEL:-}" ]; then
+    unpack_kernel
+    stamp=$WORK/kernel
+else
+    fetch_next
+    stamp=$WORK/kernel-$NEXT_RELEASE
+fi
 udev_rules
-say "ready: $(cat "$WORK/kernel")"
+say "ready: $(cat "$stamp")"

@@ -142,6 +142,17 @@ class Layer3(NetlinkPort):
         out = [route_of(m) for m in msgs]
         return [r for r in out if r.table == table and (oif is None or r.oif == oif)]
 
+    def route_oif(self, dst: str, src: str) -> int | None:
+        """The link the kernel routes ``src -> dst`` through (``ip route get dst from
+        src``: rules and tables as a socket bound to ``src`` sees them); None without
+        a route."""
+        msgs: Any = ()
+        with filtered(f"look up the route from {src} to {dst} in {self.label}",
+                      (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EINVAL)):
+            msgs = self._nl.request(rtmsg, RTM_GETROUTE, 0, [("RTA_DST", dst), ("RTA_SRC", src)],
+                                    family=AF_INET, dst_len=32, src_len=32)
+        return route_of(msgs[0]).oif if msgs else None
+
     def add_route(self, route: Route) -> None:
         fields, attrs = route_request(route)
         with filtered(f"add route {route.dst} to table {route.table} in {self.label}", EXISTS):

@@ -26,7 +26,7 @@ from rdma_cni.cli import SUBCOMMANDS
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = sorted(SUBCOMMANDS)
-IGNORES_CONFIG = {"nccl-env"}  # reads only sysfs; --config is accepted and ignored
+IGNORES_CONFIG = {"nccl-env", "verify"}  # read sysfs and the netns; --config is ignored
 
 
 def _safe(name: str, tmp: Path) -> list[str]:
@@ -38,6 +38,7 @@ def _safe(name: str, tmp: Path) -> list[str]:
         "device-plugin": ["--status-file", str(tmp / "dp.json")],
         "serve": ["--socket", str(tmp / "s.sock"), "--log-file", str(tmp / "log")],
         "nccl-env": ["--root", str(tmp / "empty")],
+        "verify": ["--peer", "127.0.0.1", "--port", "9", "--timeout", "1"],
         "agent": ["--once"],
     }.get(name, [])
 

@@ -48,6 +48,17 @@ def test_kvm_refused_under_pvm_hypervisor(tmp_path: Path, monkeypatch: pytest.Mo
     assert runner.kvm_usable(str(tmp_path)) is True
 
 
+def test_the_kernel_is_trixie_backports_unless_a_debian_12_one_is_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RDMA_CNI_VM_KERNEL", raising=False)
+    assert runner.kernel_stamp(tmp_path) == tmp_path / "kernel-7.3.4+deb13-amd64"
+    (tmp_path / "udev-rules").mkdir()
+    (tmp_path / "kernel").write_text(str(tmp_path / "udev-rules") + "\n")  # an old stamp
+    assert runner.needs_prepare(tmp_path)  # does not satisfy the default
+    monkeypatch.setenv("RDMA_CNI_VM_KERNEL", "bookworm")
+    assert runner.kernel_stamp(tmp_path) == tmp_path / "kernel"
+
+
 def test_pytest_command_defaults_to_vm_dir_only_without_a_path() -> None:
     cmd = runner.pytest_command("/py", ["-v", "-k", "gid"])
     assert cmd == "/py -m pytest -p no:cacheprovider -m vm -v -k gid tests/vm"
