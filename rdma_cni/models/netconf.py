@@ -67,6 +67,15 @@ def _absolute(value: str) -> str:
     return value
 
 
+def _addresses(value: list[str]) -> list[str]:
+    for item in value:
+        try:
+            ipaddress.ip_address(item)
+        except ValueError:
+            raise ValueError(f"nodeIPs entry {shown(item)} is not an IP address") from None
+    return value
+
+
 def _unique(value: list[str] | None) -> list[str] | None:
     if value is not None and len(set(value)) != len(value):
         raise ValueError("devices lists a netdev more than once")
@@ -102,6 +111,7 @@ class NetConf(Model):
     cniConfName: str
     mode: Mode
     devices: list[str] | None
+    nodeIPs: list[str]
     resourceName: str | None
     allocation: Literal["auto", "config"]
     maxInterfaces: int
@@ -156,10 +166,7 @@ _ROUTING = model(RoutingConf, {
     "rulePriority": field(_int(1, 32765), default=defaults.RULE_PRIORITY),
 }, extra="forbid")
 _KUBELET = model(KubeletConf, {
-    "podResourcesSocket": field(_STR, default="/var/lib/kubelet/pod-resources/kubelet.sock"),
-    "checkpointFile": field(
-        _STR, default="/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"),
-    "devicePluginDir": field(_STR, default="/var/lib/kubelet/device-plugins"),
+    key: field(_STR, default=path) for key, path in defaults.kubelet_paths().items()
 }, extra="forbid")
 _NAME = cs.str_schema(min_length=1, max_length=253)
 _NETCONF = model(NetConf, {
@@ -170,6 +177,7 @@ _NETCONF = model(NetConf, {
     "mode": field(cs.enum_schema(Mode, list(Mode), sub_type="str")),
     "devices": field(after(cs.nullable_schema(cs.list_schema(after(_STR, _check_netdev))),
                            _unique), default=None),
+    "nodeIPs": field(after(cs.list_schema(_STR), _addresses), factory=list),
     "resourceName": field(cs.nullable_schema(_STR), default=None),
     "allocation": field(cs.literal_schema(["auto", "config"]), default="auto"),
     "maxInterfaces": field(_int(1, 64), default=16),

@@ -100,6 +100,19 @@ def install_lock(bin_dir: str):  # type: ignore[no-untyped-def]
         os.close(fd)
 
 
+def forget_empty(bin_dir: str) -> None:
+    """Remove ``<bin_dir>/rdma-cni.d`` when it holds nothing but the install lock (a first
+    install that failed leaves nothing behind)."""
+    root = os.path.join(bin_dir, BUNDLE_DIR)
+    try:
+        if set(os.listdir(root)) <= {_INSTALL_LOCK}:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(root, _INSTALL_LOCK))
+            os.rmdir(root)
+    except OSError:
+        pass
+
+
 def install_tree(tree: str, bin_dir: str) -> tuple[str, bool]:
     """Copy the host ``tree`` to ``<bin_dir>/rdma-cni.d/<version>-<digest>``; returns that
     name and whether it was copied (False: already there, identical)."""

@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rdma_cni import defaults
 from rdma_cni.errors import CniError, ConfigError
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, read_json_object
 from rdma_cni.modes import MODES, Mode
@@ -54,6 +55,23 @@ def make_entry(config: dict[str, Any] | None, mode: str) -> dict[str, Any]:
     caps = dict(caps) if isinstance(caps, dict) else {}
     caps[CAPABILITY] = True
     return {"type": PLUGIN_TYPE, **entry, "mode": checked, "capabilities": caps}
+
+
+def node_settings(entry: dict[str, Any], kubelet_dir: str | None,
+                  node_ips: Sequence[str]) -> dict[str, Any]:
+    """The entry with the kubelet's paths under ``kubelet_dir`` (those the config does not
+    name itself) and ``nodeIPs`` (the node's own addresses: the NIC holding one stays
+    with the node); the flags of the DaemonSet, which knows both."""
+    out = dict(entry)
+    if kubelet_dir:
+        root = kubelet_dir.rstrip("/") or "/"
+        given = out.get("kubelet")
+        named = given if isinstance(given, dict) else {}
+        out["kubelet"] = {**defaults.kubelet_paths(root), **named}
+    ips = [ip for ip in node_ips if ip]
+    if ips:
+        out["nodeIPs"] = list(dict.fromkeys(ips))
+    return out
 
 
 def resolve_mode(flag: str | None, config: dict[str, Any],
@@ -104,6 +122,14 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--host-root", help="the host's / as mounted here: where an absolute "
                    "symlink of the conflist leads (default: --cni-bin-dir without its "
                    "/opt/cni/bin suffix, else /)")
+    p.add_argument("--kubelet-dir", metavar="DIR",
+                   help="the kubelet's root dir (--root-dir): the entry's kubelet paths "
+                        "(podResourcesSocket, checkpointFile, devicePluginDir) under it, where "
+                        "the config names none (default: the config's, else /var/lib/kubelet)")
+    p.add_argument("--node-ip", metavar="IP", action="append", default=[],
+                   help="the node's address (the kubelet's InternalIP, status.hostIP): written "
+                        "to the entry as nodeIPs; the NIC that holds it is never given to pods "
+                        "(repeatable; an empty value is ignored)")
     p.add_argument("--write-config", metavar="FILE",
                    help="also write the effective entry (mode resolved) here, for the "
                         "agent, device plugin and exporter")
@@ -121,6 +147,7 @@ def host_root_of(args: argparse.Namespace) -> str:
 def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[str, Any]:
     config = read_json_object(args.config) if args.config else {}
     entry = make_entry(config, resolve_mode(args.mode, config, label))
+    entry = node_settings(entry, args.kubelet_dir, args.node_ip)
     tree = args.host_tree or layout.default_host_tree(args.bundle or layout.default_bundle())
     say(kernel.check(kernel.release()))
     os.makedirs(args.cni_bin_dir, exist_ok=True)

@@ -7,6 +7,7 @@ import copy
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,9 @@ from rdma_cni.models.subconfig import load_config
 from rdma_cni.tools import bundle, conflist, install
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))  # k8srender
+import k8srender  # noqa: E402
+
 CAP = {"io.kubernetes.cri.pod-annotations": True}
 
 
@@ -249,29 +253,24 @@ def test_example_conflists_validate(path: Path) -> None:
 
 
 def test_k8s_manifests_parse_and_are_consistent() -> None:
-    yaml = pytest.importorskip("yaml")
-    docs = [d for f in sorted((REPO / "conf" / "k8s").glob("*.yaml"))
-            for d in yaml.safe_load_all(f.read_text()) if d]
+    docs = k8srender.render(k8srender.BASE)
     kinds = {d["kind"]: d for d in docs}
-    assert set(kinds) >= {"DaemonSet", "ServiceAccount", "ClusterRole",
+    assert set(kinds) == {"DaemonSet", "ServiceAccount", "ClusterRole",
                           "ClusterRoleBinding", "ConfigMap"}
-    rules = {(tuple(r["resources"]), tuple(sorted(r["verbs"])))
-             for r in kinds["ClusterRole"]["rules"]}
-    assert rules == {(("nodes",), ("get", "list", "watch")), (("pods",), ("get", "list", "patch")),
-                     (("events",), ("create",))}
-    json.loads(kinds["ConfigMap"]["data"]["config.json"])
+    entry = json.loads(kinds["ConfigMap"]["data"]["config.json"])
+    assert "mode" not in entry and "kubelet" not in entry  # the node label; --kubelet-dir
     spec = kinds["DaemonSet"]["spec"]["template"]["spec"]
     assert spec["hostNetwork"] is True
     assert spec["serviceAccountName"] == kinds["ServiceAccount"]["metadata"]["name"]
     init = spec["initContainers"][0]
-    assert init["command"][:2] == ["rdma-cni", "install"] and init["securityContext"]["privileged"]
+    assert init["command"][:2] == ["rdma-cni", "install"]
+    # the options install takes are the ones the DaemonSet passes
+    args = install._parser("rdma-cni install").parse_args(init["command"][2:])
+    assert args.kubelet_dir == "/var/lib/kubelet" and args.node_ip == ["$(HOST_IP)"]
     names = {c["name"]: c for c in spec["containers"]}
     for sub in ("agent", "device-plugin", "exporter"):
         assert names[sub]["command"][:2] == ["rdma-cni", sub]
-    paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-    assert paths >= {"/opt/cni/bin", "/etc/cni/net.d", "/var/lib/cni",
-                     "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources",
-                     "/var/run/netns", "/sys", "/dev/infiniband"}
     vols = {v["name"] for v in spec["volumes"]}
     for c in [*spec["containers"], *spec["initContainers"]]:
         assert {m["name"] for m in c.get("volumeMounts", [])} <= vols
+        assert c["terminationMessagePolicy"] == "FallbackToLogsOnError", c["name"]
