@@ -274,3 +274,28 @@ def test_k8s_manifests_parse_and_are_consistent() -> None:
     for c in [*spec["containers"], *spec["initContainers"]]:
         assert {m["name"] for m in c.get("volumeMounts", [])} <= vols
         assert c["terminationMessagePolicy"] == "FallbackToLogsOnError", c["name"]
+
+
+def test_the_kubelet_dir_and_node_address_reach_the_entry(node: dict[str, Path]) -> None:
+    """The DaemonSet's --kubelet-dir (the kubelet root setting) and --node-ip
+    (status.hostIP): every kubelet path under that root, the address in nodeIPs, and what
+    the config names itself kept."""
+    args = _args(node, "--kubelet-dir", "/var/lib/k0s/kubelet", "--node-ip", "192.0.2.10",
+                 "--node-ip", "", "--write-config", str(node["out"]))
+    assert install.main(args, _label) == 0
+    entry = json.loads(node["out"].read_text())
+    assert entry["kubelet"] == {
+        "podResourcesSocket": "/var/lib/k0s/kubelet/pod-resources/kubelet.sock",
+        "checkpointFile": "/var/lib/k0s/kubelet/device-plugins/kubelet_internal_checkpoint",
+        "devicePluginDir": "/var/lib/k0s/kubelet/device-plugins"}
+    assert entry["nodeIPs"] == ["192.0.2.10"]
+    node["cfg"].write_text(json.dumps({"type": "rdma-cni", "kubelet": {
+        "checkpointFile": "/elsewhere/ckpt"}}))
+    assert install.main(_args(node, "--kubelet-dir", "/data/kubelet/", "--write-config",
+                              str(node["out"])), _label) == 0
+    entry = json.loads(node["out"].read_text())
+    assert entry["kubelet"]["checkpointFile"] == "/elsewhere/ckpt"
+    assert entry["kubelet"]["devicePluginDir"] == "/data/kubelet/device-plugins"
+    assert "nodeIPs" not in entry
+    doc = json.loads((node["conf"] / "10-vpc-cni.conflist").read_text())
+    assert doc["plugins"][1] == entry  # the conflist's entry is the same
