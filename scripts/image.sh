@@ -78,7 +78,7 @@ buildah bud --isolation chroot --layers=false -f Containerfile \
 new=$(podman image inspect --format '{{.Id}}' "$ref")
 # the intermediate stage this build committed (the bundles of the context, untagged) and
 # the working container buildah 1.28 leaves on it for the `FROM ${BUNDLE} AS bundle` alias
-for id in $(sed -n 's/^--> \([0-9a-f]\{12,\}\)$/\1/p' "$log"); do
+for id in $(sed -n 's/^--> \([0-9a-f]\{8,\}\)$/\1/p' "$log"); do
     case "$new" in "$id"*) continue ;; esac
     for c in $(buildah containers --quiet --filter "ancestor=$id" 2>/dev/null); do
         buildah rm "$c" >/dev/null 2>&1 || true

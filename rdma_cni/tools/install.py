@@ -2,7 +2,7 @@
 
 install: check the host's kernel (the plugin brings its own C library: kernel.py), copy
 the host tree (the CNI-only plugin, ``--host-tree``, default ``<bundle>-host``) to
-``<bin>/rdma-cni.d/<version>-<digest>/`` beside any older one, switch the one link
+``<bin>/rdma-cni.versions/<version>-<digest>/`` beside any older one, switch the one link
 ``<bin>/rdma-cni`` to its front, put ``nccl_env.sh`` next to it, prune the trees nothing
 runs from any more (bundle.py), then insert or update our entry right after the primary
 in the first CNI config file of the conf dir (lexical order, as libcni and containerd
@@ -38,7 +38,7 @@ from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, read_json_o
 from rdma_cni.modes import MODES, Mode
 from rdma_cni.tools import bundle as layout
 from rdma_cni.tools import kernel
-from rdma_cni.tools.bundle import BUNDLE_DIR, NCCL_ENV
+from rdma_cni.tools.bundle import BUNDLE_DIR, LEGACY_DIR, NCCL_ENV
 from rdma_cni.tools.conflist import ensure_entry, json_bytes, remove_entries
 from rdma_cni.tools.installfiles import say, staged, write_atomic
 
@@ -93,12 +93,20 @@ def _dirs(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
+def _host_root(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host-root", help="the host's / as mounted here: where an absolute "
+                   "symlink of the conflist leads (default: --cni-bin-dir without its "
+                   "/opt/cni/bin suffix, else /)")
+
+
 def _uninstall_parser() -> argparse.ArgumentParser:
     from rdma_cni.cliargs import parser
 
-    return _dirs(parser("rdma-cni uninstall", "Remove the rdma-cni entries from every "
-                        "conflist of the conf dir, and the plugin from the bin dir.",
-                        config=False))
+    p = _dirs(parser("rdma-cni uninstall", "Remove the rdma-cni entries from every "
+                     "conflist of the conf dir, and the plugin from the bin dir.",
+                     config=False))
+    _host_root(p)
+    return p
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -119,9 +127,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "(inotify) and every --interval seconds")
     p.add_argument("--interval", type=float, default=30.0,
                    help="watch backstop poll period in seconds (default 30)")
-    p.add_argument("--host-root", help="the host's / as mounted here: where an absolute "
-                   "symlink of the conflist leads (default: --cni-bin-dir without its "
-                   "/opt/cni/bin suffix, else /)")
+    _host_root(p)
     p.add_argument("--kubelet-dir", metavar="DIR",
                    help="the kubelet's root dir (--root-dir): the entry's kubelet paths "
                         "(podResourcesSocket, checkpointFile, devicePluginDir) under it, where "
@@ -223,9 +229,10 @@ def uninstall(args: argparse.Namespace) -> None:
         if os.path.lexists(path):
             os.unlink(path)
             removed.append(name)
-    if os.path.lexists(os.path.join(bin_dir, BUNDLE_DIR)):
-        shutil.rmtree(os.path.join(bin_dir, BUNDLE_DIR), ignore_errors=True)
-        removed.append(BUNDLE_DIR + "/")
+    for tree_dir in (BUNDLE_DIR, LEGACY_DIR):
+        if os.path.lexists(os.path.join(bin_dir, tree_dir)):
+            shutil.rmtree(os.path.join(bin_dir, tree_dir), ignore_errors=True)
+            removed.append(tree_dir + "/")
     if removed:
         say(f"removed {', '.join(removed)} from {bin_dir}", "uninstall")
     if not changed and not removed:

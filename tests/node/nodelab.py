@@ -15,6 +15,7 @@ Host resources of this rig differ from the containerd e2e tier's (names ``rdnode
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -156,17 +157,24 @@ class Node:
 
 
 def make_root(root: Path, paths: dict[str, str]) -> None:
-    """T as a fresh node has it: the kubelet's dirs (Directory-type hostPaths), the
-    runtime's socket dir, the CNI dirs (the primary's config is written by
+    """T as a fresh node has it: /var/log, the kubelet's dirs (Directory-type hostPaths),
+    the runtime's socket dir, the CNI dirs (the primary's config is written by
     write_primary)."""
     kubelet = paths["kubeletDir"].lstrip("/")
-    for d in (f"{kubelet}/device-plugins", f"{kubelet}/pod-resources",
+    for d in ("var/log", f"{kubelet}/device-plugins", f"{kubelet}/pod-resources",
               paths["cniBinDir"].lstrip("/"), paths["cniConfDir"].lstrip("/"),
               os.path.dirname(paths["criSocket"]).lstrip("/")):
         (root / d).mkdir(parents=True, exist_ok=True)
 
 
 def make_node(target: str = "base") -> Iterator[Node]:
+    with node_of(target) as node:
+        yield node
+
+
+@contextlib.contextmanager
+def node_of(target: str = "base", play: bool = True) -> Iterator[Node]:
+    """The node of a kustomization's paths, its DaemonSet played (``play``) or not yet."""
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
@@ -188,15 +196,12 @@ def make_node(target: str = "base") -> Iterator[Node]:
     node = Node(root, paths, image, Podman(root), kubelet, cd, exporter_port=free_port())
     node.timings["image.sh"] = built
     try:
-        yield from _run(node, target)
+        start_node(node)
+        if play:
+            node.play(k8srender.render(k8srender.TARGETS[target]))
+        yield node
     finally:
         _teardown(node)
-
-
-def _run(node: Node, target: str) -> Iterator[Node]:
-    start_node(node)
-    node.play(k8srender.render(k8srender.TARGETS[target]))
-    yield node
 
 
 def start_node(node: Node) -> None:

@@ -105,8 +105,8 @@ def test_install_lays_a_versioned_tree_that_brings_its_c_library(rig: dict[str, 
     bin_dir = root / "opt/cni/bin"
     target = os.readlink(bin_dir / "rdma-cni")
     name = target.split("/")[1]
-    assert target == f"rdma-cni.d/{name}/rdma-cni-front", target
-    tree = bin_dir / "rdma-cni.d" / name
+    assert target == f"rdma-cni.versions/{name}/rdma-cni-front", target
+    tree = bin_dir / "rdma-cni.versions" / name
     assert (tree / "_internal" / "libc.so.6").is_file()
     assert (tree / "_internal" / "ld-linux-x86-64.so.2").is_file()
     assert not (tree / "_internal" / "kubernetes").exists()  # the image's, not the host's

@@ -6,6 +6,7 @@ config carries exactly the Allocate response's mounts, devices and envs."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,24 @@ class Workloads:
         finally:
             client.close()
 
-    def start(self, name: str, count: int = 1) -> Workload:
-        ids, alloc = self.allocate(count)
+    def wait_capacity(self, timeout: float = 120) -> None:
+        """Until the device plugin advertises healthy devices (the scheduler would not
+        place an RDMA pod on the node before)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.allocate(1)[0]:
+                    return
+            except Exception:  # the plugin's socket not there yet
+                pass
+            assert time.monotonic() < deadline, "the device plugin advertises nothing"
+            time.sleep(1)
+
+    def start(self, name: str, count: int = 1,
+              allocated: tuple[list[str], Any] | None = None) -> Workload:
+        """A pod of ``count`` RDMA interfaces; ``allocated``: the device plugin's answer
+        the kubelet got before (the pod was admitted earlier), else asked now."""
+        ids, alloc = allocated or self.allocate(count)
         self.kubelet.set_pod(NAMESPACE, name, {self.resource: ids}, container="main")
         config = self.cd.pod_config(name, f"uid-{name}", rdma_annotation(count), NAMESPACE)
         sandbox = self.cd.run_pod(name, f"uid-{name}", config=config)

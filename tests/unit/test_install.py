@@ -148,7 +148,7 @@ def _label() -> str | None:
 def _tree_dir(n: dict[str, Path]) -> Path:
     name = bundle.current_tree(str(n["bin"]))
     assert name is not None
-    return n["bin"] / "rdma-cni.d" / name
+    return n["bin"] / "rdma-cni.versions" / name
 
 
 def test_install_then_uninstall(node: dict[str, Path]) -> None:
@@ -158,7 +158,7 @@ def test_install_then_uninstall(node: dict[str, Path]) -> None:
     link = node["bin"] / "rdma-cni"
     tree = _tree_dir(node)
     assert tree.name.startswith(f"{__version__}-") and len(tree.name) == len(__version__) + 13
-    assert os.readlink(link) == f"rdma-cni.d/{tree.name}/rdma-cni-front"
+    assert os.readlink(link) == f"rdma-cni.versions/{tree.name}/rdma-cni-front"
     assert os.access(link, os.X_OK)
     assert (tree / "_internal" / "lib.so").read_bytes() == b"\0lib"
     assert (tree / ".in-use").is_file()  # the lock the front holds while the plugin runs
@@ -200,7 +200,7 @@ def test_install_is_idempotent_and_updates_the_tree(node: dict[str, Path]) -> No
     assert json.loads(conflist.read_text())["plugins"][1]["mode"] == "exclusive"
     leftovers = [n for n in os.listdir(node["bin"]) if n.startswith(".")]
     assert leftovers == []
-    assert sorted(os.listdir(node["bin"] / "rdma-cni.d")) == [".install.lock",
+    assert sorted(os.listdir(node["bin"] / "rdma-cni.versions")) == [".install.lock",
                                                               _tree_dir(node).name]
     assert len(json.loads(conflist.read_text())["plugins"]) == 3
 
