@@ -57,7 +57,7 @@ def entry_of(node: Node) -> dict[str, Any]:
 def test_install_put_the_bundle_and_our_entry_on_the_host(node: Node) -> None:
     link = node.cni_bin / "rdma-cni"
     target = os.readlink(link)  # the native front of a versioned tree, its plugin beside
-    assert re.fullmatch(r"rdma-cni\.d/[\w.]+-[0-9a-f]{12}/rdma-cni-front", target), target
+    assert re.fullmatch(r"rdma-cni\.versions/[\w.]+-[0-9a-f]{12}/rdma-cni-front", target), target
     assert (link.parent / target).parent.joinpath("_internal", "libc.so.6").is_file()
     version = subprocess.run([str(link), "--version"], capture_output=True, text=True,
                              timeout=60, check=True)  # the copied plugin runs on this host

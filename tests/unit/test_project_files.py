@@ -85,3 +85,19 @@ def test_version_text_reads_the_recorded_commit(tmp_path: Path) -> None:
     recorded = Path(cliargs.__file__).with_name(cliargs.COMMIT_FILE)
     want = recorded.read_text().strip() if recorded.exists() else "unknown"
     assert cliargs.version_text() == f"rdma-cni {__version__} (commit {want})"
+
+
+def test_one_image_recipe() -> None:
+    """scripts/image.sh builds the Containerfile (its prebuilt-bundles mode) instead of a
+    layout of its own, and the Containerfile carries both trees whichever way it builds."""
+    image_sh = (REPO / "scripts/image.sh").read_text()
+    assert re.search(r"buildah bud .*-f Containerfile", image_sh.replace("\\\n", " "))
+    assert "BUNDLE=context" in image_sh and "buildah mount" in image_sh  # the base rootfs only
+    assert not re.search(r"cp -a dist/", image_sh)
+    # every build has a tag of its own beside the version's
+    assert 'ref="$name:$version-$commit"' in image_sh
+    assert '-t "$ref" -t "$name:$version"' in image_sh
+    containerfile = (REPO / "Containerfile").read_text()
+    for tree in ("rdma-cni", "rdma-cni-host"):
+        assert f"COPY --from=bundle /src/dist/{tree} /opt/{tree}" in containerfile
+    assert "./scripts/build.sh" in containerfile  # BUNDLE=build runs the same build
