@@ -31,3 +31,12 @@ CNI_CONF_NAME = "rdma"
 EXPORTER_PORT = 9469
 #: where ``install`` puts nccl_env.sh on the host
 NCCL_ENV_HOST_PATH = "/opt/cni/bin/nccl_env.sh"
+#: the kubelet's root dir (its --root-dir)
+KUBELET_DIR = "/var/lib/kubelet"
+
+
+def kubelet_paths(root: str = KUBELET_DIR) -> dict[str, str]:
+    """The ``kubelet`` config keys of a kubelet whose root dir is ``root``."""
+    return {"podResourcesSocket": f"{root}/pod-resources/kubelet.sock",
+            "checkpointFile": f"{root}/device-plugins/kubelet_internal_checkpoint",
+            "devicePluginDir": f"{root}/device-plugins"}

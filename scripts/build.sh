@@ -4,7 +4,7 @@
 #   dist/rdma-cni-host/   the host's CNI-only plugin: the static front rdma-cni-front, the bundle
 #                         rdma-cni, and in _internal/ the C library and loader it was built with
 #                         (scripts/host_tree.py), which `rdma-cni install` lays out as
-#                         /opt/cni/bin/rdma-cni.d/<version>-<digest>/ and links /opt/cni/bin/rdma-cni to
+#                         /opt/cni/bin/rdma-cni.versions/<version>-<digest>/ and links /opt/cni/bin/rdma-cni to
 # Skipped when nothing it is built from changed since the last build.
 set -eu
 cd "$(dirname "$0")/.."

@@ -60,7 +60,15 @@ need_file /usr/lib/cni/bridge "apt-get install containernetworking-plugins" \
     "containerd e2e (stand-in primary)"
 need_file /usr/lib/cni/loopback "apt-get install containernetworking-plugins" \
     "cnitool doc test (the test list's first plugin)"
-need_cmd promtool "$SETUP (from Debian's prometheus package)" "alert rules test"
+need_cmd promtool "$SETUP (from Debian's prometheus package)" \
+    "alert rules test; the node test's documented queries"
+# kubectl with kustomize v5 inside: renders the manifests (no cluster is contacted)
+if kubectl version --client 2>/dev/null | grep -q "Kustomize Version: v[5-9]"; then
+    ok kubectl "manifest checks, node tier (kubectl kustomize, kustomize v5)"
+else
+    miss kubectl "$SETUP (it unpacks Debian 13's kubectl into .venv/tools/bin); manifest checks, node tier"
+fi
+need_cmd git "apt-get install git" "the node tier's previous release image (scripts/release-image.sh)"
 need_cmd go "$SETUP (golang-go)" "cnitool doc test: builds tests/tools/cnitool"
 need_file /usr/share/gocode/src/github.com/containernetworking/cni/libcni \
     "$SETUP (golang-github-appc-cni-dev)" "cnitool doc test: Debian's libcni"

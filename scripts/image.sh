@@ -1,15 +1,18 @@
 #!/bin/sh
-# Build the rdma-cni node image here, pulling nothing from any container registry:
-# the runtime stage of the Containerfile, made with Debian's buildah from scratch over
-# a debootstrap'd (minbase) Debian 12 root filesystem and the bundle ./scripts/build.sh
-# made. Commits localhost/rdma-cni:<tag> into the local container storage (podman sees
-# it) and writes dist/rdma-cni-image.oci.tar.
+# Build the rdma-cni node image here from the Containerfile (the one recipe), pulling
+# nothing from any container registry: its base is a debootstrap'd (minbase) Debian 12
+# root filesystem imported as a local image, and its bundles are the dist/rdma-cni and
+# dist/rdma-cni-host ./scripts/build.sh made (BUNDLE=context). Tags the image
+#   localhost/rdma-cni:<version>            (the version of rdma_cni/__init__.py)
+#   localhost/rdma-cni:<version>-<commit>   (scripts/commit-id.sh: every build its own tag)
+# in the local container storage (podman sees it) and writes dist/rdma-cni-image.oci.tar
+# (with dist/rdma-cni-image.oci.tar.ref: "<version>-<commit> reference, bundle digest").
 #
-#   ./scripts/image.sh [TAG]     (as root; TAG defaults to the package version)
+#   ./scripts/image.sh     (as root)
 #
-# Cached: the rootfs tarball is kept in .work/image/ and reused; an image whose
-# bundle digest label matches the current bundle is not rebuilt. RDMA_CNI_IMAGE_NAME
-# overrides the name (default localhost/rdma-cni).
+# Cached: the rootfs tarball is kept in .work/image/ and reused; an image whose bundle
+# digest label matches the current bundles is not rebuilt. RDMA_CNI_IMAGE_NAME overrides
+# the name (default localhost/rdma-cni).
 set -eu
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -18,16 +21,18 @@ for tool in buildah podman debootstrap; do
         echo "image: $tool is missing: run ./scripts/setup.sh (apt-get install buildah podman debootstrap)" >&2
         exit 1; }
 done
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
-tag=${1:-$version}
+[ $# -eq 0 ] || { echo "image: no arguments (the tags are <version> and <version>-<commit>)" >&2; exit 2; }
+version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' rdma_cni/__init__.py)
+commit=$(./scripts/commit-id.sh .)
 name=${RDMA_CNI_IMAGE_NAME:-localhost/rdma-cni}
-ref="$name:$tag"
+ref="$name:$version-$commit"
 mirror=${RDMA_CNI_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 cache=.work/image
 # ibverbs-providers: libibverbs (in the bundle) dlopens the RDMA providers (librxe,
 # libmlx5, ...) listed in /etc/libibverbs.d for `rdma-cni verify`
 packages=ibverbs-providers
 rootfs="$cache/rootfs-bookworm-minbase-verbs.tar"
+base=localhost/rdma-cni-base:bookworm-minbase-verbs
 archive=dist/rdma-cni-image.oci.tar
 mkdir -p "$cache" dist
 
@@ -47,6 +52,16 @@ if [ ! -s "$rootfs" ]; then
     rm -rf "$tmp"
     trap - EXIT
 fi
+# the base image: the rootfs tarball as an image (its digest names the tarball it came from)
+rootfs_sum=$(sha256sum "$rootfs" | cut -c1-64)
+if [ "$(podman image inspect --format '{{ index .Labels "io.rdma-cni.rootfs" }}' "$base" 2>/dev/null)" != "$rootfs_sum" ]; then
+    ctr=$(buildah from --quiet scratch)
+    mnt=$(buildah mount "$ctr")
+    tar -C "$mnt" --numeric-owner -xf "$rootfs"
+    buildah umount "$ctr" >/dev/null
+    buildah config --label "io.rdma-cni.rootfs=$rootfs_sum" "$ctr"
+    buildah commit --quiet --rm --format oci "$ctr" "$base" >/dev/null
+fi
 
 [ -x dist/rdma-cni/rdma-cni ] && [ -x dist/rdma-cni-host/rdma-cni-front ] || {
     echo "image: dist/rdma-cni or dist/rdma-cni-host is missing: run ./scripts/build.sh" >&2; exit 1; }
@@ -56,32 +71,31 @@ if [ "$have" = "$digest" ] && [ -s "$archive" ] && [ "$(cat "$archive.ref" 2>/de
     echo "image: $ref is up to date ($archive)"; exit 0
 fi
 
-ctr=$(buildah from --quiet scratch)
-trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
-mnt=$(buildah mount "$ctr")
-tar -C "$mnt" --numeric-owner -xf "$rootfs"
-# the same layout as the Containerfile's runtime stage: the image's bundle at /opt/rdma-cni,
-# the host's plugin at /opt/rdma-cni-host, which `rdma-cni install` lays out on the host
-# (nccl_env.sh is in it, _internal/rdma_cni/data/; pods get it from the device plugin's
-# mount of the host's copy, not from this image)
-cp -a dist/rdma-cni "$mnt/opt/rdma-cni"
-cp -a dist/rdma-cni-host "$mnt/opt/rdma-cni-host"
-ln -sf /opt/rdma-cni/rdma-cni "$mnt/usr/local/bin/rdma-cni"
-buildah umount "$ctr" >/dev/null
-buildah config \
-    --label "org.opencontainers.image.title=rdma-cni" \
-    --label "org.opencontainers.image.version=$version" \
-    --label "org.opencontainers.image.source=https://github.com/rdma-cni/rdma-cni" \
-    --label "io.rdma-cni.bundle-digest=$digest" \
-    --env PATH=/opt/rdma-cni:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    --workingdir / --cmd '["rdma-cni", "--help"]' "$ctr"
-old=$(podman image inspect --format '{{.Id}}' "$ref" 2>/dev/null || true)
-buildah commit --quiet --rm --format oci "$ctr" "$ref" >/dev/null
-trap - EXIT
+old=$(podman image inspect --format '{{.Id}}' "$name:$version" 2>/dev/null || true)
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+buildah bud --isolation chroot --layers=false -f Containerfile \
+    --build-arg "DEBIAN=$base" --build-arg BUNDLE=context --build-arg "VERSION=$version" \
+    --label "io.rdma-cni.bundle-digest=$digest" --label "io.rdma-cni.commit=$commit" \
+    -t "$ref" -t "$name:$version" . >"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
 new=$(podman image inspect --format '{{.Id}}' "$ref")
-# the image this tag named before is no longer needed (kept if a container uses it)
-[ -z "$old" ] || [ "$old" = "$new" ] || buildah rmi "$old" >/dev/null 2>&1 || true
+# the intermediate stage this build committed (the bundles of the context, untagged) and
+# the working container buildah 1.28 leaves on it for the `FROM ${BUNDLE} AS bundle` alias
+for id in $(sed -n 's/^--> \([0-9a-f]\{8,\}\)$/\1/p' "$log"); do
+    case "$new" in "$id"*) continue ;; esac
+    for c in $(buildah containers --quiet --filter "ancestor=$id" 2>/dev/null); do
+        buildah rm "$c" >/dev/null 2>&1 || true
+    done
+    buildah rmi "$id" >/dev/null 2>&1 || true
+done
+# the build this version's tag named before is no longer needed (kept if a container uses it)
+if [ -n "$old" ] && [ "$old" != "$new" ]; then
+    for t in $(podman image inspect --format '{{range .RepoTags}}{{.}} {{end}}' "$old" 2>/dev/null); do
+        case "$t" in "$name:$version-"*) podman untag "$old" "$t" 2>/dev/null || true ;; esac
+    done
+    buildah rmi "$old" >/dev/null 2>&1 || true
+fi
 rm -f "$archive"
 buildah push --quiet "$ref" "oci-archive:$archive:$ref" >/dev/null
 echo "$ref $digest" >"$archive.ref"
-echo "image: $ref ($(echo "$new" | cut -c1-12)), $archive"
+echo "image: $ref and $name:$version ($(echo "$new" | cut -c1-12)), $archive"

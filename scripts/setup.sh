@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 PKGS="python3 python3-venv python3-pip python3-dev gcc libc6-dev iproute2 procps kmod
       containernetworking-plugins rdma-core ibverbs-utils python3-pyverbs containerd runc
-      podman buildah catatonit debootstrap openssl strace util-linux
+      podman buildah catatonit debootstrap openssl strace util-linux curl
       golang-go golang-github-appc-cni-dev"
 # strace: the security tests widen serve's socket window with a delayed listen(2);
 # util-linux: unshare, setpriv and prlimit (serve in a private mount namespace, a
@@ -54,6 +54,22 @@ if [ ! -x .venv/tools/bin/promtool ]; then
     dpkg-deb -x "$d"/prometheus_*.deb "$d/x"
     mkdir -p .venv/tools/bin
     cp "$d/x/usr/bin/promtool" .venv/tools/bin/promtool
+    rm -rf "$d"
+fi
+# kubectl (kustomize v5 inside) renders the manifests (scripts/check-manifests.sh, the node
+# tier); Debian 12 packages none recent enough, so Debian 13's is unpacked from the
+# mirror's pool (statically linked Go, libc6 >= 2.34) into .venv/tools/bin, its SHA-256
+# checked; nothing is installed system-wide.
+KUBECTL_DEB=pool/main/k/kubernetes/kubectl_1.32.3+ds-2_amd64.deb
+KUBECTL_SHA256=9825aaf4c14913027aae04af8688e580459f781c829bd5de00cc4dc2cc5a867f
+if ! .venv/tools/bin/kubectl version --client 2>/dev/null | grep -q "Kustomize Version: v[5-9]"; then
+    echo "setup: unpacking Debian 13's kubectl (kustomize v5) into .venv/tools/bin"
+    d=$(mktemp -d)
+    curl -fsS --retry 3 -o "$d/kubectl.deb" "${RDMA_CNI_DEBIAN_MIRROR:-http://deb.debian.org/debian}/$KUBECTL_DEB"
+    echo "$KUBECTL_SHA256  $d/kubectl.deb" | sha256sum -c --quiet
+    dpkg-deb -x "$d/kubectl.deb" "$d/x"
+    mkdir -p .venv/tools/bin
+    cp "$d/x/usr/bin/kubectl" .venv/tools/bin/kubectl
     rm -rf "$d"
 fi
 CHECKOV_SPEC='checkov>=3.2,<4'

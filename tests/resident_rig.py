@@ -91,7 +91,7 @@ class FakeServer:
 
 def front_layout(built: list[str], dest: Path) -> list[str]:
     """The host tree built beside the image bundle ``built`` laid out by `install`'s own
-    functions in ``dest`` (``<dest>/rdma-cni -> rdma-cni.d/<version>-<digest>/
+    functions in ``dest`` (``<dest>/rdma-cni -> rdma-cni.versions/<version>-<digest>/
     rdma-cni-front``); the argv of the front. :func:`image_of` gives its server."""
     tree = Path(built[0]).parent.parent / HOST_TREE.name
     front = str(install_host_tree(dest, tree))

@@ -74,6 +74,15 @@ def _path(value: str) -> str:
     return value
 
 
+def _addresses(value: list[str]) -> list[str]:
+    for item in value:
+        try:
+            ipaddress.ip_address(item)
+        except ValueError:
+            raise ValueError(f"nodeIPs entry {shown(item)} is not an IP address") from None
+    return value
+
+
 def _unique(value: list[str] | None) -> list[str] | None:
     if value is not None and len(set(value)) != len(value):
         raise ValueError("devices lists a netdev more than once")
@@ -109,6 +118,7 @@ class NetConf(Model):
     cniConfName: str
     mode: Mode
     devices: list[str] | None
+    nodeIPs: list[str]
     resourceName: str | None
     allocation: Literal["auto", "config"]
     maxInterfaces: int
@@ -165,9 +175,7 @@ _ROUTING = model(RoutingConf, {
 }, extra="forbid")
 _PATH = after(_STR, _path)
 _KUBELET = model(KubeletConf, {
-    "podResourcesSocket": field(_PATH, default=defaults.KUBELET_POD_RESOURCES_SOCKET),
-    "checkpointFile": field(_PATH, default=defaults.KUBELET_CHECKPOINT),
-    "devicePluginDir": field(_PATH, default="/var/lib/kubelet/device-plugins"),
+    key: field(_PATH, default=path) for key, path in defaults.kubelet_paths().items()
 }, extra="forbid")
 _NAME = cs.str_schema(min_length=1, max_length=253)
 _NETCONF = model(NetConf, {
@@ -178,6 +186,7 @@ _NETCONF = model(NetConf, {
     "mode": field(cs.enum_schema(Mode, list(Mode), sub_type="str")),
     "devices": field(after(cs.nullable_schema(cs.list_schema(after(_STR, _check_netdev))),
                            _unique), default=None),
+    "nodeIPs": field(after(cs.list_schema(_STR), _addresses), factory=list),
     "resourceName": field(cs.nullable_schema(_STR), default=None),
     "allocation": field(cs.literal_schema(["auto", "config"]), default="auto"),
     "maxInterfaces": field(_int(1, 64), default=16),

@@ -1,5 +1,5 @@
-"""The node's RDMA NICs as ADD sees them (discovery or the pinned `devices`),
-and the bounded wait for the pod interfaces' RoCE GIDs."""
+"""The node's RDMA NICs as ADD sees them (discovery or the pinned `devices`, without the
+node's own NIC), and the bounded wait for the pod interfaces' RoCE GIDs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from dataclasses import dataclass, replace
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.datapath.port import NetlinkPort
 from rdma_cni.models.netconf import NetConf
 from rdma_cni.node.discovery import Nic, discover, resolve_device_id
+from rdma_cni.node.primary import keep_off, primary_nics
 
 GID_TIMEOUT = 5.0
 SYSFS_ROOT = "/"
@@ -28,9 +30,12 @@ class NodeNics:
         return resolve_device_id(self.sysfs, self.nics, dev_id)
 
 
-def rdma_nics(nc: NetConf) -> NodeNics:
+def rdma_nics(nc: NetConf, host: NetlinkPort) -> NodeNics:
+    """The NICs ADD may use: discovered or pinned, never the node's own (primary.py)."""
     sysfs = Sysfs(SYSFS_ROOT)
-    return NodeNics(sysfs, discover(sysfs, nc.devices))
+    nics = discover(sysfs, nc.devices)
+    primary = primary_nics(host, [n.netdev for n in nics], nc.nodeIPs)
+    return NodeNics(sysfs, keep_off(nics, primary, nc.devices is not None))
 
 
 def wait_gids(plans: Sequence[IfacePlan]) -> None:

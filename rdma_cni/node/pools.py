@@ -32,6 +32,7 @@ class NodeSettings:
     slots_per_nic: int = 16
     host_slots: int = 16
     ranges: Mapping[str, RangeLimits] = field(default_factory=dict)
+    node_ips: Sequence[str] = ()  # nodeIPs: the NIC holding one is the node's own
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode.of(self.mode))
@@ -43,7 +44,7 @@ class NodeSettings:
     @classmethod
     def from_netconf(cls, conf: Any) -> NodeSettings:
         return cls(conf.mode, conf.resource, conf.devices, conf.slotsPerNic, conf.hostSlots,
-                   ranges_of(conf))
+                   ranges_of(conf), tuple(conf.nodeIPs))
 
 
 def nic_slots(settings: NodeSettings, pool_size: int) -> int:

@@ -2,9 +2,9 @@
 
 ::
 
-    <bin>/rdma-cni              -> rdma-cni.d/<version>-<digest>/rdma-cni-front  (the one link)
+    <bin>/rdma-cni              -> rdma-cni.versions/<version>-<digest>/rdma-cni-front  (the link)
     <bin>/nccl_env.sh           (copied from the tree)
-    <bin>/rdma-cni.d/<version>-<digest>/   rdma-cni-front, rdma-cni, _internal/, .in-use
+    <bin>/rdma-cni.versions/<version>-<digest>/   rdma-cni-front, rdma-cni, _internal/, .in-use
 
 An upgrade copies the new tree beside the old one under a temporary name, renames it into
 place, then switches the one link (temp symlink + rename): a plugin the runtime execs
@@ -16,10 +16,14 @@ tree's ``.in-use`` for as long as the fallback plugin runs (front/rdma-cni-front
 ``hold_tree``); the pruner takes the lock exclusively without waiting, unlinks
 ``.in-use`` (a front that locks the old file after that sees it unlinked and runs the
 current link instead), then removes the tree. A tree in use is kept for the next round
-(``install --watch`` prunes every interval). The flat layout of release 0.1.0
-(``rdma-cni.d/rdma-cni``, ``_internal/``, ...) has no lock: it is removed
-:data:`LEGACY_GRACE` seconds after the link stopped naming it, longer than any plugin
-exec lasts (its own deadlines end it well within that).
+(``install --watch`` prunes every interval).
+
+The trees live apart from ``rdma-cni.d/``, the directory of release 0.1.0's flat layout
+(``rdma-cni.d/rdma-cni``, ``_internal/``, ...): its installer replaces that directory
+whole (and deletes what it replaced) before it switches the link, so a rollback to it
+never pulls a tree from under the link or a running plugin. ``rdma-cni.d/`` has no lock:
+it is removed :data:`LEGACY_GRACE` seconds after the link stopped naming it, longer than
+any plugin exec lasts (its own deadlines end it well within that).
 """
 
 from __future__ import annotations
@@ -38,13 +42,14 @@ from rdma_cni.errors import ConfigError
 from rdma_cni.models.subconfig import PLUGIN_TYPE
 from rdma_cni.tools.installfiles import fsync_dir, say, write_atomic
 
-BUNDLE_DIR = "rdma-cni.d"
+BUNDLE_DIR = "rdma-cni.versions"
+#: release 0.1.0's directory (a flat bundle its installer swaps in whole)
+LEGACY_DIR = "rdma-cni.d"
 #: the native front in the tree: forwards to `rdma-cni serve`, else execs the plugin
 FRONT = "rdma-cni-front"
 IN_USE = ".in-use"
 NCCL_ENV = "nccl_env.sh"
 HOST_SUFFIX = "-host"  # dist/rdma-cni-host beside dist/rdma-cni; /opt/rdma-cni-host in the image
-LEGACY = ("rdma-cni", FRONT, "_internal", ".built")  # release 0.1.0's flat layout
 LEGACY_MARK = ".legacy-retired"
 LEGACY_GRACE = 120.0
 _INSTALL_LOCK = ".install.lock"
@@ -101,17 +106,20 @@ def install_lock(bin_dir: str):  # type: ignore[no-untyped-def]
 
 
 def forget_empty(bin_dir: str) -> None:
-    """Remove ``rdma-cni.d`` when it holds nothing but the install lock (a first install
-    that failed)."""
+    """Remove ``<bin_dir>/rdma-cni.versions`` when it holds nothing but the install lock (a first
+    install that failed leaves nothing behind)."""
     root = os.path.join(bin_dir, BUNDLE_DIR)
-    with contextlib.suppress(OSError):
-        if os.listdir(root) == [_INSTALL_LOCK]:
-            os.unlink(os.path.join(root, _INSTALL_LOCK))
+    try:
+        if set(os.listdir(root)) <= {_INSTALL_LOCK}:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(root, _INSTALL_LOCK))
             os.rmdir(root)
+    except OSError:
+        pass
 
 
 def install_tree(tree: str, bin_dir: str) -> tuple[str, bool]:
-    """Copy the host ``tree`` to ``<bin_dir>/rdma-cni.d/<version>-<digest>``; returns that
+    """Copy the host ``tree`` to ``<bin_dir>/rdma-cni.versions/<version>-<digest>``; returns that
     name and whether it was copied (False: already there, identical)."""
     if not os.access(os.path.join(tree, FRONT), os.X_OK) or \
             not os.access(os.path.join(tree, PLUGIN_TYPE), os.X_OK):
@@ -180,11 +188,11 @@ def prune(bin_dir: str, now: float | None = None) -> tuple[list[str], list[str]]
         return removed, busy
     for entry in sorted(os.listdir(root)):
         path = os.path.join(root, entry)
-        if entry in (keep, _INSTALL_LOCK, LEGACY_MARK) or entry in LEGACY:
+        if entry in (keep, _INSTALL_LOCK):
             continue
         if os.path.isdir(path) and not os.path.islink(path):
             (removed if _remove_unused(path) else busy).append(entry)
-    removed += _prune_legacy(root, time.time() if now is None else now)
+    removed += _prune_legacy(bin_dir, time.time() if now is None else now)
     return removed, busy
 
 
@@ -211,11 +219,12 @@ def _remove_unused(tree: str) -> bool:
     return True
 
 
-def _prune_legacy(root: str, now: float) -> list[str]:
-    present = [e for e in LEGACY if os.path.lexists(os.path.join(root, e))]
-    if not present:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(root, LEGACY_MARK))
+def _prune_legacy(bin_dir: str, now: float) -> list[str]:
+    """``rdma-cni.d/`` once the link has named one of our trees for the grace (the
+    caller checked that it does); the time is marked inside it, so a rollback that
+    swaps in a new one starts the grace again."""
+    root = os.path.join(bin_dir, LEGACY_DIR)
+    if not os.path.isdir(root) or os.path.islink(root):
         return []
     mark = os.path.join(root, LEGACY_MARK)
     try:
@@ -226,14 +235,8 @@ def _prune_legacy(root: str, now: float) -> list[str]:
         return []
     if now - since < LEGACY_GRACE:
         return []
-    for entry in present:
-        path = os.path.join(root, entry)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-    os.unlink(mark)
-    return [f"{e} (0.1.0 layout)" for e in present]
+    shutil.rmtree(root, ignore_errors=True)
+    return [f"{LEGACY_DIR}/ (release 0.1.0's layout)"]
 
 
 def nccl_env_source(tree: str) -> str | None:

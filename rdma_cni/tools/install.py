@@ -2,7 +2,7 @@
 
 install: check the host's kernel (the plugin brings its own C library: kernel.py), copy
 the host tree (the CNI-only plugin, ``--host-tree``, default ``<bundle>-host``) to
-``<bin>/rdma-cni.d/<version>-<digest>/`` beside any older one, switch the one link
+``<bin>/rdma-cni.versions/<version>-<digest>/`` beside any older one, switch the one link
 ``<bin>/rdma-cni`` to its front, put ``nccl_env.sh`` next to it, prune the trees nothing
 runs from any more (bundle.py), then insert or update our entry right after the primary
 in the first CNI config file of the conf dir (lexical order, as libcni and containerd
@@ -32,12 +32,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rdma_cni import defaults
 from rdma_cni.errors import CniError, ConfigError
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, read_json_object
 from rdma_cni.modes import MODES, Mode
 from rdma_cni.tools import bundle as layout
 from rdma_cni.tools import kernel
-from rdma_cni.tools.bundle import BUNDLE_DIR, NCCL_ENV
+from rdma_cni.tools.bundle import BUNDLE_DIR, LEGACY_DIR, NCCL_ENV
 from rdma_cni.tools.conflist import ensure_entry, json_bytes, remove_entries
 from rdma_cni.tools.installfiles import say, staged, write_atomic
 
@@ -54,6 +55,23 @@ def make_entry(config: dict[str, Any] | None, mode: str) -> dict[str, Any]:
     caps = dict(caps) if isinstance(caps, dict) else {}
     caps[CAPABILITY] = True
     return {"type": PLUGIN_TYPE, **entry, "mode": checked, "capabilities": caps}
+
+
+def node_settings(entry: dict[str, Any], kubelet_dir: str | None,
+                  node_ips: Sequence[str]) -> dict[str, Any]:
+    """The entry with the kubelet's paths under ``kubelet_dir`` (those the config does not
+    name itself) and ``nodeIPs`` (the node's own addresses: the NIC holding one stays
+    with the node); the flags of the DaemonSet, which knows both."""
+    out = dict(entry)
+    if kubelet_dir:
+        root = kubelet_dir.rstrip("/") or "/"
+        given = out.get("kubelet")
+        named = given if isinstance(given, dict) else {}
+        out["kubelet"] = {**defaults.kubelet_paths(root), **named}
+    ips = [ip for ip in node_ips if ip]
+    if ips:
+        out["nodeIPs"] = list(dict.fromkeys(ips))
+    return out
 
 
 def resolve_mode(flag: str | None, config: dict[str, Any],
@@ -75,12 +93,20 @@ def _dirs(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
+def _host_root(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host-root", help="the host's / as mounted here: where an absolute "
+                   "symlink of the conflist leads (default: --cni-bin-dir without its "
+                   "/opt/cni/bin suffix, else /)")
+
+
 def _uninstall_parser() -> argparse.ArgumentParser:
     from rdma_cni.cliargs import parser
 
-    return _dirs(parser("rdma-cni uninstall", "Remove the rdma-cni entries from every "
-                        "conflist of the conf dir, and the plugin from the bin dir.",
-                        config=False))
+    p = _dirs(parser("rdma-cni uninstall", "Remove the rdma-cni entries from every "
+                     "conflist of the conf dir, and the plugin from the bin dir.",
+                     config=False))
+    _host_root(p)
+    return p
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -101,9 +127,15 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "(inotify) and every --interval seconds")
     p.add_argument("--interval", type=float, default=30.0,
                    help="watch backstop poll period in seconds (default 30)")
-    p.add_argument("--host-root", help="the host's / as mounted here: where an absolute "
-                   "symlink of the conflist leads (default: --cni-bin-dir without its "
-                   "/opt/cni/bin suffix, else /)")
+    _host_root(p)
+    p.add_argument("--kubelet-dir", metavar="DIR",
+                   help="the kubelet's root dir (--root-dir): the entry's kubelet paths "
+                        "(podResourcesSocket, checkpointFile, devicePluginDir) under it, where "
+                        "the config names none (default: the config's, else /var/lib/kubelet)")
+    p.add_argument("--node-ip", metavar="IP", action="append", default=[],
+                   help="the node's address (the kubelet's InternalIP, status.hostIP): written "
+                        "to the entry as nodeIPs; the NIC that holds it is never given to pods "
+                        "(repeatable; an empty value is ignored)")
     p.add_argument("--write-config", metavar="FILE",
                    help="also write the effective entry (mode resolved) here, for the "
                         "agent, device plugin and exporter")
@@ -121,6 +153,7 @@ def host_root_of(args: argparse.Namespace) -> str:
 def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[str, Any]:
     config = read_json_object(args.config) if args.config else {}
     entry = make_entry(config, resolve_mode(args.mode, config, label))
+    entry = node_settings(entry, args.kubelet_dir, args.node_ip)
     tree = args.host_tree or layout.default_host_tree(args.bundle or layout.default_bundle())
     say(kernel.check(kernel.release()))
     os.makedirs(args.cni_bin_dir, exist_ok=True)
@@ -196,9 +229,10 @@ def uninstall(args: argparse.Namespace) -> None:
         if os.path.lexists(path):
             os.unlink(path)
             removed.append(name)
-    if os.path.lexists(os.path.join(bin_dir, BUNDLE_DIR)):
-        shutil.rmtree(os.path.join(bin_dir, BUNDLE_DIR), ignore_errors=True)
-        removed.append(BUNDLE_DIR + "/")
+    for tree_dir in (BUNDLE_DIR, LEGACY_DIR):
+        if os.path.lexists(os.path.join(bin_dir, tree_dir)):
+            shutil.rmtree(os.path.join(bin_dir, tree_dir), ignore_errors=True)
+            removed.append(tree_dir + "/")
     if removed:
         say(f"removed {', '.join(removed)} from {bin_dir}", "uninstall")
     if not changed and not removed:

@@ -161,7 +161,7 @@ def test_install_chained_the_entry_and_kept_the_primary(node: dict[str, Any]) ->
     assert [p["type"] for p in conflist["plugins"]] == ["bridge", "rdma-cni"]
     assert conflist["plugins"][1]["capabilities"] == {"io.kubernetes.cri.pod-annotations": True}
     target = os.readlink(cd.cni_bin / "rdma-cni")  # a versioned tree's front
-    assert target.startswith("rdma-cni.d/") and target.endswith("/rdma-cni-front"), target
+    assert target.startswith("rdma-cni.versions/") and target.endswith("/rdma-cni-front"), target
     version = subprocess.run([str(cd.cni_bin / "rdma-cni"), "--version"], capture_output=True,
                              text=True, check=True, timeout=30)
     assert version.stdout.startswith("rdma-cni ")

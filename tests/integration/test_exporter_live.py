@@ -170,3 +170,21 @@ def test_failing_add_counts_an_error(node: Node, exporter: Any) -> None:
                   code="0") == 1
     assert (_value(s, "rdma_cni_operation_duration_seconds_count", command="ADD",
                    result="error") or 0) == 1
+
+
+@pytest.mark.parametrize("listen, why", [
+    ("198.51.100.1:{port}", "refusing to listen on 198.51.100.1: an address of RDMA NIC"),
+    ("0.0.0.0:{port}", "refusing to listen on every address (0.0.0.0)"),
+    (":{port}", "refusing to listen on every address (0.0.0.0)"),
+])
+def test_the_exporter_refuses_the_fabric_and_every_address(node: Node, listen: str,
+                                                           why: str) -> None:
+    """Never where the pods' RDMA fabric reaches it: one line, exit 1, nothing listening."""
+    out = subprocess.run(["ip", "netns", "exec", node.node, PYTHON, "-m", "rdma_cni",
+                          "exporter", "--config", str(node.conf),
+                          "--listen", listen.format(port=PORT)],
+                         cwd=str(REPO), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith(f"rdma-cni exporter: {why}") and out.stderr.count("\n") == 1
+    listening = _sh("ip", "netns", "exec", node.node, "ss", "-Hltn").stdout
+    assert f":{PORT}" not in listening

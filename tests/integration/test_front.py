@@ -1,5 +1,5 @@
 """The native front (front/rdma-cni-front.c) as `install` lays it out:
-<bin>/rdma-cni -> rdma-cni.d/<version>-<digest>/rdma-cni-front, the host's plugin beside it.
+<bin>/rdma-cni -> rdma-cni.versions/<version>-<digest>/rdma-cni-front, the host's plugin beside it.
 
 It forwards every CNI request to `rdma-cni serve` and relays the answer; whenever
 the server is absent, refuses, hangs past the deadline, dies mid-reply or answers
@@ -30,7 +30,7 @@ def bin_dir(installed_plugin: list[str]) -> Path:
     dest = Path(installed_plugin[0]).parent
     name = bundle.current_tree(str(dest))
     assert name is not None
-    assert (dest / "rdma-cni").resolve() == (dest / "rdma-cni.d" / name / "rdma-cni-front")
+    assert (dest / "rdma-cni").resolve() == (dest / "rdma-cni.versions" / name / "rdma-cni-front")
     return dest
 
 

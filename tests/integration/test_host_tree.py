@@ -183,7 +183,7 @@ def test_the_held_plugin_maps_only_files_of_its_tree(rig, old_root: Path) -> Non
     finally:
         kubelet.close()  # the ADD fails now: no kubelet answer
         out, err = proc.communicate(timeout=30)
-    tree = old_root / BIN / "rdma-cni.d"
+    tree = old_root / BIN / "rdma-cni.versions"
     ours = {(st.st_dev, st.st_ino): p for p in tree.rglob("*")
             if p.is_file() and not p.is_symlink() for st in [p.stat()]}
     outside = sorted(name for ident, name in mapped.items() if ident not in ours)
@@ -236,14 +236,14 @@ def test_an_upgrade_keeps_the_running_tree_and_prunes_it_after(rig, tmp_path: Pa
             assert bundle.switch_link(str(bin_dir), new)
             assert bundle.prune(str(bin_dir)) == ([], [old])  # the ADD runs from it
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
-        assert f"/rdma-cni.d/{old}/_internal/libpython" in maps
-        assert f"/rdma-cni.d/{new}/" not in maps  # never a file of the other version
+        assert f"/rdma-cni.versions/{old}/_internal/libpython" in maps
+        assert f"/rdma-cni.versions/{new}/" not in maps  # never a file of the other version
     finally:
         kubelet.close()
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 1 and b"kubelet" in out
     assert bundle.prune(str(bin_dir)) == ([old], [])  # nothing runs from it now
-    assert sorted(os.listdir(bin_dir / "rdma-cni.d")) == [".install.lock", new]
+    assert sorted(os.listdir(bin_dir / "rdma-cni.versions")) == [".install.lock", new]
 
 
 def test_a_front_whose_tree_was_pruned_as_it_started_runs_the_current_one(
@@ -272,7 +272,7 @@ def test_a_front_whose_tree_was_pruned_as_it_started_runs_the_current_one(
         new, _ = bundle.install_tree(str(_second_build(tmp_path)), str(bin_dir))
         bundle.switch_link(str(bin_dir), new)
         assert bundle.prune(str(bin_dir)) == ([old], [])
-    assert not (bin_dir / "rdma-cni.d" / old).exists()
+    assert not (bin_dir / "rdma-cni.versions" / old).exists()
     out, err = proc.communicate(json.dumps(conf).encode(), timeout=60)
     assert proc.returncode == 0, (out, err)
     assert json.loads(out)["ips"][-1]["address"] == "198.51.100.2/26"

@@ -15,10 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import k8srender
 import manifests
 import pytest
 from fakeapi import FakeApi
-from nodelab import NICS, build_image, make_root, skip_reason
+from nodelab import NICS, build_image, make_root, shipped_image, skip_reason
 from podman import Podman
 
 pytestmark = [pytest.mark.root, pytest.mark.node]
@@ -41,7 +42,7 @@ def rig() -> Iterator[dict[str, Any]]:
 
 def _host(rig: dict[str, Any], name: str) -> Path:
     root = rig["tmp"] / name
-    make_root(root)
+    make_root(root, k8srender.paths_of(k8srender.BASE))
     (root / "etc/cni/net.d/10-vpc-cni.conflist").write_text(json.dumps(PRIMARY))
     return root
 
@@ -51,17 +52,23 @@ def run_install(rig: dict[str, Any], root: Path, env: dict[str, str] | None = No
                 hostpaths: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``podman run`` of the manifest's install container; ``hostpaths`` replaces the
     host side of named volumes, ``mounts`` adds host:container mounts."""
-    pod, _ = manifests.node_pod(root, rig["image"], "install", "127.0.0.1:1")
+    ds, cms = manifests.split(k8srender.render(k8srender.BASE))
+    pod, _ = manifests.node_pod(ds, root, {shipped_image(): rig["image"]}, "install", 1)
     spec = pod["spec"]
     (c,) = spec["initContainers"]
-    cm_dir = root / "configmap"
+    cm_dir, tmp = root / "configmap", root / "container-tmp"
     cm_dir.mkdir(exist_ok=True)
-    cm = manifests.configmap(root, "shared-multi", list(NICS))
+    tmp.mkdir(exist_ok=True)
+    (cm,) = manifests.configmaps(cms, root, manifests.redirected(ds), "shared-multi", list(NICS))
     (cm_dir / "config.json").write_text(cm["data"]["config.json"])
-    volumes = {v["name"]: (v["hostPath"]["path"] if "hostPath" in v else str(cm_dir))
-               for v in spec["volumes"]}
+    volumes = {v["name"]: v["hostPath"]["path"] if "hostPath" in v else
+               str(cm_dir if "configMap" in v else tmp) for v in spec["volumes"]}
     volumes.update(hostpaths or {})
-    args = ["run", "--rm", "--network", "host", "--privileged"]
+    # the container's securityContext as the manifest sets it (no capability at all)
+    sc = c["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"]
+    args = ["run", "--rm", "--network", "host", "--cap-drop", "ALL", "--read-only",
+            "--security-opt", "no-new-privileges"]
     for e in c.get("env", []):
         args += ["-e", f"{e['name']}={e['value']}"]
     for k, v in (env or {}).items():
@@ -98,8 +105,8 @@ def test_install_lays_a_versioned_tree_that_brings_its_c_library(rig: dict[str, 
     bin_dir = root / "opt/cni/bin"
     target = os.readlink(bin_dir / "rdma-cni")
     name = target.split("/")[1]
-    assert target == f"rdma-cni.d/{name}/rdma-cni-front", target
-    tree = bin_dir / "rdma-cni.d" / name
+    assert target == f"rdma-cni.versions/{name}/rdma-cni-front", target
+    tree = bin_dir / "rdma-cni.versions" / name
     assert (tree / "_internal" / "libc.so.6").is_file()
     assert (tree / "_internal" / "ld-linux-x86-64.so.2").is_file()
     assert not (tree / "_internal" / "kubernetes").exists()  # the image's, not the host's

@@ -6,17 +6,22 @@ config carries exactly the Allocate response's mounts, devices and envs."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from chroot import skip_exec_under_chroot
+from e2e_node import ip_json
 from fakekubelet import PluginClient
 from runtime import Containerd, load_cri
 
 HERE = Path(__file__).resolve().parent
 ANNOTATION = "k8s.volcengine.com/pod-networks"
 NAMESPACE = "node-test"
+RESOURCE = "vke.volcengine.com/rdma"
+#: the rig's stand-in RDMA NICs: name -> (host address, peer)
+NICS = {"rdnode0": ("203.0.113.1/28", "rdnpeer0"), "rdnode1": ("203.0.113.17/28", "rdnpeer1")}
 
 
 def rdma_annotation(blocks: int = 1) -> dict[str, str]:
@@ -54,8 +59,24 @@ class Workloads:
         finally:
             client.close()
 
-    def start(self, name: str, count: int = 1) -> Workload:
-        ids, alloc = self.allocate(count)
+    def wait_capacity(self, timeout: float = 120) -> None:
+        """Until the device plugin advertises healthy devices (the scheduler would not
+        place an RDMA pod on the node before)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.allocate(1)[0]:
+                    return
+            except Exception:  # the plugin's socket not there yet
+                pass
+            assert time.monotonic() < deadline, "the device plugin advertises nothing"
+            time.sleep(1)
+
+    def start(self, name: str, count: int = 1,
+              allocated: tuple[list[str], Any] | None = None) -> Workload:
+        """A pod of ``count`` RDMA interfaces; ``allocated``: the device plugin's answer
+        the kubelet got before (the pod was admitted earlier), else asked now."""
+        ids, alloc = allocated or self.allocate(count)
         self.kubelet.set_pod(NAMESPACE, name, {self.resource: ids}, container="main")
         config = self.cd.pod_config(name, f"uid-{name}", rdma_annotation(count), NAMESPACE)
         sandbox = self.cd.run_pod(name, f"uid-{name}", config=config)
@@ -94,3 +115,42 @@ class Workloads:
                   pb.RemoveContainerResponse)
         self.cd.stop_pod(w.sandbox)
         self.cd.remove_pod(w.sandbox)
+
+
+def links(netns: str) -> dict[str, dict[str, Any]]:
+    return {i["ifname"]: i for i in ip_json("addr", "show", netns=netns)}
+
+
+def v4(link: dict[str, Any]) -> list[str]:
+    return [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
+            if a["family"] == "inet"]
+
+
+def nic_subnet(addr: str) -> bool:
+    """In a stand-in NIC's /28, not the NIC's own address."""
+    import ipaddress
+
+    ip = ipaddress.ip_interface(addr)
+    nets = {ipaddress.ip_interface(a).network: a for a, _ in NICS.values()}
+    return ip.network in nets and nets[ip.network] != addr
+
+
+def pod_cycle(cd: Containerd, kubelet: Any, name: str, device: str,
+              hold: Any = None) -> tuple[bool, str]:
+    """One RDMA pod through the CRI: started, checked for eth1 (an address of its NIC's
+    subnet), ``hold(name, address)`` while it runs, then stopped and removed."""
+    kubelet.set_pod(NAMESPACE, name, {RESOURCE: [device]}, container="main")
+    try:
+        config = cd.pod_config(name, f"uid-{name}", rdma_annotation(1), NAMESPACE)
+        sid = cd.run_pod(name, f"uid-{name}", config=config)
+    except Exception as e:
+        return False, f"RunPodSandbox: {e}"
+    try:
+        pod = links(cd.netns_of(sid))
+        ok = "eth1" in pod and nic_subnet(v4(pod["eth1"])[0])
+        if ok and hold is not None:
+            hold(name, v4(pod["eth1"])[0])
+        return ok, json.dumps(sorted(pod))
+    finally:
+        cd.stop_pod(sid)
+        cd.remove_pod(sid)

@@ -17,7 +17,8 @@ from rdma_cni.cni.commands.add import cmd_add
 from rdma_cni.cni.commands.delete import cmd_del
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath import session as session_mod
-from rdma_cni.errors import NicUnavailable
+from rdma_cni.datapath.port import Route
+from rdma_cni.errors import ConfigError, NicUnavailable
 from rdma_cni.node import nics as nics_mod
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import READY
@@ -40,11 +41,12 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Node:
     return n
 
 
-def request(tmp_path: Path, command: str, devices: list[str] | None = None) -> Request:
+def request(tmp_path: Path, command: str, devices: list[str] | None = None,
+            **extra: Any) -> Request:
     conf: dict[str, Any] = {"cniVersion": "1.0.0", "name": "rdma", "type": "rdma-cni",
                             "mode": "shared-multi", "allocation": "config",
                             "devices": devices or ["rnic0", "rnic1"],
-                            "dataDir": str(tmp_path / "data")}
+                            "dataDir": str(tmp_path / "data"), **extra}
     if command == "ADD":
         conf["prevResult"] = PREV
     return Request(command, conf, "1.0.0", container_id="c0ffee", netns=POD, ifname="eth0",
@@ -96,3 +98,43 @@ def test_a_nic_missing_from_the_host_is_refused_and_nothing_is_left(
     data = tmp_path / "data"
     assert not (data / "state").exists() or list((data / "state").iterdir()) == []
     assert not (data / "addrs").exists() or list((data / "addrs").iterdir()) == []
+
+
+# -- the node's own NIC stays with the node ---------------------------------------------
+def _default_route(node: Node, nic: str, metric: int = 0, via: str = "198.51.100.62") -> None:
+    hp = node.kernel.port(node.host)
+    hp.add_route(Route("0.0.0.0/0", via, hp.require(nic).index, 254, proto=3,
+                       priority=metric, onlink=True))
+
+
+def _refused(node: Node, tmp_path: Path, conf: dict[str, Any], why: str) -> None:
+    before = node.view()
+    with pytest.raises(ConfigError) as exc:
+        cmd_add(request(tmp_path, "ADD", **conf), BLOCKS)
+    assert exc.value.code == 7 and why in exc.value.msg and "\n" not in exc.value.msg
+    assert "the node's own NIC is never given to pods" in exc.value.msg
+    assert node.view() == before  # nothing made
+    assert not list((tmp_path / "data").rglob("*.json"))
+
+
+def test_devices_naming_the_default_route_nic_are_refused(node: Node, tmp_path: Path) -> None:
+    _default_route(node, "rnic0")
+    _refused(node, tmp_path, {}, "devices names rnic0, which carries the node's default route")
+
+
+def test_devices_naming_the_nic_of_the_node_address_are_refused(node: Node,
+                                                              tmp_path: Path) -> None:
+    _refused(node, tmp_path, {"nodeIPs": ["198.51.100.65"]},
+             "devices names rnic1, which holds the node's address 198.51.100.65")
+
+
+def test_a_nics_own_default_route_of_a_higher_metric_is_not_the_nodes(node: Node,
+                                                                      tmp_path: Path) -> None:
+    """DHCP on a multi-NIC host gives every NIC a default route of its own metric: only
+    the lowest is the node's (here through a NIC that is not an RDMA NIC)."""
+    node.kernel.add_nic(node.host, "ens0", 1500, mac="02:00:00:00:00:09")
+    node.kernel.port(node.host).add_address("ens0", IPv4Interface("192.0.2.10/24"))
+    _default_route(node, "ens0", metric=100, via="192.0.2.1")
+    _default_route(node, "rnic0", metric=200)
+    out = cmd_add(request(tmp_path, "ADD"), BLOCKS)
+    assert [i["name"] for i in out["interfaces"]] == ["eth0", "eth1", "eth2"]

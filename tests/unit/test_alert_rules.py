@@ -1,6 +1,6 @@
-"""conf/k8s/rdma-cni-alerts.yaml: a valid PrometheusRule that covers what an operator
-must hear first, with metrics the project documents and advice that cannot cause
-duplicate addresses. ``promtool check rules`` runs when promtool is installed."""
+"""conf/k8s/components/prometheus-operator/alerts.yaml: a valid PrometheusRule that
+covers what an operator must hear first, with metrics the project documents and advice
+that cannot cause duplicate addresses. ``promtool check rules`` runs when promtool is installed."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-RULES = REPO / "conf/k8s/rdma-cni-alerts.yaml"
+RULES = REPO / "conf/k8s/components/prometheus-operator/alerts.yaml"
 METRICS_DOC = REPO / "docs/metrics.md"
 NEEDED = {  # what must be alerted on -> a metric selector the alert's expression uses
     "exporter down": 'up{job="rdma-cni-metrics"}',

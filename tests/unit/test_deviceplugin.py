@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -427,3 +429,41 @@ def test_allocate_is_refused_while_the_node_does_not_chain_rdma_cni(
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert err.count("refusing to allocate") == 3, err
+
+
+# --- the node's own NIC -----------------------------------------------------------------
+
+def test_the_nodes_own_nic_is_never_advertised(fs: FakeSys, root: Path) -> None:
+    seen: list[tuple[list[str], list[str]]] = []
+
+    def primary(names: Any, node_ips: Any) -> dict[str, str]:
+        seen.append((list(names), list(node_ips)))
+        return {"eth2": "carries the node's default route"}
+
+    settings = PluginSettings(mode="exclusive", resource=_res("exclusive"),
+                              node_ips=("192.0.2.10",))
+    inv = Inventory(settings, Sysfs(str(root)), lambda n: 250, primary)
+    inv.refresh()
+    assert [d.id for d in inv.devices] == [PCI["eth1"], PCI["eth3"], PCI["eth4"]]
+    assert seen == [(["eth1", "eth2", "eth3", "eth4"], ["192.0.2.10"])]
+
+
+def test_a_pinned_list_naming_the_nodes_own_nic_stops_the_device_plugin(
+        root: Path, fs: FakeSys, capsys: pytest.CaptureFixture[str]) -> None:
+    from rdma_cni.errors import ConfigError
+    from rdma_cni.kube.deviceplugin.cli import _parser, build
+
+    conf = root / "c.json"
+    conf.write_text(json.dumps({"mode": "exclusive", "devices": ["eth1", "eth2"],
+                                "nodeIPs": ["192.0.2.10"],
+                                "kubelet": {"devicePluginDir": str(root / "dp")}}))
+    args = _parser().parse_args(["--config", str(conf), "--sysfs-root", str(root),
+                                 "--cni-conf-dir", ""])
+
+    def primary(names: Any, node_ips: Any) -> dict[str, str]:
+        return {"eth2": "holds the node's address 192.0.2.10"} if "eth2" in names else {}
+
+    with pytest.raises(ConfigError, match=re.escape("devices names eth2, which holds the "
+                                                    "node's address 192.0.2.10: the node's "
+                                                    "own NIC")):
+        build(args, lambda n: 250, primary)

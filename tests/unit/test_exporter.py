@@ -4,6 +4,7 @@ file, served on a loopback port and scraped over HTTP."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from collections.abc import Iterator, Sequence
 from ipaddress import IPv4Address, IPv4Interface
@@ -330,3 +331,29 @@ def test_per_pod_start_labels_only_on_the_attachment_info(scrape: Any,
     after = scrape()
     assert "rdma_cni_attachment_info" not in _names(after)
     assert not [k for k in after if churning & {lab for lab, _ in k[1]}]
+
+
+def test_the_exporter_never_listens_on_the_fabric() -> None:
+    from rdma_cni.kube.exporter import check_listen
+
+    fabric = {"198.51.100.1": "ens5", "198.51.100.65": "ens6"}
+    check_listen("192.0.2.10", fabric)  # the node's address
+    check_listen("127.0.0.1", fabric)
+    for every in ("0.0.0.0", "::"):
+        with pytest.raises(ConfigError, match="refusing to listen on every address"):
+            check_listen(every, fabric)
+    with pytest.raises(ConfigError, match=re.escape("refusing to listen on 198.51.100.65: an "
+                                                    "address of RDMA NIC ens6, the fabric "
+                                                    "pods share")):
+        check_listen("198.51.100.65", fabric)
+
+
+def test_the_default_listen_address_is_the_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rdma_cni.kube.exporter import default_listen
+
+    monkeypatch.setenv("HOST_IP", "192.0.2.10")
+    assert parse_listen(default_listen()) == ("192.0.2.10", 9469)
+    monkeypatch.setenv("HOST_IP", "2001:db8::10")
+    assert parse_listen(default_listen()) == ("2001:db8::10", 9469)
+    monkeypatch.delenv("HOST_IP")
+    assert parse_listen(default_listen()) == ("127.0.0.1", 9469)

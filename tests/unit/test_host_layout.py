@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -51,9 +52,9 @@ def test_upgrade_lays_the_new_tree_beside_and_switches_one_link(tmp_path: Path) 
     old = _install(_tree(tmp_path / "v1", "v1"), bin_dir)
     new = _install(_tree(tmp_path / "v2", "v2"), bin_dir)
     assert old != new
-    root = bin_dir / "rdma-cni.d"
+    root = bin_dir / "rdma-cni.versions"
     assert (root / old / "rdma-cni-front").read_text().endswith("v1\n")  # untouched
-    assert os.readlink(bin_dir / "rdma-cni") == f"rdma-cni.d/{new}/rdma-cni-front"
+    assert os.readlink(bin_dir / "rdma-cni") == f"rdma-cni.versions/{new}/rdma-cni-front"
     assert (bin_dir / "rdma-cni").read_text().endswith("v2\n")
     assert bundle.current_tree(str(bin_dir)) == new
 
@@ -61,16 +62,16 @@ def test_upgrade_lays_the_new_tree_beside_and_switches_one_link(tmp_path: Path) 
 def test_a_tree_in_use_is_kept_until_its_plugin_ends(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     old = _install(_tree(tmp_path / "v1", "v1"), bin_dir)
-    holder = _holder(bin_dir / "rdma-cni.d" / old / ".in-use")
+    holder = _holder(bin_dir / "rdma-cni.versions" / old / ".in-use")
     try:
         _install(_tree(tmp_path / "v2", "v2"), bin_dir)
         removed, busy = bundle.prune(str(bin_dir))
         assert (removed, busy) == ([], [old])
-        assert (bin_dir / "rdma-cni.d" / old / "_internal" / "lib.so").read_text() == "v1"
+        assert (bin_dir / "rdma-cni.versions" / old / "_internal" / "lib.so").read_text() == "v1"
     finally:
         holder.communicate("", timeout=10)
     assert bundle.prune(str(bin_dir)) == ([old], [])
-    assert not (bin_dir / "rdma-cni.d" / old).exists()
+    assert not (bin_dir / "rdma-cni.versions" / old).exists()
 
 
 def test_a_front_locking_after_the_prune_sees_its_tree_stale(tmp_path: Path) -> None:
@@ -79,7 +80,7 @@ def test_a_front_locking_after_the_prune_sees_its_tree_stale(tmp_path: Path) -> 
     unlinked (st_nlink 0) and runs the current link instead (front: hold_tree)."""
     bin_dir = tmp_path / "bin"
     old = _install(_tree(tmp_path / "v1", "v1"), bin_dir)
-    fd = os.open(bin_dir / "rdma-cni.d" / old / ".in-use", os.O_RDONLY)
+    fd = os.open(bin_dir / "rdma-cni.versions" / old / ".in-use", os.O_RDONLY)
     try:
         _install(_tree(tmp_path / "v2", "v2"), bin_dir)
         assert bundle.prune(str(bin_dir)) == ([old], [])
@@ -92,7 +93,7 @@ def test_a_front_locking_after_the_prune_sees_its_tree_stale(tmp_path: Path) -> 
 def test_partial_copies_and_damaged_trees_are_pruned(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     name = _install(_tree(tmp_path / "v1", "v1"), bin_dir)
-    root = bin_dir / "rdma-cni.d"
+    root = bin_dir / "rdma-cni.versions"
     (root / ".new-x-1" / "_internal").mkdir(parents=True)  # an installer killed mid-copy
     (root / name / "_internal" / "lib.so").write_text("damaged")
     assert _install(tmp_path / "v1", bin_dir) == name  # same content: same name, re-copied
@@ -104,19 +105,61 @@ def test_partial_copies_and_damaged_trees_are_pruned(tmp_path: Path) -> None:
 
 def test_the_flat_layout_of_0_1_0_is_retired_after_the_grace(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
-    root = bin_dir / "rdma-cni.d"
-    _tree(root, "0.1.0")  # rdma-cni.d/rdma-cni, rdma-cni-front, _internal/
+    legacy = bin_dir / "rdma-cni.d"
+    _tree(legacy, "0.1.0")  # rdma-cni.d/rdma-cni, rdma-cni-front, _internal/
     (bin_dir / "rdma-cni").symlink_to("rdma-cni.d/rdma-cni-front")
     assert bundle.prune(str(bin_dir)) == ([], [])  # the link still names it: not touched
     name = _install(_tree(tmp_path / "v2", "v2"), bin_dir)
     now = time.time()
     assert bundle.prune(str(bin_dir), now) == ([], [])  # the grace starts
-    assert (root / "_internal" / "lib.so").exists()
+    assert (legacy / "_internal" / "lib.so").exists()
     assert bundle.prune(str(bin_dir), now + bundle.LEGACY_GRACE - 5) == ([], [])
     removed, _ = bundle.prune(str(bin_dir), now + bundle.LEGACY_GRACE + 1)
-    assert sorted(removed) == ["_internal (0.1.0 layout)", "rdma-cni (0.1.0 layout)",
-                               "rdma-cni-front (0.1.0 layout)"]
-    assert sorted(os.listdir(root)) == [".install.lock", name]
+    assert removed == ["rdma-cni.d/ (release 0.1.0's layout)"]
+    assert not legacy.exists()
+    assert sorted(os.listdir(bin_dir / "rdma-cni.versions")) == [".install.lock", name]
+
+
+def _legacy_install(bundle_dir: Path, bin_dir: Path) -> None:
+    """What release 0.1.0's installer does: its bundle copied beside, swapped in for
+    ``rdma-cni.d`` whole (renameat2 RENAME_EXCHANGE), what it replaced deleted, and only
+    then the link switched to ``rdma-cni.d/rdma-cni-front``."""
+    import ctypes
+
+    dest, tmp = bin_dir / "rdma-cni.d", bin_dir / ".rdma-cni.d.new-1"
+    shutil.copytree(bundle_dir, tmp, symlinks=True)
+    if dest.is_dir():
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.renameat2(-100, bytes(tmp), -100, bytes(dest), 2) == 0
+        shutil.rmtree(tmp)
+    else:
+        tmp.rename(dest)
+    link_tmp = bin_dir / ".rdma-cni.tmp-1"
+    link_tmp.symlink_to("rdma-cni.d/rdma-cni-front")
+    link_tmp.replace(bin_dir / "rdma-cni")
+
+
+def test_a_rollback_to_0_1_0_never_leaves_the_link_dangling(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.1.0's installer replaces rdma-cni.d whole before it switches the link: the link
+    names one of our trees until then, and the tree is still there for it."""
+    bin_dir = tmp_path / "bin"
+    _legacy_install(_tree(tmp_path / "old", "0.1.0"), bin_dir)  # 0.1.0 ran first
+    name = _install(_tree(tmp_path / "v2", "v2"), bin_dir)       # upgraded to this release
+    tree = bin_dir / "rdma-cni.versions" / name
+    seen = []
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path: Any, *a: Any, **kw: Any) -> None:  # the moment 0.1.0 deletes
+        seen.append((os.readlink(bin_dir / "rdma-cni"), (bin_dir / "rdma-cni").exists()))
+        real_rmtree(path, *a, **kw)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    _legacy_install(_tree(tmp_path / "old2", "0.1.0"), bin_dir)  # rolled back
+    monkeypatch.undo()
+    assert seen == [(f"rdma-cni.versions/{name}/rdma-cni-front", True)]
+    assert tree.is_dir() and (bin_dir / "rdma-cni").resolve() == \
+        bin_dir / "rdma-cni.d" / "rdma-cni-front"
 
 
 @pytest.mark.parametrize(("release", "verdict"), [

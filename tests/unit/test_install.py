@@ -7,6 +7,7 @@ import copy
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,9 @@ from rdma_cni.models.subconfig import load_config
 from rdma_cni.tools import bundle, conflist, install
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))  # k8srender
+import k8srender  # noqa: E402
+
 CAP = {"io.kubernetes.cri.pod-annotations": True}
 
 
@@ -144,7 +148,7 @@ def _label() -> str | None:
 def _tree_dir(n: dict[str, Path]) -> Path:
     name = bundle.current_tree(str(n["bin"]))
     assert name is not None
-    return n["bin"] / "rdma-cni.d" / name
+    return n["bin"] / "rdma-cni.versions" / name
 
 
 def test_install_then_uninstall(node: dict[str, Path]) -> None:
@@ -154,7 +158,7 @@ def test_install_then_uninstall(node: dict[str, Path]) -> None:
     link = node["bin"] / "rdma-cni"
     tree = _tree_dir(node)
     assert tree.name.startswith(f"{__version__}-") and len(tree.name) == len(__version__) + 13
-    assert os.readlink(link) == f"rdma-cni.d/{tree.name}/rdma-cni-front"
+    assert os.readlink(link) == f"rdma-cni.versions/{tree.name}/rdma-cni-front"
     assert os.access(link, os.X_OK)
     assert (tree / "_internal" / "lib.so").read_bytes() == b"\0lib"
     assert (tree / ".in-use").is_file()  # the lock the front holds while the plugin runs
@@ -196,7 +200,7 @@ def test_install_is_idempotent_and_updates_the_tree(node: dict[str, Path]) -> No
     assert json.loads(conflist.read_text())["plugins"][1]["mode"] == "exclusive"
     leftovers = [n for n in os.listdir(node["bin"]) if n.startswith(".")]
     assert leftovers == []
-    assert sorted(os.listdir(node["bin"] / "rdma-cni.d")) == [".install.lock",
+    assert sorted(os.listdir(node["bin"] / "rdma-cni.versions")) == [".install.lock",
                                                               _tree_dir(node).name]
     assert len(json.loads(conflist.read_text())["plugins"]) == 3
 
@@ -249,29 +253,49 @@ def test_example_conflists_validate(path: Path) -> None:
 
 
 def test_k8s_manifests_parse_and_are_consistent() -> None:
-    yaml = pytest.importorskip("yaml")
-    docs = [d for f in sorted((REPO / "conf" / "k8s").glob("*.yaml"))
-            for d in yaml.safe_load_all(f.read_text()) if d]
+    docs = k8srender.render(k8srender.BASE)
     kinds = {d["kind"]: d for d in docs}
-    assert set(kinds) >= {"DaemonSet", "ServiceAccount", "ClusterRole",
+    assert set(kinds) == {"DaemonSet", "ServiceAccount", "ClusterRole",
                           "ClusterRoleBinding", "ConfigMap"}
-    rules = {(tuple(r["resources"]), tuple(sorted(r["verbs"])))
-             for r in kinds["ClusterRole"]["rules"]}
-    assert rules == {(("nodes",), ("get", "list", "watch")), (("pods",), ("get", "list", "patch")),
-                     (("events",), ("create",))}
-    json.loads(kinds["ConfigMap"]["data"]["config.json"])
+    entry = json.loads(kinds["ConfigMap"]["data"]["config.json"])
+    assert "mode" not in entry and "kubelet" not in entry  # the node label; --kubelet-dir
     spec = kinds["DaemonSet"]["spec"]["template"]["spec"]
     assert spec["hostNetwork"] is True
     assert spec["serviceAccountName"] == kinds["ServiceAccount"]["metadata"]["name"]
     init = spec["initContainers"][0]
-    assert init["command"][:2] == ["rdma-cni", "install"] and init["securityContext"]["privileged"]
+    assert init["command"][:2] == ["rdma-cni", "install"]
+    # the options install takes are the ones the DaemonSet passes
+    args = install._parser("rdma-cni install").parse_args(init["command"][2:])
+    assert args.kubelet_dir == "/var/lib/kubelet" and args.node_ip == ["$(HOST_IP)"]
     names = {c["name"]: c for c in spec["containers"]}
     for sub in ("agent", "device-plugin", "exporter"):
         assert names[sub]["command"][:2] == ["rdma-cni", sub]
-    paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-    assert paths >= {"/opt/cni/bin", "/etc/cni/net.d", "/var/lib/cni",
-                     "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources",
-                     "/var/run/netns", "/sys", "/dev/infiniband"}
     vols = {v["name"] for v in spec["volumes"]}
     for c in [*spec["containers"], *spec["initContainers"]]:
         assert {m["name"] for m in c.get("volumeMounts", [])} <= vols
+        assert c["terminationMessagePolicy"] == "FallbackToLogsOnError", c["name"]
+
+
+def test_the_kubelet_dir_and_node_address_reach_the_entry(node: dict[str, Path]) -> None:
+    """The DaemonSet's --kubelet-dir (the kubelet root setting) and --node-ip
+    (status.hostIP): every kubelet path under that root, the address in nodeIPs, and what
+    the config names itself kept."""
+    args = _args(node, "--kubelet-dir", "/var/lib/k0s/kubelet", "--node-ip", "192.0.2.10",
+                 "--node-ip", "", "--write-config", str(node["out"]))
+    assert install.main(args, _label) == 0
+    entry = json.loads(node["out"].read_text())
+    assert entry["kubelet"] == {
+        "podResourcesSocket": "/var/lib/k0s/kubelet/pod-resources/kubelet.sock",
+        "checkpointFile": "/var/lib/k0s/kubelet/device-plugins/kubelet_internal_checkpoint",
+        "devicePluginDir": "/var/lib/k0s/kubelet/device-plugins"}
+    assert entry["nodeIPs"] == ["192.0.2.10"]
+    node["cfg"].write_text(json.dumps({"type": "rdma-cni", "kubelet": {
+        "checkpointFile": "/elsewhere/ckpt"}}))
+    assert install.main(_args(node, "--kubelet-dir", "/data/kubelet/", "--write-config",
+                              str(node["out"])), _label) == 0
+    entry = json.loads(node["out"].read_text())
+    assert entry["kubelet"]["checkpointFile"] == "/elsewhere/ckpt"
+    assert entry["kubelet"]["devicePluginDir"] == "/data/kubelet/device-plugins"
+    assert "nodeIPs" not in entry
+    doc = json.loads((node["conf"] / "10-vpc-cni.conflist").read_text())
+    assert doc["plugins"][1] == entry  # the conflist's entry is the same

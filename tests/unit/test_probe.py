@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,9 @@ import pytest
 
 from rdma_cni.kube.deviceplugin.status import ident
 from rdma_cni.tools import probe
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: k8srender
+import k8srender
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,9 +139,7 @@ def test_serve_missing_or_silent_socket(capsys: Any, tmp_path: Path) -> None:
 
 
 def test_every_long_running_container_of_the_daemonset_has_both_probes() -> None:
-    yaml = pytest.importorskip("yaml")
-    ds = yaml.safe_load((REPO / "conf" / "k8s" / "daemonset.yaml").read_text())
-    spec = ds["spec"]["template"]["spec"]
+    spec = k8srender.pod_spec(k8srender.render(k8srender.BASE))
     for c in spec["containers"]:
         for kind in ("livenessProbe", "readinessProbe"):
             p = c[kind]

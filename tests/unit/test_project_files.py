@@ -20,13 +20,52 @@ def test_license_matches_pyproject() -> None:
     text = (REPO / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
-    assert project["version"] == __version__
 
 
-def test_changelog_covers_the_version() -> None:
-    text = (REPO / "CHANGELOG.md").read_text()
-    assert "## [Unreleased]" in text
-    assert re.search(rf"^## \[{re.escape(__version__)}\] - \d{{4}}-\d\d-\d\d$", text, re.M)
+def test_the_version_lives_in_one_place() -> None:
+    """rdma_cni/__init__.py has it; the package reads it from there, the image recipe and
+    scripts take it from there, the manifests' image tag is checked equal to it
+    (tests/unit/test_manifests.py); no other file states it."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"] and pyproject["project"]["dynamic"] == [
+        "version"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "rdma_cni.__version__"}
+    assert re.fullmatch(r'__version__ = "\d+\.\d+\.\d+"\n',
+                        (REPO / "rdma_cni/__init__.py").read_text())
+    copies = {"rdma_cni/__init__.py", "conf/k8s/base/kustomization.yaml", "CHANGELOG.md"}
+    stated = sorted(str(p.relative_to(REPO)) for p in _project_files()
+                    if re.search(rf"(?<![\d.]){re.escape(__version__)}(?![\d.])",
+                                 p.read_text(errors="replace")))
+    assert set(stated) <= copies, stated
+    containerfile = (REPO / "Containerfile").read_text()
+    assert "org.opencontainers.image.version=${VERSION}" in containerfile
+    assert "rdma_cni/__init__.py" in (REPO / "scripts/image.sh").read_text()
+
+
+def _project_files() -> list[Path]:
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True,
+                             text=True, check=True).stdout.split()
+    skip = ("bench/results/", "tests/")  # tests name CNI spec versions such as 0.2.0
+    return [REPO / f for f in tracked if not f.startswith(skip) and (REPO / f).is_file()]
+
+
+def _releases(text: str) -> list[tuple[str, str, str]]:
+    """(version, date or "Unreleased", body) of each release section, newest first."""
+    heads = list(re.finditer(r"^## \[(\d+\.\d+\.\d+)\] - (\S+)$", text, re.M))
+    return [(m.group(1), m.group(2), text[m.end():heads[i + 1].start() if i + 1 < len(heads)
+                                          else len(text)]) for i, m in enumerate(heads)]
+
+
+def test_changelog_gives_the_next_version() -> None:
+    releases = _releases((REPO / "CHANGELOG.md").read_text())
+    (version, when, body), (before, _, _) = releases[0], releases[1]
+    assert version == __version__
+    assert when == "Unreleased" or re.fullmatch(r"\d{4}-\d\d-\d\d", when)
+    new, old = (tuple(map(int, v.split("."))) for v in (version, before))
+    assert new > old
+    if "### Breaking" in body:  # a broken name takes the next minor (0.x) or major version
+        assert new[0] > old[0] if old[0] >= 1 else new[:2] > old[:2], (version, before)
 
 
 def test_commit_id_in_and_outside_git(tmp_path: Path) -> None:
@@ -46,3 +85,19 @@ def test_version_text_reads_the_recorded_commit(tmp_path: Path) -> None:
     recorded = Path(cliargs.__file__).with_name(cliargs.COMMIT_FILE)
     want = recorded.read_text().strip() if recorded.exists() else "unknown"
     assert cliargs.version_text() == f"rdma-cni {__version__} (commit {want})"
+
+
+def test_one_image_recipe() -> None:
+    """scripts/image.sh builds the Containerfile (its prebuilt-bundles mode) instead of a
+    layout of its own, and the Containerfile carries both trees whichever way it builds."""
+    image_sh = (REPO / "scripts/image.sh").read_text()
+    assert re.search(r"buildah bud .*-f Containerfile", image_sh.replace("\\\n", " "))
+    assert "BUNDLE=context" in image_sh and "buildah mount" in image_sh  # the base rootfs only
+    assert not re.search(r"cp -a dist/", image_sh)
+    # every build has a tag of its own beside the version's
+    assert 'ref="$name:$version-$commit"' in image_sh
+    assert '-t "$ref" -t "$name:$version"' in image_sh
+    containerfile = (REPO / "Containerfile").read_text()
+    for tree in ("rdma-cni", "rdma-cni-host"):
+        assert f"COPY --from=bundle /src/dist/{tree} /opt/{tree}" in containerfile
+    assert "./scripts/build.sh" in containerfile  # BUNDLE=build runs the same build

@@ -65,14 +65,14 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
         again = _repeat(req, store, session, token)
         if again is not None:
             return again
-        rdma = nic_select.rdma_nics(nc)
+        assert session.host is not None
+        rdma = nic_select.rdma_nics(nc, session.host)
         n_ifaces = len(blocks)
         answer = _allocation(req, nc)
         with store.lock():
             busy = set(store.nic_claims()) if nc.mode.traits.claims_nic else set()
             names = assign(nc.mode, rdma.nics, answer.ids, n_ifaces, resolve=rdma.resolve,
                            pod=req.args.pod, resource=nc.resource, busy=busy)
-        assert session.host is not None
         facts, host_addrs = nic_facts(session.host, names, rdma.by_netdev,
                                       whole=not nc.mode.traits.pod_ipam)
         plans = plan_interfaces(nc, blocks, [facts[n] for n in names], req.key.digest())

@@ -158,6 +158,20 @@ class Agent:
     marks: dict[str, dict[str, float]] = field(default_factory=dict)
     missing_since: dict[str, float] = field(default_factory=dict)
     reporter: Reporter = field(default_factory=lambda: Reporter(None))
+    runtime: str = ""  # the runtime's name and version, once its CRI socket answered
+
+
+def _runtime(agent: Agent) -> dict[str, str] | None:
+    """Which runtime the agent's evidence comes from (asked until it answers once)."""
+    if agent.cri is None:
+        return None
+    if not agent.runtime and os.path.exists(agent.cri.socket):
+        try:
+            agent.runtime = agent.cri.version()
+            log.info("the runtime at %s is %s", agent.cri.socket, agent.runtime)
+        except CriUnavailable:
+            pass  # gather() reports it
+    return {"socket": agent.cri.socket, "version": agent.runtime}
 
 
 def _report_missing(agent: Agent, now: float) -> list[dict[str, Any]]:
@@ -211,7 +225,8 @@ def run_once(agent: Agent, now: float | None = None) -> dict[str, Any]:
     missing = _report_missing(agent, now)
     _report_view(agent, reasons)
     doc = {"lastPass": now, "interval": agent.interval, "node": agent.node,
-           "viewSuspect": bool(reasons), "reasons": reasons[:MAX_REASONS],
+           "runtime": _runtime(agent), "viewSuspect": bool(reasons),
+           "reasons": reasons[:MAX_REASONS],
            "released": len(released), "foreignRecords": plan.foreign,
            "podsWithoutRdma": missing, "marks": agent.marks,
            "eventsSent": agent.reporter.recent()}

@@ -58,12 +58,18 @@ def load_config(path: str | None) -> Any:
     return load_netconf_for(path)[0]
 
 
-def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None = None) -> Any:
-    """The DevicePlugin for parsed ``args`` (tests inject ``free_addresses``)."""
+def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None = None,
+          primary: Any = None) -> Any:
+    """The DevicePlugin for parsed ``args`` (tests inject ``free_addresses`` and the
+    reader of the node's own NICs, ``primary``)."""
     from rdma_cni.adapters.sysfs import Sysfs
     from rdma_cni.kube.deviceplugin.inventory import Inventory, PluginSettings
     from rdma_cni.kube.deviceplugin.server import DevicePlugin
+    from rdma_cni.node.discovery import discover
     from rdma_cni.node.pools import PoolSizes
+    from rdma_cni.node.primary import host_primary, keep_off
+
+    primary = primary or host_primary
 
     conf = load_config(args.config)
     conf_dir = args.cni_conf_dir
@@ -75,7 +81,11 @@ def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None 
 
     settings = PluginSettings.from_netconf(conf)
     sysfs = Sysfs(args.sysfs_root)
-    inventory = Inventory(settings, sysfs, free_addresses or PoolSizes(settings.ranges))
+    if settings.pinned is not None:  # a pinned list naming the node's own NIC: refused
+        pinned = discover(sysfs, settings.pinned)
+        keep_off(pinned, primary([n.netdev for n in pinned], settings.node_ips), pinned=True)
+    inventory = Inventory(settings, sysfs, free_addresses or PoolSizes(settings.ranges),
+                          primary)
     return DevicePlugin(inventory, conf.kubelet.devicePluginDir,
                         exists=lambda p: sysfs.exists(p.lstrip("/")),
                         nccl_env_path=args.nccl_env or None,

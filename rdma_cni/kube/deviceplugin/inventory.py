@@ -16,6 +16,7 @@ from rdma_cni.kube.deviceplugin.devices import Device, build_devices, nic_health
 from rdma_cni.modes import Capacity
 from rdma_cni.node.discovery import Nic, discover
 from rdma_cni.node.pools import NodeSettings, host_slots, nic_slots
+from rdma_cni.node.primary import PrimaryReader, keep_off
 
 PluginSettings = NodeSettings
 
@@ -26,10 +27,12 @@ class Inventory:
         settings: PluginSettings,
         sysfs: Sysfs,
         free_addresses: Callable[[Nic], int],
+        primary: PrimaryReader | None = None,
     ) -> None:
         self.settings = settings
         self.sysfs = sysfs
         self.free_addresses = free_addresses
+        self.primary = primary
         self._known: dict[str, Nic] = {}
         self._slots: dict[str, int] = {}
         self._cond = threading.Condition()
@@ -40,6 +43,9 @@ class Inventory:
 
     def _scan(self) -> tuple[list[Nic], dict[str, bool]]:
         current = discover(self.sysfs, self.settings.pinned)
+        if self.primary is not None:  # the node's own NIC is never advertised
+            own = self.primary([n.netdev for n in current], self.settings.node_ips)
+            current = keep_off(current, own, pinned=False)
         present = {n.netdev: self.sysfs.exists(f"sys/class/net/{n.netdev}") for n in current}
         nics: list[Nic] = []
         for nic in current:

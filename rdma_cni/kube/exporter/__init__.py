@@ -2,6 +2,10 @@
 the node's RDMA NICs, the pods' RDMA interfaces, the plugin's capacity and IPAM,
 and the plugin's own operations (docs/metrics.md lists every metric).
 
+It listens on the node's address (``$HOST_IP``, the DaemonSet's ``status.hostIP``) and
+refuses every address or an RDMA NIC's: pod names, addresses and container IDs are not
+published on the fabric the pods share.
+
 Off the CNI hot path: prometheus_client and pyroute2 are fine here. Custom
 collectors read everything at scrape time; no global mutable gauges.
 """
@@ -9,7 +13,9 @@ collectors read everything at scrape time; no global mutable gauges.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
+import os
 import signal
 import sys
 import threading
@@ -31,10 +37,13 @@ from rdma_cni.kube.exporter.deviceplugin import DevicePluginCollector
 from rdma_cni.kube.exporter.operations import OperationsCollector
 from rdma_cni.kube.exporter.ports import RdmaPortCollector
 from rdma_cni.kube.exporter.storeview import StoreView
+from rdma_cni.node.primary import PrimaryReader
 from rdma_cni.store import metrics_file
 
 DEFAULT_PORT = defaults.EXPORTER_PORT
 DEFAULT_HOST = "0.0.0.0"
+#: the env var the DaemonSet sets to the node's address (downward API status.hostIP)
+HOST_IP_ENV = "HOST_IP"
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR  # noqa: E402
 
 log = logging.getLogger("rdma_cni.kube.exporter")
@@ -49,6 +58,36 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"invalid --listen {shown(text)}: expected HOST:PORT")
     return host, int(port)
+
+
+def default_listen() -> str:
+    """The node's address (``$HOST_IP``) if known, else the loopback, port 9469."""
+    return f"{os.environ.get(HOST_IP_ENV) or '127.0.0.1'}:{DEFAULT_PORT}"
+
+
+def check_listen(host: str, fabric: dict[str, str]) -> None:
+    """Never the RDMA fabric: not every address (it includes the RDMA NICs'), not an
+    address of an RDMA NIC (``fabric``: address -> NIC)."""
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return  # a host name: whatever it resolves to is the operator's choice
+    if addr.is_unspecified:
+        raise ConfigError(f"refusing to listen on every address ({host}), the RDMA NICs' "
+                          "too: give the node's address (the DaemonSet passes $(HOST_IP))")
+    if str(addr) in fabric:
+        raise ConfigError(f"refusing to listen on {addr}: an address of RDMA NIC "
+                          f"{fabric[str(addr)]}, the fabric pods share; give the node's "
+                          "address")
+
+
+def fabric_addresses(conf: Any, sysfs: Sysfs) -> dict[str, str]:
+    """Address -> RDMA NIC, of the NICs the plugin uses on this node."""
+    from rdma_cni.kube.exporter.netstats import host_nics
+    from rdma_cni.node.discovery import discover
+
+    facts, _ = host_nics([n.netdev for n in discover(sysfs, conf.devices)])
+    return {str(a.ip): nic for nic, f in facts.items() for a in f.addresses}
 
 
 def load_config(path: str | None, conf_dir: str = DEFAULT_CONF_DIR) -> tuple[Any, dict[str, Any]]:
@@ -66,7 +105,8 @@ def metrics_path(raw: dict[str, Any]) -> str:
 def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
                    stats: StatsReader | None, host: HostReader,
                    device_plugin_status: str = DEVICE_PLUGIN_STATUS,
-                   agent_status: str = agentstatus.DEFAULT_PATH) -> CollectorRegistry:
+                   agent_status: str = agentstatus.DEFAULT_PATH,
+                   primary: PrimaryReader | None = None) -> CollectorRegistry:
     """A registry with the exporter's one collector; the readers are injectable."""
     view = StoreView(conf.dataDir)
     settings = Settings.from_netconf(conf)
@@ -74,7 +114,7 @@ def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
     registry.register(NodeCollector([
         RdmaPortCollector(sysfs),
         AttachmentCollector(view, stats),
-        CapacityCollector(settings, sysfs, view, host),
+        CapacityCollector(settings, sysfs, view, host, primary),
         OperationsCollector(metrics_path(raw)),
         DevicePluginCollector(conf.resource, conf.kubelet.devicePluginDir,
                               device_plugin_status),
@@ -98,8 +138,10 @@ def _parser() -> argparse.ArgumentParser:
                "(docs/metrics.md lists every metric).", log_format=True)
     p.add_argument("--cni-conf-dir", "--conf-dir", dest="conf_dir", default=DEFAULT_CONF_DIR,
                    help=f"CNI config dir searched without --config (default {DEFAULT_CONF_DIR})")
-    p.add_argument("--listen", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}",
-                   help=f"HOST:PORT to serve /metrics on (default {DEFAULT_HOST}:{DEFAULT_PORT})")
+    p.add_argument("--listen", default=None,
+                   help=f"HOST:PORT to serve /metrics on: the node's address, never every "
+                        f"address nor an RDMA NIC's (default ${HOST_IP_ENV}:{DEFAULT_PORT}, "
+                        f"else 127.0.0.1:{DEFAULT_PORT})")
     p.add_argument("--metrics-file", help="the plugin's metrics file as seen by the exporter "
                                           "(default: config metricsFile, else "
                                           f"{metrics_file.DEFAULT_PATH})")
@@ -120,15 +162,18 @@ def main(argv: Sequence[str]) -> int:
     logsetup.daemon("%(asctime)s %(levelname)s %(name)s: %(message)s",
                     log_format=args.log_format)
     from rdma_cni.kube.exporter.netstats import host_nics, pod_stats
+    from rdma_cni.node.primary import host_primary
 
     try:
-        host, port = parse_listen(args.listen)
+        host, port = parse_listen(args.listen or default_listen())
         conf, raw = load_config(args.config, args.conf_dir)
+        sysfs = Sysfs(args.sysfs_root)
+        check_listen(host, fabric_addresses(conf, sysfs))
         if args.metrics_file:
             raw["metricsFile"] = args.metrics_file
-        registry = build_registry(conf, raw, Sysfs(args.sysfs_root), pod_stats, host_nics,
+        registry = build_registry(conf, raw, sysfs, pod_stats, host_nics,
                                   args.device_plugin_status,
-                                  args.agent_status or agentstatus.DEFAULT_PATH)
+                                  args.agent_status or agentstatus.DEFAULT_PATH, host_primary)
         server = serve(registry, host, port)
     except (CniError, OSError) as err:
         sys.stderr.write(f"rdma-cni exporter: {err}\n")

@@ -23,6 +23,7 @@ from rdma_cni.kube.exporter.storeview import StoreView
 from rdma_cni.modes import Capacity
 from rdma_cni.node.discovery import discover
 from rdma_cni.node.pools import HostNic, HostReader, NodeSettings, build_pools, slot_capacity
+from rdma_cni.node.primary import PrimaryReader
 
 log = logging.getLogger("rdma_cni.kube.exporter")
 __all__ = ["CapacityCollector", "HostNic", "HostReader", "Settings"]
@@ -54,14 +55,18 @@ class CapacityCollector:
     name = "capacity"
 
     def __init__(self, settings: Settings, sysfs: Sysfs, view: StoreView,
-                 host: HostReader) -> None:
+                 host: HostReader, primary: PrimaryReader | None = None) -> None:
         self.settings = settings
         self.sysfs = sysfs
         self.view = view
         self.host = host
+        self.primary = primary
 
     def collect(self) -> Iterator[Metric]:
         names = [n.netdev for n in discover(self.sysfs, self.settings.pinned)]
+        if self.primary is not None:  # as the device plugin: never the node's own NIC
+            own = self.primary(names, self.settings.node_ips)
+            names = [n for n in names if n not in own]
         facts, host_addrs = self.host(names)
         nics = [n for n in names if n in facts]
         pools = (build_pools(facts, host_addrs, self.settings.ranges)
