@@ -82,8 +82,15 @@ if [ "${RDMA_CNI_SKIP_VM:-0}" != 1 ]; then
     need_cmd depmod "$VMP (kmod)" "VM tier"
     need_cmd rdma "$VMP (iproute2)" "VM tier: Soft-RoCE links"
     need_cmd ibv_devices "$VMP (ibverbs-utils)" "VM tier"
-    if [ -s "$VM_DIR/kernel" ] && [ -f "$(cat "$VM_DIR/kernel")" ]; then
-        ok "VM kernel" "$(cat "$VM_DIR/kernel")"
+    # The stamp vm-prepare.sh writes: kernel-<release> for the pinned
+    # trixie-backports kernel, kernel when RDMA_CNI_VM_KERNEL picks another.
+    if [ -n "${RDMA_CNI_VM_KERNEL:-}" ]; then
+        kstamp=$VM_DIR/kernel
+    else
+        kstamp=$VM_DIR/kernel-$(sed -n 's/^NEXT_RELEASE=//p' scripts/vm-prepare.sh)
+    fi
+    if [ -s "$kstamp" ] && [ -f "$(cat "$kstamp")" ]; then
+        ok "VM kernel" "$(cat "$kstamp")"
     else
         miss "VM kernel" "$VMP (unpacks Debian's kernel into $VM_DIR); VM tier"
     fi

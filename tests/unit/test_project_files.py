@@ -101,3 +101,20 @@ def test_one_image_recipe() -> None:
     for tree in ("rdma-cni", "rdma-cni-host"):
         assert f"COPY --from=bundle /src/dist/{tree} /opt/{tree}" in containerfile
     assert "./scripts/build.sh" in containerfile  # BUNDLE=build runs the same build
+
+
+def test_the_prerequisite_check_reads_the_kernel_stamp_vm_prepare_writes(
+        tmp_path: Path) -> None:
+    """check-prereqs.sh and vm-prepare.sh agree on the VM kernel's stamp: a fresh
+    machine that ran vm-prepare.sh must pass the check (CI stopped there once)."""
+    release = re.search(r"^NEXT_RELEASE=(\S+)$",
+                        (REPO / "scripts/vm-prepare.sh").read_text(), re.M)
+    assert release
+    vmlinuz = tmp_path / "vmlinuz"
+    vmlinuz.write_bytes(b"")
+    (tmp_path / f"kernel-{release.group(1)}").write_text(f"{vmlinuz}\n")
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "RDMA_CNI_VM_DIR": str(tmp_path)}
+    out = subprocess.run([str(REPO / "scripts/check-prereqs.sh")], env=env,
+                         capture_output=True, text=True, check=False)
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if " VM kernel " in ln]
+    assert lines and all("prereq: ok" in ln for ln in lines), lines
