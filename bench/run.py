@@ -96,7 +96,7 @@ def preflight(args: argparse.Namespace) -> None:
 def install_bundle(binary: str, tmp: str) -> str:
     """Lay the host plugin (the ``-host`` tree beside the bundle of ``binary``) out in a
     temp CNI bin dir with ``install``'s own functions (``<bin>/rdma-cni`` ->
-    ``rdma-cni.d/<version>-<digest>/rdma-cni-front``, the plugin and its own C library
+    ``rdma-cni.versions/<version>-<digest>/rdma-cni-front``, the plugin and its own C library
     beside it), so the run measures the plugin as a node runs it and a rebuild of dist/
     cannot touch it."""
     sys.path.insert(0, str(REPO))
