@@ -118,3 +118,27 @@ def test_the_prerequisite_check_reads_the_kernel_stamp_vm_prepare_writes(
                          capture_output=True, text=True, check=False)
     lines = [ln for ln in (out.stdout + out.stderr).splitlines() if " VM kernel " in ln]
     assert lines and all("prereq: ok" in ln for ln in lines), lines
+
+
+#: a measured or configured quantity: a time, a size or a share (``104 ms``, ``0.24 s``,
+#: ``31 MB``, ``15%``)
+_FIGURE = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:ms|s|us|MB|MiB|KiB|GiB|%)(?!\w)")
+#: what can stand behind one: a command or file of the repo, or a recorded run's commit
+_SOURCE = re.compile(r"bench/|docs/|tests/|scripts/|rdma_cni/|pytest|\bat [0-9a-f]{7,40}\b")
+
+
+def _sentences(text: str) -> list[str]:
+    """The changelog's sentences: each entry (bullet) joined onto one line, then split."""
+    out = []
+    for entry in re.split(r"\n(?=- |#)", text):
+        out += re.split(r"(?<=\.)\s+(?=[A-Z(`])", " ".join(entry.split()))
+    return out
+
+
+def test_every_changelog_figure_names_where_it_comes_from() -> None:
+    """A figure in CHANGELOG.md names, in its sentence, the command, file or code that
+    produces it, or the commit of the recorded run; a figure nothing in the repo
+    produces is not quoted."""
+    bare = [s for s in _sentences((REPO / "CHANGELOG.md").read_text())
+            if _FIGURE.search(s) and not _SOURCE.search(s)]
+    assert bare == []
