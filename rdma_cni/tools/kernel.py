@@ -41,6 +41,6 @@ def check(text: str) -> str:
         raise ConfigError(f"refusing to install: kernel {text} is older than "
                           f"{'.'.join(map(str, FLOOR))}, which the plugin needs for {NEEDS}")
     if have < SUPPORTED:
-        return (f"warning: kernel {text} is older than {show}, the oldest tested; "
+        return (f"warning: kernel {text} is older than {show}, the oldest supported; "
                 "installing anyway")
     return f"kernel {text} (>= {show}; the plugin brings its own C library)"
