@@ -131,6 +131,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the kubelet's root dir (its --root-dir): its config.yaml, and the "
                         "PodResources socket and checkpoint where the plugin's config names "
                         f"none (default ${ENV['kubelet_root']}, else {defaults.KUBELET_DIR})")
+    p.add_argument("--config-record", metavar="FILE",
+                   help="the record of what the DaemonSet's pod started with, which the "
+                        f"`restart` check reads (default {defaults.CONFIG_RECORD})")
     return p
 
 
@@ -144,6 +147,8 @@ def with_paths(facts: Facts, args: argparse.Namespace, env: dict[str, str]) -> F
         changes["plugin_binary"] = os.path.join(given["cni_bin_dir"], PLUGIN_TYPE)
     if given["cni_conf_dir"]:
         changes["cni_conf_dir"] = given["cni_conf_dir"]
+    if getattr(args, "config_record", None):
+        changes["config_record"] = args.config_record
     return replace(facts, **changes)
 
 

@@ -60,8 +60,8 @@ def _is_socket(path: str) -> bool:
 
 def check_sources(config: dict[str, Any], root: str | None) -> Check:
     """Where ADD learns a pod's NICs: the PodResources socket, else the checkpoint; under
-    ``root`` when given (and then the config must read them there), else where the config
-    says."""
+    ``root`` when given (and then the config, when there is one, must read them there),
+    else where the config says."""
     if config.get("allocation") == "config":
         return Check("kubelet-sources", "ok", "not used (allocation: config)")
     given = config.get("kubelet")
@@ -69,7 +69,7 @@ def check_sources(config: dict[str, Any], root: str | None) -> Check:
              if k in SOURCES and isinstance(v, str) and v}
     reads = {**defaults.kubelet_paths(), **named}
     paths = defaults.kubelet_paths(root) if root else reads
-    astray = [reads[k] for k in SOURCES if reads[k] != paths[k]]
+    astray = [reads[k] for k in SOURCES if reads[k] != paths[k]] if config else []
     if astray:
         return Check("kubelet-sources", "fail",
                      f"the plugin's config reads {' and '.join(astray)}, not under the "

@@ -14,6 +14,7 @@ import pytest
 from rdma_cni.tools import doctor
 from rdma_cni.tools.doctor import Facts, main
 from rdma_cni.tools.doctor_files import check_datadir
+from rdma_cni.tools.doctor_kubelet import check_sources
 
 OURS = {"type": "rdma-cni", "mode": "shared"}
 
@@ -101,6 +102,10 @@ def test_the_daemonsets_environment_names_the_paths(tmp_path: Path, root: Path,
     assert {n: by[n]["status"] for n in ("topology", "kubelet-sources", "conflist", "binary")} \
         == dict.fromkeys(("topology", "kubelet-sources", "conflist", "binary"), "ok")
     assert str(conf_dir) in by["conflist"]["detail"]
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"schema": 1, "stale": ["x changed"]}))
+    by = run(["--config-record", str(record)], Facts(), capsys)
+    assert by["restart"]["status"] == "warn" and "x changed" in by["restart"]["detail"]
     # a flag wins over the environment
     other = tmp_path / "elsewhere"
     by = run(["--kubelet-root", str(other)], Facts(config_record=str(tmp_path / "n")), capsys)
@@ -114,6 +119,7 @@ def test_without_a_root_the_config_paths_are_read(tmp_path: Path, root: Path,
     facts = Facts(config_record=str(tmp_path / "none.json"))
     by = run(["--config", config(tmp_path, root)], facts, capsys)
     assert by["kubelet-sources"]["status"] == "ok" and str(root) in by["kubelet-sources"]["detail"]
+    assert check_sources({}, str(root)).status == "ok"  # no entry: `conflist` says so
     no_alloc = tmp_path / "config-alloc.json"
     no_alloc.write_text(json.dumps({**OURS, "allocation": "config"}))
     assert run(["--config", str(no_alloc), "--kubelet-root", str(tmp_path / "x")],
