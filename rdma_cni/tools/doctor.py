@@ -128,9 +128,11 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"the CNI bin dir holding rdma-cni (default ${ENV['cni_bin_dir']}, else "
                         "/opt/cni/bin)")
     p.add_argument("--kubelet-root", metavar="DIR",
-                   help="the kubelet's root dir (its --root-dir): its config.yaml, and the "
-                        "PodResources socket and checkpoint where the plugin's config names "
-                        f"none (default ${ENV['kubelet_root']}, else {defaults.KUBELET_DIR})")
+                   help="the kubelet's root dir (its --root-dir): its config.yaml, the "
+                        "PodResources socket and the checkpoint are checked under it, and the "
+                        "plugin's config must read them there (default "
+                        f"${ENV['kubelet_root']}; else the config's kubelet paths and "
+                        f"{defaults.KUBELET_DIR}/config.yaml)")
     p.add_argument("--config-record", metavar="FILE",
                    help="the record of what the DaemonSet's pod started with, which the "
                         f"`restart` check reads (default {defaults.CONFIG_RECORD})")
