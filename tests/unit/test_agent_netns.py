@@ -111,3 +111,16 @@ def test_the_agent_checks_the_mode_of_its_config(tmp_path: Path) -> None:
                                        "--cri-socket", ""])
     ag = agent._agent(args, json.loads(cfg.read_text()))
     assert ag.mode == "shared" and ag.netns_mode is not None
+
+
+def test_outside_a_cluster_a_mismatch_is_logged_once(tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    ag = agent.Agent(store=Store(str(tmp_path / "data")), status_path="", node="n",
+                     node_name="node-a", mountinfo=NOT_MOUNTED, mode=Mode("shared"),
+                     netns_mode=lambda: EXCLUSIVE)  # Reporter(None): no API server
+    with caplog.at_level("WARNING", logger="rdma_cni.kube.agent.reconciler"):
+        for now in (100.0, 130.0, 160.0):
+            assert agent.run_once(ag, now=now)["netnsMode"]["mismatch"] is True
+    lines = [r.getMessage() for r in caplog.records
+             if "needs the RDMA netns mode" in r.getMessage()]
+    assert len(lines) == 1 and "kernel's is exclusive" in lines[0]

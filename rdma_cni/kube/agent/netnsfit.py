@@ -52,9 +52,10 @@ def message(record: dict[str, Any], node: str) -> str:
             "\"The RDMA netns mode\") or change the node's mode label")
 
 
-def check(reporter: Reporter, node: str, mode: str,
-          read: Callable[[], str | None]) -> dict[str, Any]:
-    """Read the netns mode, compare, report a mismatch on the Node; the record."""
+def check(reporter: Reporter, node: str, mode: str, read: Callable[[], str | None],
+          last: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Read the netns mode, compare, report a mismatch on the Node (``reporter``: once an
+    hour) and in the log (when it is new since ``last``, the previous pass's record)."""
     try:
         netns_mode = read()
     except (CniError, OSError) as e:
@@ -63,7 +64,8 @@ def check(reporter: Reporter, node: str, mode: str,
     record = fit(mode, netns_mode)
     if record["mismatch"]:
         text = message(record, node or "(this node)")
-        if not node or reporter.report({"kind": "Node", "name": node, "uid": node},
-                                       REASON, text):
+        if node:
+            reporter.report({"kind": "Node", "name": node, "uid": node}, REASON, text)
+        if record != last:
             log.warning("%s", text)
     return record

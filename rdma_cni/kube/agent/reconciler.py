@@ -166,6 +166,7 @@ class Agent:
     runtime: str = ""  # the runtime's name and version, once its CRI socket answered
     mode: str = ""  # the node's RDMA mode (the config's, rendered from the node label)
     netns_mode: Callable[[], str | None] | None = None  # None: the netns mode is not checked
+    netns: dict[str, Any] | None = None  # the last pass's netnsfit record
 
 
 def _runtime(agent: Agent) -> dict[str, str] | None:
@@ -231,13 +232,14 @@ def run_once(agent: Agent, now: float | None = None) -> dict[str, Any]:
         publish(agent.store.list_states(), agent.pods)
     missing = _report_missing(agent, now)
     _report_view(agent, reasons)
-    netns = None if agent.netns_mode is None else \
-        netnsfit.check(agent.reporter, agent.node_name, agent.mode, agent.netns_mode)
+    if agent.netns_mode is not None:
+        agent.netns = netnsfit.check(agent.reporter, agent.node_name, agent.mode,
+                                     agent.netns_mode, agent.netns)
     doc = {"lastPass": now, "interval": agent.interval, "node": agent.node,
            "runtime": _runtime(agent), "viewSuspect": bool(reasons),
            "reasons": reasons[:MAX_REASONS],
            "released": len(released), "foreignRecords": plan.foreign,
-           "podsWithoutRdma": missing, "marks": agent.marks, "netnsMode": netns,
+           "podsWithoutRdma": missing, "marks": agent.marks, "netnsMode": agent.netns,
            "eventsSent": agent.reporter.recent()}
     if agent.status_path:
         try:
