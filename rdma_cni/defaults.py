@@ -18,6 +18,10 @@ METRICS_FILE = f"{RUN_DIR}/metrics"
 DEVICE_PLUGIN_STATUS = f"{RUN_DIR}/device-plugin.json"
 #: the agent's status file
 AGENT_STATUS = f"{RUN_DIR}/agent-status.json"
+#: what the DaemonSet's pod started with (``install --write-config``'s record)
+CONFIG_RECORD = f"{RUN_DIR}/config-source.json"
+#: the node label that names the node's RDMA mode
+MODE_LABEL = "vke.node.rdma.mode"
 #: the kubelet's PodResources socket and device-plugin checkpoint (``kubelet`` keys)
 KUBELET_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 KUBELET_CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"

@@ -1,15 +1,17 @@
 """``doctor`` checks of the node's files: ``/dev/infiniband``, the installed plugin,
-the runtime's CNI config, the data dir, the netns mount propagation and one network
-per data dir."""
+the runtime's CNI config, the data dir, the netns mount propagation, one network
+per data dir, and whether the DaemonSet's pod needs a restart to apply its config."""
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 
 from rdma_cni.errors import ConfigError
 from rdma_cni.models.subconfig import PLUGIN_TYPE, first_conf_file, read_json_object
 from rdma_cni.store.core import DEFAULT_DATA_DIR
+from rdma_cni.tools import configrecord
 from rdma_cni.tools.doctor_integrity import netns_propagation, shared_data_dirs
 from rdma_cni.tools.doctor_report import Check
 
@@ -75,6 +77,11 @@ def check_datadir(path: str) -> Check:
         with tempfile.TemporaryFile(dir=probe):
             pass
     except OSError as e:
+        if e.errno == errno.EROFS:
+            return Check("data-dir", "warn", f"{probe} is read-only here (a read-only mount: "
+                         "doctor in the DaemonSet's container): its writability is not checked",
+                         "the serve container writes it through its own mount; `rdma-cni "
+                         "doctor` on the node checks it")
         return Check(
             "data-dir",
             "fail",
@@ -97,3 +104,30 @@ def check_data_dirs(conf_dir: str) -> Check:
                      "free each other's addresses and NICs")
     return Check("data-dirs", "ok", "one rdma-cni network per data dir")
 
+
+
+RESTART = ("kubectl rollout restart -n <namespace> daemonset/rdma-cni (the pods read the "
+           "ConfigMap and the node label only at their start)")
+
+
+def check_restart(path: str, now: float) -> Check:
+    """Whether the ConfigMap's file or the node label changed since the DaemonSet's pod
+    started, by the record ``install --write-config`` wrote and ``cni-watch`` keeps."""
+    record = configrecord.read(path)
+    if record is None:
+        return Check("restart", "ok", f"no record of a DaemonSet start ({path} absent): "
+                     "nothing to compare")
+    stale = [str(s) for s in record.get("stale") or []]
+    if stale:
+        return Check("restart", "warn", "needed: the running configuration is stale: "
+                     + "; ".join(stale), RESTART)
+    interval, checked = record.get("interval"), record.get("checked")
+    if isinstance(interval, int | float) and isinstance(checked, int | float):
+        age = now - checked
+        if age > 3 * interval + 60:
+            return Check("restart", "warn", f"unknown: the record was last checked {age:.0f} s "
+                         f"ago (cni-watch checks every {interval:g} s)",
+                         "check the cni-watch container (kubectl logs -c cni-watch)")
+        return Check("restart", "ok", "not needed: the ConfigMap's file and the node label "
+                     f"are what the pod started with (checked {max(age, 0):.0f} s ago)")
+    return Check("restart", "ok", "not needed as of the pod's start (no watch compares since)")

@@ -20,6 +20,9 @@ two files fighting over the first place once the primary rewrites its ``.conf``.
 
 The mode is ``--mode``, else the node label ``vke.node.rdma.mode`` (node from
 ``NODE_NAME``, read with the ``kubernetes`` client), else ``mode`` of ``--config``.
+``--write-config`` also records what the entry was rendered from, and ``--watch`` compares
+the config file and the label with that record (``configrecord.py``): a change needs the
+DaemonSet's pods restarted, and the record says when one is due.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,12 +41,12 @@ from rdma_cni.errors import CniError, ConfigError
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, read_json_object
 from rdma_cni.modes import MODES, Mode
 from rdma_cni.tools import bundle as layout
-from rdma_cni.tools import kernel
+from rdma_cni.tools import configrecord, kernel
 from rdma_cni.tools.bundle import BUNDLE_DIR, LEGACY_DIR, NCCL_ENV
 from rdma_cni.tools.conflist import ensure_entry, json_bytes, remove_entries
 from rdma_cni.tools.installfiles import say, staged, write_atomic
 
-MODE_LABEL = "vke.node.rdma.mode"
+MODE_LABEL = defaults.MODE_LABEL
 CAPABILITY = "io.kubernetes.cri.pod-annotations"
 
 
@@ -138,7 +142,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "(repeatable; an empty value is ignored)")
     p.add_argument("--write-config", metavar="FILE",
                    help="also write the effective entry (mode resolved) here, for the "
-                        "agent, device plugin and exporter")
+                        "agent, device plugin and exporter, and beside it what it was "
+                        "rendered from (config-source.json: --watch then says when the "
+                        "config file or the node label changed)")
     return p
 
 
@@ -152,7 +158,8 @@ def host_root_of(args: argparse.Namespace) -> str:
 
 def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[str, Any]:
     config = read_json_object(args.config) if args.config else {}
-    entry = make_entry(config, resolve_mode(args.mode, config, label))
+    node_label = None if args.mode else label()
+    entry = make_entry(config, resolve_mode(args.mode, config, lambda: node_label))
     entry = node_settings(entry, args.kubelet_dir, args.node_ip)
     tree = args.host_tree or layout.default_host_tree(args.bundle or layout.default_bundle())
     say(kernel.check(kernel.release()))
@@ -170,6 +177,9 @@ def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[s
     if args.write_config:
         os.makedirs(os.path.dirname(os.path.abspath(args.write_config)), exist_ok=True)
         write_atomic(args.write_config, json_bytes(entry))
+        configrecord.write(configrecord.path_for(args.write_config), configrecord.started(
+            args.config, node_label, not args.mode, entry["mode"],
+            args.interval if args.watch else None, time.time()))
     return entry
 
 
@@ -203,15 +213,20 @@ def prune_loop(bin_dir: str, interval: float, stop: threading.Event) -> None:
 
 def watch(conf_dir: str, entry: dict[str, Any], interval: float,
           rounds: int | None = None, stop: threading.Event | None = None,
-          root: str = "/", bin_dir: str | None = None) -> None:
-    """``--watch``: re-apply ``entry`` on every change of ``conf_dir`` (see confwatch), and
-    prune old trees of ``bin_dir`` every ``interval``."""
+          root: str = "/", bin_dir: str | None = None,
+          checker: configrecord.Checker | None = None) -> None:
+    """``--watch``: re-apply ``entry`` on every change of ``conf_dir`` (see confwatch),
+    prune old trees of ``bin_dir`` and compare the configuration record (``checker``)
+    every ``interval``."""
     from rdma_cni.tools.confwatch import watch_entry
 
     ended = threading.Event()
     if bin_dir is not None and rounds is None:
         threading.Thread(target=prune_loop, args=(bin_dir, interval, ended),
                          name="prune", daemon=True).start()
+    if checker is not None and rounds is None:
+        threading.Thread(target=checker.loop, args=(interval, ended),
+                         name="config-check", daemon=True).start()
     try:
         watch_entry(conf_dir, entry, interval, rounds, stop, root)
     finally:
@@ -257,8 +272,10 @@ def main(argv: Sequence[str] | None = None,
             return 0
         entry = install(args, label)
         if args.watch:
+            checker = configrecord.Checker(configrecord.path_for(args.write_config), label) \
+                if args.write_config else None
             watch(args.cni_conf_dir, entry, args.interval, root=host_root_of(args),
-                  bin_dir=args.cni_bin_dir)
+                  bin_dir=args.cni_bin_dir, checker=checker)
     except CniError as e:
         say(f"error: {e.msg}", parser.prog.split()[-1])
         return 1

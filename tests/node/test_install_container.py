@@ -6,6 +6,7 @@ userland: the install container no longer looks at the host's C library at all."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -96,6 +97,13 @@ def test_mode_comes_from_the_node_label_through_the_kubernetes_client(rig: dict[
     entry = json.loads((root / "etc/cni/net.d/10-vpc-cni.conflist").read_text())["plugins"][1]
     assert entry["mode"] == "exclusive"  # the label's, not the ConfigMap's shared-multi
     assert "conflist entry (mode exclusive): added to" in out.stderr
+    # what the entry was rendered from, for cni-watch to compare (issue 32 item 2)
+    record = json.loads((root / "run/rdma-cni/config-source.json").read_text())
+    assert (record["label"], record["labelUsed"], record["mode"]) == (
+        "exclusive", True, "exclusive")
+    assert record["configFile"] == "/etc/rdma-cni/config.json"
+    assert record["configSha256"] == hashlib.sha256(
+        (root / "configmap" / "config.json").read_bytes()).hexdigest()
 
 
 def test_install_lays_a_versioned_tree_that_brings_its_c_library(rig: dict[str, Any]) -> None:

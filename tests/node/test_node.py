@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -26,8 +27,9 @@ import manifests
 import promql
 import pytest
 import yaml
+from cluster import procedures
 from cnirunner import k8s_args, run_plugin, vpc_result
-from nodelab import NICS, REPO, RESOURCE, Node, free_port, metrics, wait_for
+from nodelab import MODE, NICS, REPO, RESOURCE, Node, free_port, metrics, wait_for
 from workload import ANNOTATION, NAMESPACE, Workloads, links, nic_subnet, pod_cycle, v4
 
 pytestmark = [pytest.mark.root, pytest.mark.node]
@@ -262,6 +264,26 @@ def test_the_agent_asks_the_runtime_at_the_socket_setting(node: Node) -> None:
     assert doc["viewSuspect"] is False, doc["reasons"]
 
 
+def test_the_agent_records_the_rdma_netns_mode_against_the_node_mode(node: Node) -> None:
+    """Issue 32 item 3, as far as the rig goes (no API server takes the Event here:
+    tests/unit/test_agent_netns.py sends it to a fake one): the shipped agent reads the
+    RDMA netns mode at its start as this host's RDMA netlink says it, compares it with
+    the node's mode, and the exporter publishes the outcome."""
+    from rdma_cni.node.rdma_mode import read_netns_mode
+
+    record = wait_for(lambda: _agent_status(node).get("netnsMode"), "the agent's netnsMode",
+                      60)
+    want = read_netns_mode()  # hostNetwork: the netns the agent reads it in
+    assert (record["mode"], record["netnsMode"]) == (MODE, want), record
+    body = metrics(node)
+    if want is None:
+        assert "rdma_cni_netns_mode_mismatch" not in body
+    else:
+        value = "1.0" if record["mismatch"] else "0.0"
+        assert f'rdma_cni_netns_mode_mismatch{{mode="{MODE}",netns_mode="{want}"}} {value}' \
+            in body, body
+
+
 def _holds(node: Node, cid: str) -> list[str]:
     """The store's files of attachment ``cid`` (its state record and address reservation)."""
     out = []
@@ -396,6 +418,66 @@ def _fake_port_exporter(tmp: Path) -> Any:
 
     scrape.stop = lambda: (proc.terminate(), proc.wait(10))  # type: ignore[attr-defined]
     return scrape
+
+
+def _documented_doctor() -> tuple[str, list[str]]:
+    """(container, command) of docs/packaging.md's doctor procedure (one kubectl exec)."""
+    block = procedures((REPO / "docs" / "packaging.md").read_text())["doctor"]
+    (line,) = [x for x in block.splitlines() if x.strip() and not x.startswith("#")]
+    argv = shlex.split(line)
+    assert argv[:2] == ["kubectl", "-n"] and "exec" in argv, argv
+    return argv[argv.index("-c") + 1], argv[argv.index("--") + 1:]
+
+
+def _doctor(node: Node) -> dict[str, dict[str, str]]:
+    """The documented doctor run, with ``--json``, and the record's path as the rig moved
+    it (the container's /run/rdma-cni is T's: tests/node/manifests.py)."""
+    container, cmd = _documented_doctor()
+    record = str(node.host("/run/rdma-cni/config-source.json"))
+    out = node.podman.exec(node.pod_id, container, *cmd, "--json", "--config-record", record)
+    assert out.stdout.startswith("["), (out.returncode, out.stdout, out.stderr)
+    return {c["name"]: c for c in json.loads(out.stdout)}
+
+
+def test_doctor_runs_in_the_documented_container(node: Node) -> None:
+    """Issue 32 item 4: the documented `kubectl exec ... -- rdma-cni doctor` finds the
+    node's files through the container's read-only mounts and the paths its environment
+    names (the path settings of the rendering, under T here). /dev/infiniband is left
+    out: the rig moves it under T, where doctor does not look."""
+    by = _doctor(node)
+    for name in ("binary", "conflist", "kubelet-sources", "netns-propagation", "restart"):
+        assert by[name]["status"] == "ok", by[name]
+    assert str(node.cni_bin) in by["binary"]["detail"]  # /host<T><cniBinDir>/rdma-cni
+    assert str(node.cni_conf) in by["conflist"]["detail"]
+    assert str(node.kubelet_dir / "pod-resources" / "kubelet.sock") in \
+        by["kubelet-sources"]["detail"]  # the fake kubelet's socket
+    assert by["restart"]["detail"].startswith("not needed"), by["restart"]
+    assert by["data-dir"]["status"] == "warn" and "read-only here" in by["data-dir"]["detail"]
+
+
+def test_an_edited_configmap_is_said_stale_until_the_pod_restarts(node: Node) -> None:
+    """Issue 32 item 2: the ConfigMap's file edited in place (as the kubelet updates a
+    mounted ConfigMap) makes cni-watch mark the running configuration stale within its
+    interval: rdma_cni_config_stale 1 from the exporter, `restart: needed` from doctor.
+    Put back, it is not stale any more."""
+    mounts = {m["Destination"]: m for m in
+              node.podman.containers(node.pod_id)["cni-watch"]["Mounts"]}
+    source = Path(mounts["/etc/rdma-cni"]["Source"]) / "config.json"
+    original = source.read_bytes()
+    interval = 30 + 15  # cni-watch's --interval in the manifest, and some slack
+    try:
+        source.write_bytes(original.rstrip() + b"\n\n")  # same config, other bytes
+        wait_for(lambda: "rdma_cni_config_stale 1.0" in metrics(node),
+                 "rdma_cni_config_stale 1", interval)
+        restart = _doctor(node)["restart"]
+        assert restart["status"] == "warn" and restart["detail"].startswith("needed"), restart
+        assert "kubectl rollout restart" in restart["fix"]
+        assert "the running configuration is stale" in node.podman.logs(node.pod_id,
+                                                                         "cni-watch")
+    finally:
+        source.write_bytes(original)
+    wait_for(lambda: "rdma_cni_config_stale 0.0" in metrics(node),
+             "rdma_cni_config_stale 0", interval)
 
 
 def test_deleting_the_node_pod_leaves_pods_and_the_primary_working(node: Node,

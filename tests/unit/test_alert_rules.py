@@ -24,6 +24,8 @@ NEEDED = {  # what must be alerted on -> a metric selector the alert's expressio
     "agent view suspect": "rdma_cni_agent_view_suspect == 1",
     "IPAM nearly exhausted": "rdma_cni_ipam_free_addresses",
     "NIC down": 'rdma_port_state{state="ACTIVE"} == 0',
+    "RDMA netns mode mismatch": "rdma_cni_netns_mode_mismatch == 1",
+    "configuration stale": "rdma_cni_config_stale == 1",
 }
 
 

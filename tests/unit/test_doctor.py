@@ -24,6 +24,13 @@ PRIMARY = {"type": "vpc-cni"}
 OURS = {"type": "rdma-cni", "mode": "shared"}
 
 
+def kubelet_at(root: Path) -> dict[str, str]:
+    """The config's kubelet paths, as ``install --kubelet-dir ROOT`` writes them."""
+    return {"podResourcesSocket": f"{root}/pod-resources/kubelet.sock",
+            "checkpointFile": f"{root}/device-plugins/kubelet_internal_checkpoint",
+            "devicePluginDir": f"{root}/device-plugins"}
+
+
 @pytest.fixture
 def facts(tmp_path: Path) -> Facts:
     fs = FakeSys(tmp_path / "root")
@@ -31,6 +38,8 @@ def facts(tmp_path: Path) -> Facts:
     fs.ibdev("mlx5_0", pci="0000:3b:00.0", uverbs="uverbs0")
     kubelet = tmp_path / "config.yaml"
     kubelet.write_text("kind: KubeletConfiguration\ntopologyManagerPolicy: best-effort\n")
+    (tmp_path / "kubelet" / "device-plugins").mkdir(parents=True)
+    (tmp_path / "kubelet" / "device-plugins" / "kubelet_internal_checkpoint").write_text("{}")
     (tmp_path / "dev-ib").mkdir()
     binary = tmp_path / "rdma-cni"
     binary.write_text("#!/bin/sh\n")
@@ -54,6 +63,8 @@ def facts(tmp_path: Path) -> Facts:
         cni_conf_dir=str(conf),
         netns_dir=str(tmp_path / "netns"),
         mountinfo=str(mountinfo),
+        kubelet_root=str(tmp_path / "kubelet"),
+        config_record=str(tmp_path / "config-source.json"),
     )
 
 
@@ -62,18 +73,21 @@ def _status(checks: list, name: str) -> str:
 
 
 def test_healthy_node(facts: Facts, tmp_path: Path) -> None:
-    checks = run_checks({**OURS, "dataDir": str(tmp_path / "data")}, facts=facts)
+    checks = run_checks({**OURS, "dataDir": str(tmp_path / "data"),
+                         "kubelet": kubelet_at(tmp_path / "kubelet")}, facts=facts)
     assert [(c.name, c.status) for c in checks] == [
         ("nics", "ok"),
         ("netmask", "ok"),
         ("rdma-netns", "ok"),
         ("topology", "ok"),
+        ("kubelet-sources", "ok"),
         ("dev-infiniband", "ok"),
         ("binary", "ok"),
         ("conflist", "ok"),
         ("data-dir", "ok"),
         ("netns-propagation", "ok"),
         ("data-dirs", "ok"),
+        ("restart", "ok"),
     ]
 
 
@@ -122,7 +136,8 @@ def test_main_json_and_exit(
     facts: Facts, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({**OURS, "dataDir": str(tmp_path / "data")}))
+    cfg.write_text(json.dumps({**OURS, "dataDir": str(tmp_path / "data"),
+                               "kubelet": kubelet_at(tmp_path / "kubelet")}))
     assert main(["--json", "--config", str(cfg)], facts) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {c["status"] for c in doc} == {"ok"}

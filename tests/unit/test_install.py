@@ -4,6 +4,7 @@ manifests and example configs under conf/."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import stat
@@ -299,3 +300,19 @@ def test_the_kubelet_dir_and_node_address_reach_the_entry(node: dict[str, Path])
     assert "nodeIPs" not in entry
     doc = json.loads((node["conf"] / "10-vpc-cni.conflist").read_text())
     assert doc["plugins"][1] == entry  # the conflist's entry is the same
+
+
+def test_write_config_records_what_the_entry_was_rendered_from(node: dict[str, Path]) -> None:
+    """Issue 32 item 2: the ConfigMap file's digest and the node label, beside the entry,
+    for cni-watch to compare with later (``rdma_cni.tools.configrecord``)."""
+    assert install.main(_args(node, "--write-config", str(node["out"])), _label) == 0
+    record = json.loads((node["out"].parent / "config-source.json").read_text())
+    assert record["configFile"] == str(node["cfg"])
+    assert record["configSha256"] == hashlib.sha256(node["cfg"].read_bytes()).hexdigest()
+    assert (record["labelUsed"], record["label"], record["mode"]) == (
+        True, "shared-multi", "shared-multi")
+    assert record["stale"] == [] and record["interval"] is None  # no watch compares
+    assert install.main(_args(node, "--mode", "exclusive", "--write-config",
+                              str(node["out"])), _label) == 0
+    record = json.loads((node["out"].parent / "config-source.json").read_text())
+    assert (record["labelUsed"], record["label"], record["mode"]) == (False, None, "exclusive")

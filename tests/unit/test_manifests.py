@@ -7,8 +7,10 @@ rendering. No root."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -22,6 +24,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: k8srender
 import k8srender as k8s
+
+from rdma_cni import defaults
+from rdma_cni.tools import doctor
 
 REPO = k8s.REPO
 CHECKOV = REPO / ".venv" / "checkov" / "bin" / "checkov"
@@ -208,6 +213,47 @@ def test_the_image_tag_is_the_package_version() -> None:
 
     images = {c["image"] for c in k8s.containers(k8s.render(k8s.BASE)).values()}
     assert images == {f"localhost/rdma-cni:{__version__}"}
+
+
+#: the container `rdma-cni doctor` runs in, as docs/packaging.md documents it
+DOCTOR = "device-plugin"
+#: what doctor reads, by volume: the mount it needs; those its container writes for its
+#: own job (the device plugin's socket and its status file) are the only ones not read-only
+DOCTOR_READS = {"cni-bin", "cni-conf", "pod-resources", "device-plugins", "data", "sys",
+                "dev-infiniband", "netns", "run"}
+DOCTOR_WRITES = {"device-plugins", "run"}
+
+
+@pytest.mark.parametrize("target", sorted(k8s.TARGETS))
+def test_doctor_runs_in_a_container_with_what_it_reads_read_only(target: str) -> None:
+    """Issue 32 item 4: ``kubectl exec ... -c device-plugin -- rdma-cni doctor`` finds every
+    path doctor reads (its defaults, and the paths the container's environment gives it)
+    mounted there, read-only, at the node's paths of the rendering."""
+    docs = k8s.render(k8s.TARGETS[target])
+    paths = k8s.paths_of(k8s.TARGETS[target])
+    c = k8s.containers(docs)[DOCTOR]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert set(mounts) >= DOCTOR_READS
+    for name in DOCTOR_READS - DOCTOR_WRITES:
+        assert mounts[name].get("readOnly") is True, name
+    assert mounts["netns"]["mountPropagation"] == "HostToContainer"
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    none = argparse.Namespace(kubelet_root=None, cni_bin_dir=None, cni_conf_dir=None)
+    facts = doctor.with_paths(doctor.Facts(), none, env)
+    assert facts.kubelet_root == paths["kubeletDir"]
+    assert facts.plugin_binary == f"{mounts['cni-bin']['mountPath']}/rdma-cni"
+    assert facts.plugin_binary == f"/host{paths['cniBinDir']}/rdma-cni"
+    assert facts.cni_conf_dir == mounts["cni-conf"]["mountPath"] == f"/host{paths['cniConfDir']}"
+    kubelet = defaults.kubelet_paths(paths["kubeletDir"])
+    assert os.path.dirname(kubelet["podResourcesSocket"]) == mounts["pod-resources"]["mountPath"]
+    assert os.path.dirname(kubelet["checkpointFile"]) == mounts["device-plugins"]["mountPath"]
+    assert facts.netns_dir == mounts["netns"]["mountPath"]
+    assert facts.dev_infiniband == mounts["dev-infiniband"]["mountPath"]
+    assert os.path.dirname(facts.config_record) == mounts["run"]["mountPath"]
+    conf = json.loads(k8s.one(docs, "ConfigMap")["data"]["config.json"])
+    assert conf["dataDir"] == mounts["data"]["mountPath"]
+    text = (REPO / "docs" / "packaging.md").read_text()
+    assert f"-c {DOCTOR} -- rdma-cni doctor" in text
 
 
 # -- strict schema validation ----------------------------------------------------------

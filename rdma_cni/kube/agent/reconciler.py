@@ -17,6 +17,9 @@
 3. Pods on this node that asked for RDMA interfaces and have none after their
    sandbox is ready are reported: an Event on the pod, ``podsWithoutRdma`` in the
    status file (``rdma_cni_pods_without_rdma``, ``rdma-cni ls``).
+4. An RDMA netns mode the node's mode does not work under is reported from the first
+   pass on: an Event on the node, ``netnsMode`` in the status file
+   (:mod:`rdma_cni.kube.agent.netnsfit`).
 
 After every pass the status file (:mod:`rdma_cni.kube.agent.status`) says when it
 completed, for probes.
@@ -30,13 +33,14 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rdma_cni.adapters.cri import CriClient, CriUnavailable, default_socket
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import CniError
+from rdma_cni.kube.agent import netnsfit
 from rdma_cni.kube.agent import status as agentstatus
 from rdma_cni.kube.agent.kubeapi import (
     STATUS_ANNOTATION,
@@ -60,6 +64,7 @@ from rdma_cni.kube.agent.view import (
 )
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, data_dir_of, in_cluster, load_config
 from rdma_cni.node.origin import node_identity
+from rdma_cni.node.rdma_mode import read_netns_mode
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState
 from rdma_cni.tools.probe import beat
@@ -159,6 +164,9 @@ class Agent:
     missing_since: dict[str, float] = field(default_factory=dict)
     reporter: Reporter = field(default_factory=lambda: Reporter(None))
     runtime: str = ""  # the runtime's name and version, once its CRI socket answered
+    mode: str = ""  # the node's RDMA mode (the config's, rendered from the node label)
+    netns_mode: Callable[[], str | None] | None = None  # None: the netns mode is not checked
+    netns: dict[str, Any] | None = None  # the last pass's netnsfit record
 
 
 def _runtime(agent: Agent) -> dict[str, str] | None:
@@ -224,11 +232,14 @@ def run_once(agent: Agent, now: float | None = None) -> dict[str, Any]:
         publish(agent.store.list_states(), agent.pods)
     missing = _report_missing(agent, now)
     _report_view(agent, reasons)
+    if agent.netns_mode is not None:
+        agent.netns = netnsfit.check(agent.reporter, agent.node_name, agent.mode,
+                                     agent.netns_mode, agent.netns)
     doc = {"lastPass": now, "interval": agent.interval, "node": agent.node,
            "runtime": _runtime(agent), "viewSuspect": bool(reasons),
            "reasons": reasons[:MAX_REASONS],
            "released": len(released), "foreignRecords": plan.foreign,
-           "podsWithoutRdma": missing, "marks": agent.marks,
+           "podsWithoutRdma": missing, "marks": agent.marks, "netnsMode": agent.netns,
            "eventsSent": agent.reporter.recent()}
     if agent.status_path:
         try:
@@ -282,7 +293,8 @@ def _agent(args: argparse.Namespace, config: dict[str, Any]) -> Agent:
                   status_path=args.status_file, node=node_identity(),
                   node_name=args.node_name, interval=args.interval,
                   cri=CriClient(cri_socket) if cri_socket else None,
-                  marks=marks if isinstance(marks, dict) else {})
+                  marks=marks if isinstance(marks, dict) else {},
+                  mode=str(config.get("mode") or ""), netns_mode=read_netns_mode)
     _kube(agent)
     agent.reporter.restore((previous or {}).get("eventsSent"))
     for item in agentstatus.pods_without_rdma(previous):

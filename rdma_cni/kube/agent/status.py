@@ -5,6 +5,8 @@ Written atomically after every pass (default :data:`DEFAULT_PATH`)::
     {"schema": 1, "lastPass": <unix time>, "interval": 30.0, "node": "<identity>",
      "viewSuspect": false, "reasons": ["..."], "released": 0, "foreignRecords": 0,
      "podsWithoutRdma": [{"pod": "ns/name", "uid": "...", "blocks": 1, "since": <t>}],
+     "netnsMode": {"mode": "<node mode>", "netnsMode": "<rdma system netns>" | null,
+                   "needs": ["..."], "mismatch": false},
      "marks": {"<state digest>": {"first": <t>, "passes": 1}}}
 
 ``marks`` carries the gone-on-consecutive-passes bookkeeping across restarts

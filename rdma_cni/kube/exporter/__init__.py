@@ -33,6 +33,7 @@ from rdma_cni.kube.exporter.agent import AgentCollector
 from rdma_cni.kube.exporter.attachments import AttachmentCollector, StatsReader
 from rdma_cni.kube.exporter.capacity import CapacityCollector, HostReader, Settings
 from rdma_cni.kube.exporter.common import NodeCollector
+from rdma_cni.kube.exporter.configstate import ConfigCollector
 from rdma_cni.kube.exporter.deviceplugin import DevicePluginCollector
 from rdma_cni.kube.exporter.operations import OperationsCollector
 from rdma_cni.kube.exporter.ports import RdmaPortCollector
@@ -106,7 +107,8 @@ def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
                    stats: StatsReader | None, host: HostReader,
                    device_plugin_status: str = DEVICE_PLUGIN_STATUS,
                    agent_status: str = agentstatus.DEFAULT_PATH,
-                   primary: PrimaryReader | None = None) -> CollectorRegistry:
+                   primary: PrimaryReader | None = None,
+                   config_record: str = defaults.CONFIG_RECORD) -> CollectorRegistry:
     """A registry with the exporter's one collector; the readers are injectable."""
     view = StoreView(conf.dataDir)
     settings = Settings.from_netconf(conf)
@@ -119,6 +121,7 @@ def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
         DevicePluginCollector(conf.resource, conf.kubelet.devicePluginDir,
                               device_plugin_status),
         AgentCollector(agent_status),
+        ConfigCollector(config_record),
     ]))
     return registry
 
@@ -151,6 +154,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--agent-status", metavar="FILE",
                    help="the agent's status file as seen by the exporter "
                                           f"(default {agentstatus.DEFAULT_PATH})")
+    p.add_argument("--config-record", metavar="FILE", default=defaults.CONFIG_RECORD,
+                   help="the record of what the node's pod started with, as `install "
+                        f"--write-config` writes it (default {defaults.CONFIG_RECORD})")
     p.add_argument("--sysfs-root", default="/", help="root of /sys (tests)")
     return p
 
@@ -173,7 +179,8 @@ def main(argv: Sequence[str]) -> int:
             raw["metricsFile"] = args.metrics_file
         registry = build_registry(conf, raw, sysfs, pod_stats, host_nics,
                                   args.device_plugin_status,
-                                  args.agent_status or agentstatus.DEFAULT_PATH, host_primary)
+                                  args.agent_status or agentstatus.DEFAULT_PATH, host_primary,
+                                  args.config_record)
         server = serve(registry, host, port)
     except (CniError, OSError) as err:
         sys.stderr.write(f"rdma-cni exporter: {err}\n")

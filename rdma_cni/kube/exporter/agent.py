@@ -1,5 +1,6 @@
 """The agent's last pass, from its status file (:mod:`rdma_cni.kube.agent.status`): whether
-its view looks wrong, how many pods asked for RDMA and have none, when it last ran."""
+its view looks wrong, how many pods asked for RDMA and have none, when it last ran, whether
+the RDMA netns mode fits the node's mode (only once the agent could read it)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from rdma_cni.kube.agent import status as agentstatus
+from rdma_cni.kube.exporter.common import number
 
 
 class AgentCollector:
@@ -32,12 +34,17 @@ class AgentCollector:
         foreign = GaugeMetricFamily(
             "rdma_cni_agent_foreign_records", "State records in the data dir written by "
             "another node (a data dir shared between nodes), left alone")
-        foreign.add_metric([], float(_number(doc.get("foreignRecords"))))
+        foreign.add_metric([], float(number(doc.get("foreignRecords"))))
         last = GaugeMetricFamily(
             "rdma_cni_agent_last_pass_timestamp_seconds", "When the agent last completed a pass")
-        last.add_metric([], float(_number(doc.get("lastPass"))))
+        last.add_metric([], float(number(doc.get("lastPass"))))
         yield from (suspect, missing, foreign, last)
-
-
-def _number(value: object) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+        netns = doc.get("netnsMode")
+        if isinstance(netns, dict) and netns.get("netnsMode"):
+            mismatch = GaugeMetricFamily(
+                "rdma_cni_netns_mode_mismatch", "1 while the RDMA netns mode (rdma system) is "
+                "not one the node's mode works under (its pods then fail with code 104)",
+                labels=["mode", "netns_mode"])
+            mismatch.add_metric([str(netns.get("mode") or ""), str(netns["netnsMode"])],
+                                1.0 if netns.get("mismatch") is True else 0.0)
+            yield mismatch

@@ -15,6 +15,11 @@ from prometheus_client.metrics_core import Metric
 log = logging.getLogger("rdma_cni.kube.exporter")
 
 
+def number(value: object) -> float:
+    """A JSON number of a status file as a sample value (anything else: 0)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
 class Source(Protocol):
     """One group of metrics; ``name`` labels its health series."""
 
