@@ -40,6 +40,7 @@ from rdma_cni.adapters.rtnlmsg import (
     rule_of,
 )
 from rdma_cni.datapath.port import (
+    DEFAULT_DSTS,
     RT_TABLE_LOCAL,
     RT_TABLE_MAIN,
     RTN_UNICAST,
@@ -141,6 +142,21 @@ class Layer3(NetlinkPort):
                                  table=header_table(table))
         out = [route_of(m) for m in msgs]
         return [r for r in out if r.table == table and (oif is None or r.oif == oif)]
+
+    def default_routes(self, oif: int | None = None) -> list[Route]:
+        out: list[Route] = []
+        attrs = [("RTA_TABLE", RT_TABLE_MAIN)] + ([("RTA_OIF", oif)] if oif else [])
+        for family in (AF_INET, AF_INET6):
+            msgs: Any = ()
+            # filtered by the kernel (strict dumps); a kernel without IPv6 has no IPv6 routes
+            with filtered(f"list the default routes in {self.label}",
+                          (errno.ENOENT, errno.ENODEV, errno.EAFNOSUPPORT)):
+                msgs = self._nl.dump(rtmsg, RTM_GETROUTE, attrs, family=family,
+                                     table=RT_TABLE_MAIN)
+            out += [r for r in (route_of(m) for m in msgs)
+                    if r.dst in DEFAULT_DSTS and r.table == RT_TABLE_MAIN
+                    and r.type == RTN_UNICAST and (oif is None or r.oif == oif)]
+        return out
 
     def route_oif(self, dst: str, src: str) -> int | None:
         """The link the kernel routes ``src -> dst`` through (``ip route get dst from

@@ -29,6 +29,8 @@ SCOPE_LINK = 253
 RTN_UNICAST = 1
 #: an address lifetime that never runs out (``forever``)
 FOREVER = 0xFFFFFFFF
+#: the destinations of a default route, IPv4 and IPv6
+DEFAULT_DSTS = ("0.0.0.0/0", "::/0")
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,11 @@ class NetlinkPort(Protocol):
         """Every unicast route through link ``oif``, of every family, in every table but
         the kernel's ``local`` one."""
         return self.routes(RT_TABLE_MAIN, oif=oif)
+
+    def default_routes(self, oif: int | None = None) -> list[Route]:
+        """The main table's unicast default routes of every family (``0.0.0.0/0`` and
+        ``::/0``), through link ``oif`` if given."""
+        return [r for r in self.routes(RT_TABLE_MAIN, oif=oif) if r.dst in DEFAULT_DSTS]
 
     def inet6_mode(self, name: str) -> int | None:
         """The IPv6 address generation mode of ``name`` (None: unknown, or no IPv6)."""

@@ -7,13 +7,15 @@ Moved into a pod (exclusive) or shared with pods, it would cut the node off or p
 traffic on the node's own interface, so it is never offered: discovery leaves it out,
 and a config that names it in ``devices`` is refused in one line.
 
-"The default route" is the main table's default route of the lowest metric: a
-multi-NIC host whose DHCP gives every NIC a default route of its own metric keeps its
-other NICs. Only the candidate NICs' routes are read (the kernel filters the dump by
-interface), and the whole main table only when one of them has a default route at all,
-so ADD pays a few small netlink requests, not a dump of every route. A default route
-through an upper device of a NIC (a VLAN on it) is not seen; ``nodeIPs`` on such a
-device is not either.
+"The default route" is the main table's default route of the lowest metric, per
+family: the IPv4 one (``0.0.0.0/0``) and the IPv6 one (``::/0``, lowest metric among
+the IPv6 default routes), so an IPv6-only node's NIC is found too. A multi-NIC host whose
+DHCP gives every NIC a default route of its own metric keeps its other NICs. Only the
+candidate NICs' default routes are read (the kernel filters the dump by interface), and
+the main table's only when one of them has a default route at all, so ADD pays a few
+small netlink requests, not a dump of every route. The node's addresses (``nodeIPs``)
+are matched in either family. A default route through an upper device of a NIC (a VLAN
+on it) is not seen; ``nodeIPs`` on such a device is not either.
 """
 
 from __future__ import annotations
@@ -21,11 +23,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from rdma_cni.datapath.port import Link, NetlinkPort
+from rdma_cni.datapath.port import Link, NetlinkPort, Route
 from rdma_cni.errors import ConfigError
 from rdma_cni.node.discovery import Nic
 
-DEFAULT_V4 = "0.0.0.0/0"
 #: (candidate netdevs, nodeIPs) -> the node's own NICs among them, and why
 PrimaryReader = Callable[[Sequence[str], Sequence[str]], Mapping[str, str]]
 
@@ -38,12 +39,11 @@ def primary_nics(nl: NetlinkPort, names: Iterable[str],
         return {}
     out = _default_route_nics(nl, links)
     wanted = {ipaddress.ip_address(ip) for ip in node_ips}
-    if wanted:
-        by_index = {link.index: name for name, link in links.items()}
-        for index, iface in nl.addresses():
-            name = by_index.get(index)
-            if name is not None and name not in out and iface.ip in wanted:
-                out[name] = f"holds the node's address {iface.ip}"
+    for name, link in links.items() if wanted else ():
+        held = [ip for a in nl.addrs(link.index)
+                if (ip := ipaddress.ip_interface(a.cidr).ip) in wanted]
+        if held and name not in out:
+            out[name] = f"holds the node's address {held[0]}"
     return out
 
 
@@ -59,17 +59,24 @@ def host_primary(names: Sequence[str], node_ips: Sequence[str] = ()) -> dict[str
 
 
 def _default_route_nics(nl: NetlinkPort, links: Mapping[str, Link]) -> dict[str, str]:
-    """Candidates that carry the default route the node uses: the main table's default
-    route of the lowest metric (a NIC's own default route of a higher metric, as DHCP
-    gives every NIC of a multi-NIC host, is not the node's). The whole table is read
-    only when a candidate has a default route at all."""
-    metric = {name: min((r.priority for r in nl.routes(oif=link.index) if r.dst == DEFAULT_V4),
-                        default=None) for name, link in links.items()}
-    if all(m is None for m in metric.values()):
+    """Candidates that carry a default route the node uses: per family, the main table's
+    default route of the lowest metric (a NIC's own default route of a higher metric, as
+    DHCP gives every NIC of a multi-NIC host, is not the node's). The main table's
+    default routes are read only when a candidate has one at all."""
+    own = {name: _lowest(nl.default_routes(oif=link.index)) for name, link in links.items()}
+    if not any(own.values()):
         return {}
-    best = min((r.priority for r in nl.routes() if r.dst == DEFAULT_V4), default=None)
-    return {name: "carries the node's default route" for name, m in metric.items()
-            if m is not None and m == best}
+    best = _lowest(nl.default_routes())
+    return {name: "carries the node's default route" for name, metric in own.items()
+            if any(best.get(family) == m for family, m in metric.items())}
+
+
+def _lowest(routes: Iterable[Route]) -> dict[int, int]:
+    """IP version -> the lowest metric among ``routes``."""
+    out: dict[int, int] = {}
+    for r in routes:
+        out[r.version] = min(out.get(r.version, r.priority), r.priority)
+    return out
 
 
 def keep_off(nics: Sequence[Nic], primary: Mapping[str, str], pinned: bool) -> list[Nic]:

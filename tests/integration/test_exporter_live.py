@@ -79,9 +79,10 @@ class Node:
                 f"for _ in range({count}): s.sendto(b'x'*200,('{dst}',9))")
         _sh("ip", "netns", "exec", ns, sys.executable, "-c", code)
 
-    def scrape(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    def scrape(self, at: str = f"127.0.0.1:{PORT}") -> dict[
+            tuple[str, frozenset[tuple[str, str]]], float]:
         code = ("import urllib.request;print(urllib.request.urlopen("
-                f"'http://127.0.0.1:{PORT}/metrics',timeout=10).read().decode())")
+                f"'http://{at}/metrics',timeout=10).read().decode())")
         deadline = time.monotonic() + 20
         while True:
             proc = _sh("ip", "netns", "exec", self.node, sys.executable, "-c", code, check=False)
@@ -188,3 +189,35 @@ def test_the_exporter_refuses_the_fabric_and_every_address(node: Node, listen: s
     assert out.stderr.startswith(f"rdma-cni exporter: {why}") and out.stderr.count("\n") == 1
     listening = _sh("ip", "netns", "exec", node.node, "ss", "-Hltn").stdout
     assert f":{PORT}" not in listening
+
+
+def test_the_exporter_listens_on_the_host_ip_of_the_nodes_own_rdma_nic(node: Node) -> None:
+    """A RoCE-capable primary NIC (the node's default route, $HOST_IP on it) is the node's,
+    not the fabric: the exporter listens there by default; the other RDMA NIC's address is
+    still refused. Veth stand-ins are not discovered, so the config names both."""
+    own = f"xown{os.getpid() % 100000}"
+    _sh("ip", "-n", node.node, "link", "add", own, "type", "veth", "peer", "name", "xpeer1",
+        "netns", node.peer)
+    _sh("ip", "-n", node.node, "addr", "add", "192.0.2.10/24", "dev", own)
+    _sh("ip", "-n", node.node, "link", "set", own, "up")
+    _sh("ip", "-n", node.node, "route", "add", "default", "via", "192.0.2.1", "dev", own)
+    node.conf.write_text(json.dumps({**node.base, "devices": [own, node.nic]}))
+    run = ["ip", "netns", "exec", node.node, PYTHON, "-m", "rdma_cni", "exporter",
+           "--config", str(node.conf)]
+    env = {**os.environ, "HOST_IP": "192.0.2.10"}
+    refused = subprocess.run([*run, "--listen", f"198.51.100.1:{PORT}"], env=env,
+                             cwd=str(REPO), capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and refused.stderr == (
+        f"rdma-cni exporter: refusing to listen on 198.51.100.1: an address of RDMA NIC "
+        f"{node.nic}, the fabric pods share; give the node's address\n")
+    proc = subprocess.Popen(run, env=env, cwd=str(REPO), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        samples = node.scrape("192.0.2.10:9469")  # the default: $HOST_IP:9469
+        assert proc.poll() is None
+        assert any(name == "rdma_cni_slots_capacity" for name, _ in samples)
+        listening = _sh("ip", "netns", "exec", node.node, "ss", "-Hltn").stdout
+        assert "192.0.2.10:9469" in listening, listening
+    finally:
+        proc.terminate()
+        proc.wait(10)

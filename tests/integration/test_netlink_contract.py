@@ -51,8 +51,20 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
         return lambda w: w.host.create_sublink("macvlan", name, w.host.require("rnic0"),
                                                w.pod_fd, mtu, mac)
 
+    def defaults(w: World, oif: str | None = None) -> list[tuple[str, str | None, int]]:
+        index = w.host.require(oif).index if oif else None
+        return [(r.dst, r.gateway, r.priority) for r in w.host.default_routes(oif=index)]
+
     return [
         ("look up a missing link", lambda w: w.host.link("nope")),
+        ("no default route", defaults),
+        ("a default route through rnic0",
+         lambda w: w.host.add_route(Route("0.0.0.0/0", "198.51.100.62",
+                                          w.host.require("rnic0").index, 254, onlink=True,
+                                          priority=100))),
+        ("the default routes", defaults),
+        ("the default routes through rnic0", lambda w: defaults(w, "rnic0")),
+        ("the default routes through rnic1", lambda w: defaults(w, "rnic1")),
         ("create a macvlan into the pod", sub("rdtx0", 1400, "02:00:00:00:00:aa")),
         ("create it again", sub("rdtx0", 1400)),
         ("create one above the parent's MTU", sub("rdtx1", 9000)),

@@ -4,9 +4,12 @@ nodelab.py)."""
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,10 +18,26 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "e2e"))
 sys.path.insert(0, str(HERE.parent))
 
-from nodelab import Node, make_node  # noqa: E402
+from nodelab import Node, build_image, make_node, skip_reason  # noqa: E402
+from podman import Podman  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=["base", "non-default-paths"])
 def node(request: pytest.FixtureRequest) -> Iterator[Node]:
     """The node deployed from the base, then from the overlay that moves every path."""
     yield from make_node(request.param)
+
+
+@pytest.fixture(scope="module")
+def image_rig() -> Iterator[dict[str, Any]]:
+    """The image this tree builds (scripts/image.sh, cached), a temp dir and a podman
+    with its own containers.conf there; skipped where the node tier cannot run."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    image, _ = build_image()
+    tmp = Path(tempfile.mkdtemp(prefix="rn-image-", dir="/tmp"))
+    try:
+        yield {"image": image, "tmp": tmp, "podman": Podman(tmp)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -9,10 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +17,7 @@ import k8srender
 import manifests
 import pytest
 from fakeapi import FakeApi
-from nodelab import NICS, build_image, make_root, shipped_image, skip_reason
-from podman import Podman
+from nodelab import NICS, make_root, shipped_image
 
 pytestmark = [pytest.mark.root, pytest.mark.node]
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where the kubelet puts it
@@ -29,16 +25,8 @@ PRIMARY = {"cniVersion": "0.4.0", "name": "vpc-cni", "plugins": [{"type": "bridg
 
 
 @pytest.fixture(scope="module")
-def rig() -> Iterator[dict[str, Any]]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    image, _ = build_image()
-    tmp = Path(tempfile.mkdtemp(prefix="rn-install-", dir="/tmp"))
-    try:
-        yield {"image": image, "tmp": tmp, "podman": Podman(tmp)}
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def rig(image_rig: dict[str, Any]) -> dict[str, Any]:
+    return image_rig
 
 
 def _host(rig: dict[str, Any], name: str) -> Path:

@@ -18,7 +18,7 @@ from rdma_cni.cni.commands.delete import cmd_del
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath import session as session_mod
 from rdma_cni.datapath.port import Route
-from rdma_cni.errors import ConfigError, NicUnavailable
+from rdma_cni.errors import AllocationError, ConfigError, NicUnavailable
 from rdma_cni.node import nics as nics_mod
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import READY
@@ -138,3 +138,49 @@ def test_a_nics_own_default_route_of_a_higher_metric_is_not_the_nodes(node: Node
     _default_route(node, "rnic0", metric=200)
     out = cmd_add(request(tmp_path, "ADD"), BLOCKS)
     assert [i["name"] for i in out["interfaces"]] == ["eth0", "eth1", "eth2"]
+
+
+# -- discovery (devices unset) never offers the node's own NIC ---------------------------
+def _roce(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nics: list[str]) -> None:
+    """``nics`` discovered as RoCE NICs (each with its RDMA device); the pod interfaces'
+    GIDs and the RDMA netns mode are the VM tier's (not this fake's)."""
+    fs = FakeSys(tmp_path / "roce")
+    for i, (nic, mtu) in enumerate((("rnic0", 9000), ("rnic1", 4200))):
+        if nic in nics:
+            pci = f"0000:0{i + 3}:00.0"
+            fs.netdev(nic, pci=pci, mac=f"02:00:00:00:00:0{i + 1}", mtu=mtu, ifindex=i + 2)
+            fs.ibdev(f"mlx5_{i}", pci=pci)
+    monkeypatch.setattr(nics_mod, "SYSFS_ROOT", str(fs.root))
+    monkeypatch.setattr(nics_mod, "wait_gids", lambda plans: None)
+    monkeypatch.setattr(nics_mod, "rdma_netns", lambda nc, plans: plans)
+
+
+def _discovering(tmp_path: Path, command: str, **extra: Any) -> Request:
+    req = request(tmp_path, command, **extra)
+    del req.conf["devices"]
+    return req
+
+
+def test_discovery_leaves_the_default_route_nic_out(node: Node, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    _roce(tmp_path, monkeypatch, ["rnic0", "rnic1"])
+    _default_route(node, "rnic0")
+    out = cmd_add(_discovering(tmp_path, "ADD"), BLOCKS[:1])
+    assert [(ip["address"], ip["interface"]) for ip in out["ips"][1:]] == [
+        ("198.51.100.66/26", 1)]  # rnic1's subnet: the pod is on rnic1
+    assert pod_view(node)["eth1"][1] == 4200
+
+
+@pytest.mark.parametrize("own, conf", [("rnic0", {}),
+                                       ("rnic1", {"nodeIPs": ["198.51.100.65"]})])
+def test_discovery_finding_only_the_nodes_own_nic_offers_none(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own: str,
+        conf: dict[str, Any]) -> None:
+    _roce(tmp_path, monkeypatch, [own])
+    if not conf:
+        _default_route(node, own)
+    before = node.view()
+    with pytest.raises(AllocationError, match=r"^no RDMA NICs on this node \(discovered"):
+        cmd_add(_discovering(tmp_path, "ADD", **conf), BLOCKS[:1])
+    assert node.view() == before
+    assert not list((tmp_path / "data").rglob("*.json"))

@@ -357,3 +357,59 @@ def test_the_default_listen_address_is_the_nodes(monkeypatch: pytest.MonkeyPatch
     assert parse_listen(default_listen()) == ("2001:db8::10", 9469)
     monkeypatch.delenv("HOST_IP")
     assert parse_listen(default_listen()) == ("127.0.0.1", 9469)
+
+
+def _own_nic_kernel(default_via: str | None) -> Any:
+    """The node's netns over the in-memory kernel: eth1 (198.51.100.1/28, an RDMA NIC in
+    ``_fake_tree``) and eth2 (203.0.113.1/29), with the default route through eth1 if
+    ``default_via``."""
+    from fakes.netlink import FakeKernel
+
+    from rdma_cni.datapath.port import Route
+
+    kernel = FakeKernel()
+    port = kernel.port(kernel.host)
+    for name, iface in (("eth1", "198.51.100.1/28"), ("eth2", "203.0.113.1/29")):
+        kernel.add_nic(kernel.host, name)
+        port.add_address(name, IPv4Interface(iface))
+    if default_via is not None:
+        port.add_route(Route("0.0.0.0/0", default_via, port.require("eth1").index, 254,
+                             onlink=True))
+    return port
+
+
+@pytest.mark.parametrize("default_via, node_ips", [
+    (None, ["198.51.100.1"]),  # eth1 holds $HOST_IP
+    ("198.51.100.14", []),  # eth1 carries the default route
+])
+def test_the_nodes_own_rdma_nic_is_not_the_fabric(tmp_path: Path, default_via: str | None,
+                                                  node_ips: list[str]) -> None:
+    """A RoCE-capable primary NIC holding the node's address: the exporter listens on
+    $HOST_IP there; the other RDMA NIC's address is still refused."""
+    from rdma_cni.kube.exporter import check_listen, fabric_addresses
+    from rdma_cni.node.primary import primary_nics
+
+    port = _own_nic_kernel(default_via)
+    conf_file = tmp_path / "conf.json"
+    conf_file.write_text(json.dumps({"mode": "shared-multi"}))  # discovery: eth1, eth2
+    conf, _ = load_config(str(conf_file))
+    sysfs = _fake_tree(tmp_path / "root")
+    assert fabric_addresses(conf, sysfs, _host) == {"198.51.100.1": "eth1",
+                                                    "203.0.113.1": "eth2"}
+    fabric = fabric_addresses(conf, sysfs, _host,
+                              lambda names, ips: primary_nics(port, names, ips), node_ips)
+    assert fabric == {"203.0.113.1": "eth2"}
+    check_listen("198.51.100.1", fabric)  # $HOST_IP on the node's own NIC
+    with pytest.raises(ConfigError, match=re.escape("refusing to listen on 203.0.113.1: an "
+                                                    "address of RDMA NIC eth2")):
+        check_listen("203.0.113.1", fabric)
+
+
+def test_the_host_ip_is_a_node_address_when_it_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rdma_cni.kube.exporter import node_addresses
+
+    monkeypatch.setenv("HOST_IP", "2001:db8::10")
+    assert node_addresses() == ["2001:db8::10"]
+    for bad in ("", "node-1", "198.51.100.1:9469"):
+        monkeypatch.setenv("HOST_IP", bad)
+        assert node_addresses() == []

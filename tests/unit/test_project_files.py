@@ -25,7 +25,8 @@ def test_license_matches_pyproject() -> None:
 def test_the_version_lives_in_one_place() -> None:
     """rdma_cni/__init__.py has it; the package reads it from there, the image recipe and
     scripts take it from there, the manifests' image tag is checked equal to it
-    (tests/unit/test_manifests.py); no other file states it."""
+    (tests/unit/test_manifests.py, tests/unit/test_verify_manifest.py); no other file
+    states it."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert "version" not in pyproject["project"] and pyproject["project"]["dynamic"] == [
         "version"]
@@ -33,7 +34,8 @@ def test_the_version_lives_in_one_place() -> None:
         "attr": "rdma_cni.__version__"}
     assert re.fullmatch(r'__version__ = "\d+\.\d+\.\d+"\n',
                         (REPO / "rdma_cni/__init__.py").read_text())
-    copies = {"rdma_cni/__init__.py", "conf/k8s/base/kustomization.yaml", "CHANGELOG.md"}
+    copies = {"rdma_cni/__init__.py", "conf/k8s/base/kustomization.yaml", "CHANGELOG.md",
+              "conf/rdma-cni-verify.yaml"}
     stated = sorted(str(p.relative_to(REPO)) for p in _project_files()
                     if re.search(rf"(?<![\d.]){re.escape(__version__)}(?![\d.])",
                                  p.read_text(errors="replace")))

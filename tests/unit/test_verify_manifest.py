@@ -41,3 +41,13 @@ def test_two_pods_verify_each_other_with_the_rdma_resource() -> None:
         assert pod["spec"]["restartPolicy"] == "Never"
     port = service["spec"]["ports"][0]["port"]
     assert listen["spec"]["containers"][0]["ports"][0]["containerPort"] == port == 18515
+
+
+def test_the_image_tag_is_the_package_version() -> None:
+    """The pods run the image this version builds (scripts/image.sh tags it
+    `<version>`): an older release's image has no `rdma-cni verify`."""
+    from rdma_cni import __version__
+
+    pods = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d["kind"] == "Pod"]
+    images = {c["image"] for pod in pods for c in pod["spec"]["containers"]}
+    assert len(pods) == 2 and images == {f"localhost/rdma-cni:{__version__}"}, images

@@ -82,12 +82,28 @@ def check_listen(host: str, fabric: dict[str, str]) -> None:
                           "address")
 
 
-def fabric_addresses(conf: Any, sysfs: Sysfs) -> dict[str, str]:
-    """Address -> RDMA NIC, of the NICs the plugin uses on this node."""
-    from rdma_cni.kube.exporter.netstats import host_nics
+def node_addresses() -> list[str]:
+    """The node's address the DaemonSet passes (``$HOST_IP``), when it is one."""
+    host = os.environ.get(HOST_IP_ENV, "")
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        return []
+
+
+def fabric_addresses(conf: Any, sysfs: Sysfs, host: HostReader,
+                     primary: PrimaryReader | None = None,
+                     node_ips: Sequence[str] = ()) -> dict[str, str]:
+    """Address -> RDMA NIC, of the NICs the plugin uses on this node. The node's own
+    NICs (``primary``: the default route, ``nodeIPs`` and ``node_ips``) are not the
+    fabric: a RoCE-capable primary NIC holding the node's address stays listenable."""
     from rdma_cni.node.discovery import discover
 
-    facts, _ = host_nics([n.netdev for n in discover(sysfs, conf.devices)])
+    names = [n.netdev for n in discover(sysfs, conf.devices)]
+    if primary is not None:
+        own = primary(names, [*conf.nodeIPs, *node_ips])
+        names = [n for n in names if n not in own]
+    facts, _ = host(names)
     return {str(a.ip): nic for nic, f in facts.items() for a in f.addresses}
 
 
@@ -174,7 +190,8 @@ def main(argv: Sequence[str]) -> int:
         host, port = parse_listen(args.listen or default_listen())
         conf, raw = load_config(args.config, args.conf_dir)
         sysfs = Sysfs(args.sysfs_root)
-        check_listen(host, fabric_addresses(conf, sysfs))
+        check_listen(host, fabric_addresses(conf, sysfs, host_nics, host_primary,
+                                            node_addresses()))
         if args.metrics_file:
             raw["metricsFile"] = args.metrics_file
         registry = build_registry(conf, raw, sysfs, pod_stats, host_nics,
