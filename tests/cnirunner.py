@@ -84,7 +84,7 @@ unshare -U -n sleep 600 >/dev/null 2>&1 &
 hideout=$!
 sleep 1
 ip link set dev {dev} netns $hideout
-ip link add name {dev} address {mac} type veth peer name {dev}peer
+ip link add name {dev}{index} address {mac} type veth peer name {dev}peer
 ip link set dev {dev} alias '{alias}'
 ip addr add {cidr} dev {dev}
 ip link set dev {dev} up
@@ -93,14 +93,16 @@ echo $hideout
 """
 
 
-def hide_and_spoof(ns: str, dev: str, cidr: str) -> int:
+def hide_and_spoof(ns: str, dev: str, cidr: str, same_index: bool = False) -> int:
     """What a pod with CAP_NET_ADMIN can do to the exclusive NIC ``dev`` it was given:
     hide it in a netns of its own (in a user namespace it makes: no other capability
-    needed) and make a veth with its name, MAC, alias and address ``cidr``. The PID of
+    needed) and make a veth with its name, MAC, alias and address ``cidr`` (and with
+    ``same_index``, its index in the pod too: the hiding place freed it). The PID of
     the process that holds the hiding place (its netns dies with it)."""
     real = ip_json(ns, "link", "show", "dev", dev)[0]
+    index = f" index {real['ifindex']}" if same_index else ""
     script = _SPOOF.format(dev=dev, mac=real["address"], alias=real.get("ifalias", ""),
-                           cidr=cidr)
+                           cidr=cidr, index=index)
     return int(as_pod_process(ns, script).split()[-1])
 
 

@@ -26,12 +26,20 @@ from rdma_cni.adapters.netlink_l3 import filtered as _filtered
 from rdma_cni.adapters.rtnl import (
     RTM_DELLINK,
     RTM_GETLINK,
+    RTM_GETNSID,
     RTM_NEWLINK,
     RTM_SETLINK,
     Channel,
     ifinfmsg,
+    nsidmsg,
 )
-from rdma_cni.adapters.rtnlmsg import inet6_mode_attrs, inet6_mode_of, link_of, stats_of
+from rdma_cni.adapters.rtnlmsg import (
+    inet6_mode_attrs,
+    inet6_mode_of,
+    link_of,
+    nsid_of,
+    stats_of,
+)
 from rdma_cni.datapath.port import (
     RT_TABLE_MAIN,
     Link,
@@ -89,6 +97,21 @@ class Netlink(Layer3):
         self._known[name] = found = link_of(msgs[0])
         return found
 
+    def link_at(self, index: int, netnsid: int | None = None) -> Link | None:
+        msgs: list[Any] = []
+        where = self.label if netnsid is None else f"netns id {netnsid} of {self.label}"
+        # IFLA_TARGET_NETNSID (pyroute2's older name); an id this netns does not know: EINVAL
+        attrs = [] if netnsid is None else [("IFLA_IF_NETNSID", netnsid)]
+        with _filtered(f"look up link {index} in {where}", (errno.ENODEV, errno.EINVAL)):
+            msgs = self._nl.request(ifinfmsg, RTM_GETLINK, 0, attrs, index=index)
+        return link_of(msgs[0]) if msgs else None
+
+    def netnsid(self, fd: int) -> int | None:
+        msgs: list[Any] = []
+        with _filtered(f"read the id of a netns in {self.label}"):
+            msgs = self._nl.request(nsidmsg, RTM_GETNSID, 0, [("NETNSA_FD", fd)])
+        return nsid_of(msgs[0]) if msgs else None
+
     def link_stats(self, names: Iterable[str]) -> dict[str, LinkStats]:
         wanted, out = set(names), {}
         with _filtered(f"read link counters in {self.label}"):
@@ -134,6 +157,8 @@ class Netlink(Layer3):
 
     def move_to_netns(self, name: str, target_fd: int, action: str) -> None:
         self._set(name, action, [("IFLA_NET_NS_FD", target_fd)])
+        # what other links show of it changes too: a veth peer's IFLA_LINK, its netns id
+        self._known.clear()
 
     def rename(self, name: str, new: str, alias: str, action: str) -> None:
         link = self.link(name)

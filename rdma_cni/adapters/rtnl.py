@@ -25,6 +25,7 @@ import rdma_cni.adapters.pyroute2pkg  # isort: skip  # noqa: F401 - before any p
 from pyroute2.netlink.rtnl.fibmsg import fibmsg
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from rdma_cni.adapters.rtnlcodec import Answer, encode
@@ -47,13 +48,14 @@ RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK, RTM_SETLINK = 16, 17, 18, 19
 RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
 RTM_NEWRULE, RTM_DELRULE, RTM_GETRULE = 32, 33, 34
+RTM_NEWNSID, RTM_GETNSID = 88, 90
 #: the answers a request can carry, by message type
 _ANSWERS: dict[int, Any] = {RTM_NEWLINK: ifinfmsg, RTM_NEWADDR: ifaddrmsg,
-                            RTM_NEWROUTE: rtmsg, RTM_NEWRULE: fibmsg}
+                            RTM_NEWROUTE: rtmsg, RTM_NEWRULE: fibmsg, RTM_NEWNSID: nsidmsg}
 _HDR = struct.Struct("=IHHII")
 _ERR = struct.Struct("=i")
 
-__all__ = ["Answer", "Channel", "fibmsg", "ifaddrmsg", "ifinfmsg", "rtmsg"]
+__all__ = ["Answer", "Channel", "fibmsg", "ifaddrmsg", "ifinfmsg", "nsidmsg", "rtmsg"]
 
 
 class Channel:

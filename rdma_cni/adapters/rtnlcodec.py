@@ -23,6 +23,7 @@ adapter sends and every answer it reads byte for byte against pyroute2's own.
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 from typing import Any
@@ -50,7 +51,8 @@ _IP = _atoms.ipaddr  # family from the length (encode: from the text)
 _TARGET = _atoms.target  # family from the message
 _HEX = _atoms.hex
 _NETNS_FD = ifinfbase.netns_fd  # an int is the descriptor itself (a name: pyroute2 opens it)
-_FIELD_CHARS = set("xBHIiQqbh")
+#: a fixed field packed here: an integer, or padding (``3x``: rtgenmsg's)
+_FIELD = re.compile(r"\d*x|[BHIiQqbh]")
 _enabled = False
 
 
@@ -78,7 +80,7 @@ class _Layout:
         self.cls = cls
         fields = tuple(getattr(cls, "fields", ()) or ())
         fmts = "".join(f for _, f in fields)
-        self.supported = all(isinstance(f, str) for _, f in fields) and set(fmts) <= _FIELD_CHARS
+        self.supported = all(isinstance(f, str) and _FIELD.fullmatch(f) for _, f in fields)
         self.fields = struct.Struct("=" + (fmts if self.supported else ""))
         self.names = tuple(n for n, f in fields if isinstance(f, str) and "x" not in f)
         by_name: dict[str, dict[str, Any]] = {}

@@ -32,7 +32,19 @@ def link_of(msg: Any) -> Link:
         parent_dev=a("IFLA_PARENT_DEV_NAME"),
         parent_bus=a("IFLA_PARENT_DEV_BUS_NAME"),
         alias=a("IFLA_IFALIAS"),
+        iflink=a("IFLA_LINK") or None,
+        link_netnsid=_nsid(a("IFLA_LINK_NETNSID")),
     )
+
+
+def _nsid(value: int | None) -> int | None:
+    """A netns id as the kernel sends it (negative, or its uint32 form: none assigned)."""
+    return None if value is None or value < 0 or value >= 0x80000000 else int(value)
+
+
+def nsid_of(msg: Any) -> int | None:
+    """NETNSA_NSID of an RTM_NEWNSID (None: the netns has no id here)."""
+    return _nsid(msg.attr("NETNSA_NSID"))
 
 
 def stats_of(msg: Any) -> LinkStats | None:

@@ -5,8 +5,10 @@ fallback if the host reused that) and gets its host configuration back
 (:mod:`rdma_cni.datapath.hostconfig`).
 
 The NIC is only ever taken back under the identity ADD recorded (:func:`same_device`),
-never by a name, a MAC or our mark, which a pod with CAP_NET_ADMIN can give a link of
-its own making."""
+never by a name, a MAC, our mark or its index, which a pod with CAP_NET_ADMIN can give
+a link of its own making. A NIC with no bus device is a veth stand-in whose peer stays
+behind, where the pod makes no links (:func:`peer_points_back`); exclusive mode takes
+no other NIC without one (:func:`unprovable`)."""
 
 from __future__ import annotations
 
@@ -21,13 +23,13 @@ from rdma_cni.datapath.hostconfig import restore_host
 from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.datapath.port import Link, NetlinkPort
 from rdma_cni.datapath.sublinks import KINDS as SUBLINK_KINDS
-from rdma_cni.errors import IOFailure, TryAgain
+from rdma_cni.errors import IOFailure, NicUnavailable, TryAgain
 
 log = logging.getLogger("rdma_cni")
 #: the netns an index of a NIC without a bus device was recorded in
 HOST, POD = "host", "pod"
 __all__ = ["SUBLINK_KINDS", "NicNotBack", "find_moved", "lookalikes", "move_in", "move_out",
-           "restore_host"]
+           "peer_points_back", "restore_host", "unprovable"]
 
 
 class NicNotBack(TryAgain):
@@ -36,6 +38,9 @@ class NicNotBack(TryAgain):
 
 
 def move_in(ctx: Ctx, p: IfacePlan) -> None:
+    reason = unprovable(p.identity)
+    if reason is not None:
+        raise NicUnavailable(f"exclusive mode cannot take RDMA NIC {p.nic}: {reason}")
     tmp_fd, tmp = ctx.tmpns()
     ctx.host.move_to_netns(p.nic, tmp_fd, f"move {p.nic} into a private netns")
     try:
@@ -65,7 +70,8 @@ def move_back(ctx: Ctx, p: IfacePlan) -> None:
 def move_out(ctx: Ctx, p: IfacePlan) -> bool:
     """Return an exclusive NIC from the pod to the host under its own name, restored;
     False when it is not in the pod (under its recorded identity)."""
-    current = find_moved(ctx.pod, p, ctx.marker, POD)
+    current = find_moved(ctx.pod, p, ctx.marker, POD,
+                         peer=peer_points_back(ctx.host, ctx.pod_fd, p.identity))
     if current is None:
         return False
     _out_of_pod(ctx, current, p)
@@ -116,17 +122,52 @@ def with_index(p: IfacePlan, index: int) -> IfacePlan:
     return replace(p, identity={**p.identity, "ifindex": index, "ifindexNetns": POD})
 
 
+def unprovable(ident: dict[str, Any]) -> str | None:
+    """Why DEL could not tell the NIC ``ident`` names from a link a pod makes (None: it
+    can): a NIC with no bus device must be a veth whose peer ADD recorded. Any other
+    (a dummy, a bond, a VLAN: a pod makes one of its kind, name, MAC and index) is
+    refused. A record of an earlier release, written before ADD refused it, is matched
+    as it was (:func:`same_device`)."""
+    if ident.get("parentDev") or ident.get("pci"):
+        return None
+    if ident.get("kind") == "veth" and ident.get("peerIndex"):
+        return None
+    what = f"a link of kind {ident['kind']}" if ident.get("kind") else "a netdev"
+    return (f"it is {what} with no bus device, which a pod could copy (kind, name, MAC "
+            "and index) for DEL to take back in its place")
+
+
+def peer_points_back(host: NetlinkPort, pod_fd: int, ident: dict[str, Any]
+                     ) -> Callable[[Link], bool]:
+    """Whether a veth in the pod (``pod_fd``) is the stand-in ``ident`` names: the peer
+    ADD recorded (in the host's netns, or the one the host knows by ``peerNetnsid``:
+    neither is the pod's to change) is still a veth whose own peer is that link, by
+    its index, in the pod's netns. A link the pod makes has its peer in the pod's
+    reach, never there."""
+    def check(link: Link) -> bool:
+        peer = host.link_at(ident["peerIndex"], ident.get("peerNetnsid"))
+        if peer is None or peer.kind != "veth" or peer.iflink != link.index:
+            return False
+        # read after the peer: reading it gave the pod's netns an id on the host
+        return peer.link_netnsid is not None and peer.link_netnsid == host.netnsid(pod_fd)
+    return check
+
+
 def same_device(link: Link, ident: dict[str, Any], where: str,
-                device_path: Callable[[str], str | None] | None = None) -> bool:
+                device_path: Callable[[str], str | None] | None = None,
+                peer: Callable[[Link], bool] | None = None) -> bool:
     """Whether ``link``, seen in the netns ``where`` (:data:`POD` or :data:`HOST`), is the
     netdev ``ident`` (recorded at ADD) names: the same kind (a NIC's own driver has
     none), the same permanent MAC when it has one, and the same bus device
     (IFLA_PARENT_DEV_NAME, which no link made through netlink has). A NIC recorded
     without one: a link with a sysfs device (``device_path``: on the host) must have the
-    PCI address ADD read there (a kernel before 5.16 does not say it over netlink);
-    otherwise (a virtual stand-in, or no sysfs view) no bus device and the same index, in
-    the netns the index was recorded in. The MAC, the name and the alias prove nothing:
-    a pod with CAP_NET_ADMIN sets them on links of its own making."""
+    PCI address ADD read there (a kernel before 5.16 does not say it over netlink); a
+    veth stand-in in the pod, the veth its recorded peer points back at (``peer``:
+    :func:`peer_points_back`; none given, none is); otherwise (on the host, where a pod
+    makes no links, or a record without a peer) no bus device and the same index, in
+    the netns the index was recorded in. The MAC, the name, the alias and, in the pod,
+    the index prove nothing: a pod with CAP_NET_ADMIN sets them on links of its own
+    making."""
     if link.kind != ident.get("kind"):
         return False
     perm = ident.get("permMac")
@@ -141,18 +182,21 @@ def same_device(link: Link, ident: dict[str, Any], where: str,
     path = device_path(link.name) if pci and device_path is not None else None
     if path is not None:
         return pci in path.split("/")
+    if where == POD and ident.get("peerIndex"):
+        return peer is not None and peer(link)
     return ident.get("ifindexNetns", HOST) == where and link.index == ident.get("ifindex")
 
 
 def find_moved(nl: NetlinkPort, p: IfacePlan, marker: str, where: str,
-               device_path: Callable[[str], str | None] | None = None) -> str | None:
+               device_path: Callable[[str], str | None] | None = None,
+               peer: Callable[[Link], bool] | None = None) -> str | None:
     """The name of the exclusive NIC in ``nl``'s netns (``where``), found by its recorded
     identity (:func:`same_device`)."""
     links = nl.links()
     if "kind" not in p.identity:
         return _legacy(links, p, marker)
-    return next((lk.name for lk in links if same_device(lk, p.identity, where, device_path)),
-                None)
+    return next((lk.name for lk in links
+                 if same_device(lk, p.identity, where, device_path, peer)), None)
 
 
 def _legacy(links: list[Link], p: IfacePlan, marker: str) -> str | None:

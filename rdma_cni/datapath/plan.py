@@ -44,6 +44,8 @@ class NicFacts:
     ibdev: str | None = None
     host_addrs: tuple[HostAddr, ...] = ()  # every family, kernel order (exclusive only)
     inet6_mode: int | None = None  # IPv6 address generation mode (exclusive only)
+    iflink: int | None = None  # a veth's peer: its index (IFLA_LINK) ...
+    link_netnsid: int | None = None  # ... in the netns of this id (None: the NIC's own)
 
 
 def interface_names(nc: NetConf, blocks: Sequence[tuple[int, Block]], n_nics: int) -> list[str]:
@@ -147,10 +149,14 @@ def _plan_one(nc: NetConf, k: int, name: str, nic: NicFacts, mac: str | None,
 def identity_of(nic: NicFacts) -> dict[str, Any]:
     """What identifies the NIC's netdev (see :func:`rdma_cni.datapath.physical.same_device`):
     its bus device, permanent MAC, kind and (for a link with no bus device) its index,
-    which ADD updates to the index the NIC gets in the pod."""
-    return {"pci": nic.pci, "parentDev": nic.parent_dev, "parentBus": nic.parent_bus,
-            "permMac": nic.perm_mac, "mac": nic.mac, "kind": nic.kind, "ifindex": nic.index,
-            "ifindexNetns": "host"}
+    which ADD updates to the index the NIC gets in the pod; for a veth, its peer (index,
+    and the id the host gives the peer's netns: None, the host's own)."""
+    ident = {"pci": nic.pci, "parentDev": nic.parent_dev, "parentBus": nic.parent_bus,
+             "permMac": nic.perm_mac, "mac": nic.mac, "kind": nic.kind, "ifindex": nic.index,
+             "ifindexNetns": "host"}
+    if nic.kind == "veth" and nic.iflink:
+        ident |= {"peerIndex": nic.iflink, "peerNetnsid": nic.link_netnsid}
+    return ident
 
 
 def with_address(plan: IfacePlan, ip: IPv4Address, prefixlen: int) -> IfacePlan:

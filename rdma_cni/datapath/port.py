@@ -45,6 +45,10 @@ class Link:
     parent_dev: str | None = None  # the parent device's name on its bus
     parent_bus: str | None = None  # that bus: "pci" (a PCI address), "virtio", ...
     alias: str | None = None
+    #: IFLA_LINK: a veth's peer, a sub-link's lower device (its index in the netns
+    #: ``link_netnsid`` names: the id the reading netns gives it; None: the link's own)
+    iflink: int | None = None
+    link_netnsid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,18 @@ class NetlinkPort(Protocol):
         if link is None:
             raise NicUnavailable(f"RDMA NIC {name} not found in {self.label}")
         return link
+
+    def link_at(self, index: int, netnsid: int | None = None) -> Link | None:
+        """The link ``index`` of this netns or, with ``netnsid``, of the netns this one
+        knows by that id (read from here: its ``link_netnsid`` is an id of this netns);
+        None when there is none. This default reads this netns only."""
+        if netnsid is not None:
+            return None
+        return next((lk for lk in self.links() if lk.index == index), None)
+
+    def netnsid(self, fd: int) -> int | None:
+        """The id this netns gives the netns ``fd`` (None: it gives it none)."""
+        return None
 
     def link_stats(self, names: Iterable[str]) -> dict[str, LinkStats]: ...
 

@@ -13,7 +13,14 @@ import pytest
 
 from rdma_cni.adapters import rtnl, rtnlcodec
 from rdma_cni.adapters.rtnlcodec import Answer, encode
-from rdma_cni.adapters.rtnlmsg import address_of, link_of, route_of, route_request, rule_of
+from rdma_cni.adapters.rtnlmsg import (
+    address_of,
+    link_of,
+    nsid_of,
+    route_of,
+    route_request,
+    rule_of,
+)
 from rdma_cni.datapath.port import Route
 
 MACVLAN = {"attrs": [("IFLA_INFO_KIND", "macvlan"),
@@ -42,6 +49,9 @@ REQUESTS: list[tuple[Any, dict[str, Any], list[tuple[str, Any]]]] = [
     (rtnl.ifinfmsg, {}, [("IFLA_IFNAME", "eth1"), ("IFLA_NET_NS_FD", 5)]),
     (rtnl.ifinfmsg, {}, [("IFLA_IFNAME", "eth1"), ("IFLA_GROUP", 0x7FFFFFFF)]),
     (rtnl.ifinfmsg, {}, [("IFLA_GROUP", 12345)]),
+    (rtnl.ifinfmsg, {"index": 7}, []),
+    (rtnl.ifinfmsg, {"index": 7}, [("IFLA_IF_NETNSID", 3)]),
+    (rtnl.nsidmsg, {}, [("NETNSA_FD", 5)]),
     (rtnl.ifinfmsg, {}, [("IFLA_IFNAME", "rdtx0"), ("IFLA_LINK", 3), ("IFLA_NET_NS_FD", 5),
                          ("IFLA_MTU", 1500), ("IFLA_ADDRESS", "02:AA:bb:cc:dd:ee"),
                          ("IFLA_LINKINFO", MACVLAN)]),
@@ -114,6 +124,18 @@ def test_a_link_reads_as_pyroute2_reads_it() -> None:
     assert (link.perm_mac, link.parent_dev, link.parent_bus) == \
         ("02:aa:bb:cc:dd:ef", "0000:3b:00.0", "pci")
     assert a.attr("IFLA_OPERSTATE") is None  # absent
+    assert (link.iflink, link.link_netnsid) == (3, None)
+
+
+def test_a_veths_peer_and_a_netns_id_read_as_pyroute2_reads_them() -> None:
+    veth = answer(rtnl.ifinfmsg, {"index": 4}, [("IFLA_IFNAME", "rnic0"), ("IFLA_LINK", 9),
+                                                ("IFLA_LINK_NETNSID", 2)])
+    reads_as_pyroute2(veth)
+    assert (link_of(veth).iflink, link_of(veth).link_netnsid) == (9, 2)
+    for sent, want in ((5, 5), (0, 0), (0xFFFFFFFF, None)):  # -1: no id assigned
+        nsid = answer(rtnl.nsidmsg, {}, [("NETNSA_NSID", sent)])
+        reads_as_pyroute2(nsid)
+        assert nsid_of(nsid) == want
 
 
 def test_addresses_routes_and_rules_read_as_pyroute2_reads_them() -> None:
