@@ -97,10 +97,11 @@ def hide_and_spoof(ns: str, dev: str, cidr: str, same_index: bool = False) -> in
     """What a pod with CAP_NET_ADMIN can do to the exclusive NIC ``dev`` it was given:
     hide it in a netns of its own (in a user namespace it makes: no other capability
     needed) and make a veth with its name, MAC, alias and address ``cidr`` (and with
-    ``same_index``, its index in the pod too: the hiding place freed it). The PID of
+    ``same_index``, its index in the pod too: the hiding place freed it; without, an
+    index far from it, since the kernel may hand the freed one out again). The PID of
     the process that holds the hiding place (its netns dies with it)."""
     real = ip_json(ns, "link", "show", "dev", dev)[0]
-    index = f" index {real['ifindex']}" if same_index else ""
+    index = f" index {real['ifindex'] + (0 if same_index else 1000)}"
     script = _SPOOF.format(dev=dev, mac=real["address"], alias=real.get("ifalias", ""),
                            cidr=cidr, index=index)
     return int(as_pod_process(ns, script).split()[-1])
