@@ -24,6 +24,7 @@ from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.datapath.port import Link, NetlinkPort
 from rdma_cni.datapath.sublinks import KINDS as SUBLINK_KINDS
 from rdma_cni.errors import IOFailure, NicUnavailable, TryAgain
+from rdma_cni.modes import Mode
 
 log = logging.getLogger("rdma_cni")
 #: the netns an index of a NIC without a bus device was recorded in
@@ -40,7 +41,7 @@ class NicNotBack(TryAgain):
 def move_in(ctx: Ctx, p: IfacePlan) -> None:
     reason = unprovable(p.identity)
     if reason is not None:
-        raise NicUnavailable(f"exclusive mode cannot take RDMA NIC {p.nic}: {reason}")
+        raise NicUnavailable(f"{Mode.EXCLUSIVE} mode cannot take RDMA NIC {p.nic}: {reason}")
     tmp_fd, tmp = ctx.tmpns()
     ctx.host.move_to_netns(p.nic, tmp_fd, f"move {p.nic} into a private netns")
     try:
