@@ -15,6 +15,12 @@ REASON = ("exec into a running container is not possible under a chroot (runc re
           "the command in the chroot's filesystem); it runs on the machine itself")
 
 
+#: a pod's process that hides a NIC makes a user namespace (CLONE_NEWUSER), which the
+#: kernel refuses to a chrooted caller (EPERM; user_namespaces(7))
+USERNS_REASON = ("a user namespace cannot be made under a chroot (the kernel refuses "
+                 "CLONE_NEWUSER there); it runs on the machine itself")
+
+
 def under_chroot() -> bool:
     try:
         pid1, mine = os.stat("/proc/1/root/"), os.stat("/")

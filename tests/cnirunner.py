@@ -104,7 +104,11 @@ def hide_and_spoof(ns: str, dev: str, cidr: str, same_index: bool = False) -> in
     index = f" index {real['ifindex'] + (0 if same_index else 1000)}"
     script = _SPOOF.format(dev=dev, mac=real["address"], alias=real.get("ifalias", ""),
                            cidr=cidr, index=index)
-    return int(as_pod_process(ns, script).split()[-1])
+    hideout = int(as_pod_process(ns, script).split()[-1])
+    assert os.path.exists(f"/proc/{hideout}") and ip_json(ns, "link", "show", "dev",
+                                                          f"{dev}peer"), (
+        f"the pod's process could not hide {dev} and make its look-alike")
+    return hideout
 
 
 def python_command() -> list[str]:

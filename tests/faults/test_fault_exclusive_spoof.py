@@ -26,6 +26,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from chroot import USERNS_REASON, under_chroot
 from cnirunner import hide_and_spoof, ip_json, link_detail, rdma_blocks
 
 pytestmark = pytest.mark.root
@@ -42,10 +43,15 @@ def _spoof(pod, same_index: bool = False) -> int:  # type: ignore[no-untyped-def
     return hideout
 
 
+needs_userns = pytest.mark.skipif(under_chroot(), reason=USERNS_REASON)
+
+
+@needs_userns
 def test_del_never_takes_a_look_alike_of_the_nic(rig, faults) -> None:  # type: ignore[no-untyped-def]
     _del_refuses_the_look_alike(rig, faults, same_index=False)
 
 
+@needs_userns
 def test_del_never_takes_a_look_alike_with_the_nic_s_own_index(rig, faults) -> None:  # type: ignore[no-untyped-def]
     """The hiding place frees the NIC's index in the pod, and the look-alike takes it:
     kind, name, MAC, mark and index all match. The stand-in has no bus device; what
