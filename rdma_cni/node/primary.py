@@ -40,9 +40,11 @@ def primary_nics(nl: NetlinkPort, names: Iterable[str],
     out = _default_route_nics(nl, links)
     wanted = {ipaddress.ip_address(ip) for ip in node_ips}
     for name, link in links.items() if wanted else ():
+        if name in out:  # already the node's: its addresses need not be read
+            continue
         held = [ip for a in nl.addrs(link.index)
                 if (ip := ipaddress.ip_interface(a.cidr).ip) in wanted]
-        if held and name not in out:
+        if held:
             out[name] = f"holds the node's address {held[0]}"
     return out
 
