@@ -6,8 +6,8 @@ front while ``--idle`` idle and ``--slow`` slow connections are held open agains
     sudo .venv/bin/python bench/flood.py [--rounds 20] [--idle 200] [--slow 200]
                                          [--out bench/results/flood-latest.json]
 
-Not a figure of bench/run.py (whose figures are ratios against the Go reference):
-both sides here are rdma-cni's resident path, quiet and flooded. The host side makes
+Both sides are rdma-cni's resident path, quiet and flooded; bench/run.py measures the
+same as its figure 8 with :func:`measure` on its own `serve`. The host side makes
 the node netns (bench/lab.py) and lays the bundle out with `install`'s functions, then
 re-executes this script under ``ip netns exec <node>``; the driver starts the bundle's
 `serve` there and, per round, ADDs and DELs a fresh pod (serial execs reaped with
@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,32 @@ def _round(side: RdmaCni, pods: lab.Pods) -> float:
         pods.delete([pod])
 
 
+def measure(side: RdmaCni, pods: lab.Pods, sock: str, rounds: int, idle: int, slow: int,
+            budget_s: float = float("inf")) -> tuple[dict[str, list[float]], list[int]]:
+    """ADD times (ms) of ``side`` (its residentSocket ``sock``) quiet and flooded, in
+    blocks quiet, flood, quiet, flood of ``rounds // 2`` rounds each (at least 1; a block
+    past a quarter of ``budget_s`` stops after 1), after one warm-up round; returns the
+    samples and how many connections were open as each flood block began."""
+    samples: dict[str, list[float]] = {"quiet": [], "flood": []}
+    held: list[int] = []
+    _round(side, pods)  # warm-up
+    for block in range(4):
+        kind = ("quiet", "flood")[block % 2]
+        flood = Flood(Path(sock), idle, slow).start() if kind == "flood" else None
+        try:
+            if flood is not None:
+                held.append(flood.open_count())
+            start = time.monotonic()
+            for i in range(max(1, rounds // 2)):
+                if i and time.monotonic() - start > budget_s / 4:
+                    break
+                samples[kind].append(_round(side, pods))
+        finally:
+            if flood is not None:
+                flood.stop()
+    return samples, held
+
+
 def driver(args: argparse.Namespace) -> int:
     names, tmp = lab.Names(args.inner_prefix), args.inner_tmp
     pods = lab.Pods(names)
@@ -81,22 +108,9 @@ def driver(args: argparse.Namespace) -> int:
     daemon = resident.Daemon.start(bundle_of(args), os.path.join(tmp, "r.sock"),
                                    os.path.join(tmp, "serve.log"))
     side = RdmaCni(args.binary, os.path.join(tmp, "side"), 1, socket=daemon.socket)
-    samples: dict[str, list[float]] = {"quiet": [], "flood": []}
-    held: list[int] = []
     try:
-        _round(side, pods)  # warm-up
-        for block in range(4):
-            kind = ("quiet", "flood")[block % 2]
-            flood = Flood(Path(daemon.socket), args.idle, args.slow).start() \
-                if kind == "flood" else None
-            try:
-                if flood is not None:
-                    held.append(flood.open_count())
-                samples[kind] += [_round(side, pods) for _ in range(max(1, args.rounds // 2))]
-            finally:
-                if flood is not None:
-                    flood.stop()
-        served = _served(daemon.log_file)
+        samples, held = measure(side, pods, daemon.socket, args.rounds, args.idle, args.slow)
+        served = served_adds(daemon.log_file)
         record = _record(args, samples, held, served, daemon)
     finally:
         cni.end_all()
@@ -109,7 +123,8 @@ def driver(args: argparse.Namespace) -> int:
     return 0 if record["met"] else 1
 
 
-def _served(log_file: str) -> int:
+def served_adds(log_file: str) -> int:
+    """ADDs `serve` answered so far (the lines its log writes for them)."""
     with open(log_file) as f:
         return sum(" resident ADD " in line for line in f)
 

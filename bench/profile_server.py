@@ -4,9 +4,12 @@
 ``--ifaces``) ADD+DEL pairs on fresh pods in a throwaway node netns.
 
     sudo .venv/bin/python bench/profile_server.py [--rounds 50] [--ifaces 1] [--top 25] [--cmd ADD]
+                                                  [--busy 512]
 
 Prints the top entries by own time and by cumulative time, and the CPU ms per ADD
-and per DEL. Everything made here is deleted at the end.
+and per DEL. ``--busy N`` first makes N one-interface attachments (not profiled, each
+in a pod of its own, spread over the stand-in NICs as figure 7's), so the profile is of
+a busy node's requests. Everything made here is deleted at the end.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -45,6 +49,7 @@ def inner(args: argparse.Namespace) -> int:
     prof = cProfile.Profile()
     cpu = {"ADD": 0.0, "DEL": 0.0}
     try:
+        _make_busy(dispatch.run, side.data_dir, pods_api, args.busy)
         for r in range(args.rounds + 1):
             pod = pods_api.create(1)[0]
             (inv,) = side.invocations(pod, rdma_blocks(args.ifaces))
@@ -75,6 +80,18 @@ def inner(args: argparse.Namespace) -> int:
     return 0
 
 
+def _make_busy(run: Callable[..., int], data_dir: str, pods_api: lab.Pods, n: int) -> None:
+    """``n`` one-interface ADDs (``run``: dispatch.run), each into a pod of its own, the
+    NICs taken in turn (as figure 7's busy node)."""
+    for i in range(n):
+        pod = pods_api.create(1)[0]
+        side = RdmaCni("rdma-cni", data_dir, lab.N_NICS, socket="", first_nic=i % lab.N_NICS)
+        (inv,) = side.invocations(pod, rdma_blocks(1))
+        out, err = io.StringIO(), io.StringIO()
+        if run(inv.environ("ADD"), inv.stdin("ADD"), out, err) != 0:
+            raise RuntimeError(f"busy ADD failed: {out.getvalue()} {err.getvalue()}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=50)
@@ -83,6 +100,9 @@ def main() -> int:
     p.add_argument("--only", default="", help="a regex of the entries to show, e.g. rdma_cni")
     p.add_argument("--cmd", dest="cmds", choices=("ADD", "DEL"), action="append",
                    help="profile only this command (repeatable; default both)")
+    p.add_argument("--busy", type=int, default=0,
+                   help="attachments made on the node first (not profiled; pods and store "
+                        "removed with the rest)")
     p.add_argument("--prefix", help=argparse.SUPPRESS)
     p.add_argument("--tmp", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -16,7 +16,8 @@ from figures import Scenario
 
 MIB = 1024.0
 SCENARIO_FIGURE = {"s1": "figure 1", "s2": "figures 2, 5 and 6", "s3": "figure 3",
-                   "s4": "figure 4"}
+                   "s4": "figure 4", "s7-0": "figure 7 (none)", "s7": "figure 7",
+                   "s8-0": "figure 8 (quiet)", "s8": "figure 8"}
 PATH_LABEL = {"inproc": "in-process", "resident": "resident",
               "direct": "in-process, host's libc"}
 
@@ -34,6 +35,9 @@ class Figure:
     goal_path: str = "resident"
     cpu: str | None = None  # the CPU-time metric shown beside the wall time
     paths: tuple[str, ...] = ("inproc", "resident")
+    #: the scenario whose samples on the same path are the reference (instead of Go's in
+    #: the same scenario): rdma-cni against itself on a quieter node
+    baseline: str | None = None
 
 
 FIGURES = (
@@ -56,7 +60,15 @@ FIGURES = (
     Figure("6l", "figure 6's plugin exec'd on the host's C library, no front, no bundled "
            "loader (a reference: 6 minus 6l is what the loader costs)", "s2", "add_ms",
            cpu="add_total_cpu_ms", paths=("direct",)),
+    Figure("7", "1 interface, ADD, N attachments already on the node, against none", "s7",
+           "add_ms", goal=1.3, cpu="add_total_cpu_ms", baseline="s7-0"),
+    Figure("8", "1 interface, ADD, N idle and slow connections open to the server, against "
+           "none", "s8", "add_ms", goal=2.0, baseline="s8-0", paths=("resident",)),
 )
+#: what the reference of a figure against itself is, by its baseline scenario
+BASELINE_LABEL = {"s7-0": "none", "s8-0": "none"}
+#: the figures shown beside the kernel's floor of their command, and that floor's key
+FLOOR_OF = {"2": "add_ms", "2b": "del_ms"}
 #: the resident process after the ADD/DEL cycles: an absolute bound, MiB
 RESIDENT_RSS_GOAL_MIB = 80.0
 
@@ -77,21 +89,30 @@ def summary(xs: Sequence[float], scale: float = 1.0) -> dict[str, Any]:
             "min": round(min(vals), 3), "max": round(max(vals), 3)}
 
 
-def figure_row(fig: Figure, sc: Scenario, path: str) -> dict[str, Any]:
+def figure_row(fig: Figure, sc: Scenario, path: str,
+               base: Scenario | None = None) -> dict[str, Any]:
+    """One row: ``path``'s samples in ``sc`` against Go's in ``sc`` or, for a figure with
+    a ``baseline``, against the same path's in ``base`` (the ``go`` cell then holds it)."""
     scale = MIB if fig.unit == "MiB" else 1.0
+    ref = base.samples[path] if base is not None else sc.samples["go"]
     a = summary(sc.samples[path][fig.metric], scale)
-    b = summary(sc.samples["go"][fig.metric], scale)
+    b = summary(ref[fig.metric], scale)
     ratio = a["median"] / b["median"] if b["median"] else float("inf")
     goal = fig.goal if path == fig.goal_path else None
+    title = fig.title.replace("N pods", f"{sc.parallel} pods")
+    if sc.load:
+        title = title.replace("N ", f"{sc.load} ", 1)
     row: dict[str, Any] = {
-        "id": fig.id, "title": fig.title.replace("N pods", f"{sc.parallel} pods"),
+        "id": fig.id, "title": title,
         "path": path, "unit": fig.unit, "rdma_cni": a, "go": b, "ratio": round(ratio, 3),
         "ratio_p90": round(a["p90"] / b["p90"], 3) if b["p90"] else None,
         "goal": goal, "goal_kind": "ratio",
     }
+    if base is not None:
+        row["reference"] = BASELINE_LABEL.get(fig.baseline or "", "baseline")
     if fig.cpu is not None:
         row["cpu_ms"] = {"rdma_cni": summary(sc.samples[path][fig.cpu])["median"],
-                         "go": summary(sc.samples["go"][fig.cpu])["median"]}
+                         "go": summary(ref[fig.cpu])["median"]}
     if goal is not None:
         row["met"] = ratio <= goal
     if fig.scenario == "s4" and fig.metric == "wall_ms":
@@ -103,9 +124,32 @@ def figure_row(fig: Figure, sc: Scenario, path: str) -> dict[str, Any]:
 
 
 def rows(scenarios: dict[str, Scenario], paths: Sequence[str]) -> list[dict[str, Any]]:
-    return [figure_row(fig, scenarios[fig.scenario], path)
-            for fig in FIGURES if fig.scenario in scenarios
-            for path in paths if path in fig.paths]
+    """Every figure whose scenarios (and baseline) ran, on each of ``paths`` it has and
+    its scenario measured."""
+    out = []
+    for fig in FIGURES:
+        sc = scenarios.get(fig.scenario)
+        base = scenarios.get(fig.baseline) if fig.baseline else None
+        if sc is None or (fig.baseline and base is None):
+            continue
+        out += [figure_row(fig, sc, path, base) for path in paths
+                if path in fig.paths and path in sc.samples
+                and (base is None or path in base.samples)]
+    return out
+
+
+def add_floor(figure_rows: list[dict[str, Any]], fl: dict[str, Any] | None) -> None:
+    """Beside figures 2 and 2b (``FLOOR_OF``), the kernel's floor of their command
+    (``fl["add_del"]``, bench/floor.py) and how many times it each figure's median is."""
+    cmd = (fl or {}).get("add_del")
+    if not cmd:
+        return
+    for row in figure_rows:
+        key = FLOOR_OF.get(row["id"])
+        if key is None or not cmd.get(key):
+            continue
+        row["floor_ms"] = cmd[key]
+        row["floor_ratio"] = round(row["rdma_cni"]["median"] / cmd[key], 3)
 
 
 def cycle_rows(cycles: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -202,9 +246,13 @@ def _line(r: dict[str, Any]) -> str:
     title = r["title"]
     if "duplicates" in r:
         title += f"; duplicate addresses: {r['duplicates']['rdma_cni']}"
+    if "floor_ms" in r:
+        title += f"; kernel's floor {r['floor_ms']:.1f} ms: {r['floor_ratio']:.1f}x"
     cpu = r.get("cpu_ms")
     cpu_cell = f"{cpu['rdma_cni']:.1f} / {cpu['go']:.1f}" if cpu else ""
     go = _cell(r["go"], r["unit"]) if r["go"] else ""
+    if go and "reference" in r:
+        go = f"rdma-cni, {r['reference']}: {go}"
     ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else ""
     return (f"| {r['id']} | {title} | {PATH_LABEL.get(r['path'], r['path'])} | "
             f"{_cell(r['rdma_cni'], r['unit'])} | {go} | {ratio} | {cpu_cell} | {goal} | "
@@ -217,8 +265,15 @@ def _floor_line(fl: dict[str, Any] | None) -> list[str]:
     true = fl.get("static_true")
     t = f"exec of a static C `true` {true['wall_ms']:.2f} ms wall ({true['cpu_ms']:.2f} ms " \
         "CPU)" if true else "no gcc for a static `true`"
+    cmd = fl.get("add_del")
+    kernel = "" if not cmd else (
+        f"; the kernel's floor of figure 2's ADD ({cmd['add_requests']} netlink requests, 4 "
+        f"sysctl writes, the store's records written, fsynced and renamed as `serve` does, "
+        f"no exec) {cmd['add_ms']:.2f} ms and of figure 2b's DEL ({cmd['del_requests']} "
+        f"requests, the records removed) {cmd['del_ms']:.2f} ms, medians of {cmd['n']} "
+        "(bench/floor.py)")
     return ["", f"Physical floor on this machine, same run: {t}; one netlink round trip "
-                f"(RTM_GETLINK) {fl['netlink']['rtt_ms'] * 1e3:.0f} us."]
+                f"(RTM_GETLINK) {fl['netlink']['rtt_ms'] * 1e3:.0f} us{kernel}."]
 
 
 def write(record: dict[str, Any], out: str) -> str:

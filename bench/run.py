@@ -19,9 +19,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+import busy
 import cni
 import figures
 import floor
@@ -30,13 +32,13 @@ import report
 import resident
 from cni import Invocation
 from figures import Builder, Contender, Scenario
-from sides import GoMacvlan, RdmaCni, rdma_blocks
+from sides import GoMacvlan, RdmaCni, leftover_state, rdma_blocks
 
 REPO = Path(__file__).resolve().parents[1]
 BINARY = REPO / "dist" / "rdma-cni" / "rdma-cni"
 GO_MACVLAN = "/usr/lib/cni/macvlan"
-#: share of the time budget per scenario
-SHARE = {"s1": 0.25, "s2": 0.2, "s3": 0.1, "s4": 0.45}
+#: share of the time budget per scenario (figure 7's includes making its busy node)
+SHARE = {"s1": 0.17, "s2": 0.13, "s3": 0.07, "s4": 0.3, "s7": 0.23, "s8": 0.1}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -45,10 +47,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--parallel-rounds", type=int, default=0,
                    help="rounds of figure 4 (default: rounds/3, at least 2)")
     p.add_argument("--pods", type=int, default=32, help="pods ADDed at once in figure 4")
+    p.add_argument("--attachments", type=int, default=512,
+                   help="attachments on the node in figure 7 (default 512, 64 with --quick)")
+    p.add_argument("--flood-idle", type=int, default=200,
+                   help="idle connections held open to the server in figure 8 (default 200)")
+    p.add_argument("--flood-slow", type=int, default=200,
+                   help="slow connections held open to the server in figure 8 (default 200)")
     p.add_argument("--quick", action="store_true",
-                   help="about 30 s: 4 rounds, 1 round of figure 4 with 8 pods")
+                   help="about 45 s: 4 rounds, 1 round of figure 4 with 8 pods, 64 "
+                        "attachments in figure 7")
     p.add_argument("--budget", type=float, default=0,
-                   help="seconds for the whole run (default 170, 30 with --quick): a figure "
+                   help="seconds for the whole run (default 250, 40 with --quick): a figure "
                         "past its share stops after its minimum rounds (3; 1 for figure 4)")
     p.add_argument("--path", choices=("inproc", "resident", "both"), default=None,
                    help="rdma-cni in-process, forwarded to `rdma-cni serve`, or both "
@@ -56,7 +65,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cycles", type=int, default=1000,
                    help="ADD/DEL cycles through the resident process for its memory figure "
                         "(default 1000, 100 with --quick; 0 skips it)")
-    p.add_argument("--only", default="", help="comma-separated scenarios: s1,s2,s3,s4")
+    p.add_argument("--only", default="",
+                   help="comma-separated scenarios: s1,s2,s3,s4,s7,s8")
     p.add_argument("--binary", default=str(BINARY),
                    help="the bundle's executable (the bundle is copied before the run)")
     p.add_argument("--settle", type=float, default=0.1,
@@ -70,7 +80,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.rounds, args.parallel_rounds = min(args.rounds, 4), 1
         args.pods = 8 if "--pods" not in argv else args.pods
         args.cycles = 100 if "--cycles" not in argv else args.cycles
-    args.budget = args.budget or (30.0 if args.quick else 170.0)
+        args.attachments = 64 if "--attachments" not in argv else args.attachments
+    args.budget = args.budget or (40.0 if args.quick else 250.0)
     args.parallel_rounds = args.parallel_rounds or max(2, args.rounds // 3)
     return args
 
@@ -197,12 +208,80 @@ def scenarios(args: argparse.Namespace, paths: list[str], tmp: str,
         Scenario("s4", f"{args.pods} pods ADD at once", cs("s4", 1, 1), args.parallel_rounds,
                  parallel=args.pods, warmup=0, min_rounds=1),
     ]
-    only = {s for s in args.only.split(",") if s}
-    chosen = [s for s in every if not only or s.key in only]
-    total = sum(SHARE[s.key] for s in chosen)
+    shares = budgets(args)
+    chosen = [s for s in every if s.key in shares]
     for s in chosen:
-        s.budget_s = args.budget * SHARE[s.key] / total
+        s.budget_s = shares[s.key]
     return chosen
+
+
+def budgets(args: argparse.Namespace) -> dict[str, float]:
+    """Seconds of ``--budget`` per chosen scenario (``--only``; all by default)."""
+    only = {s for s in args.only.split(",") if s}
+    chosen = [k for k in SHARE if not only or k in only]
+    total = sum(SHARE[k] for k in chosen)
+    return {k: args.budget * SHARE[k] / total for k in chosen}
+
+
+def busy_figure(args: argparse.Namespace, paths: list[str], tmp: str,
+                daemon: resident.Daemon | None, pods: lab.Pods,
+                budget: float) -> tuple[dict[str, Scenario], dict[str, Any]]:
+    """Figure 7: one-interface ADDs on a node with no other attachment, then on the same
+    node with ``--attachments`` made through the plugin (bench/busy.py), in one data dir."""
+    data = os.path.join(tmp, "s7")
+    cs = []
+    for path in paths:
+        helper = daemon if path == "resident" else None
+        side = RdmaCni(args.binary, data, lab.N_NICS, socket=helper.socket if helper else "")
+        cs.append(Contender(path, f"rdma-cni ({path})", _rdma_builder(side, rdma_blocks(1), 1),
+                            data, helper.cpu_s if helper else None))
+    start = time.monotonic()
+    base = Scenario("s7-0", "1 interface, ADD, no other attachment", cs, args.rounds,
+                    budget_s=budget / 4)
+    figures.run(base, pods, args.settle, lab.N_NICS)
+    n = args.attachments
+    made = busy.make(args.binary, daemon.socket if daemon else "", data, pods, n, lab.N_NICS)
+    loaded = Scenario("s7", f"1 interface, ADD, {n} attachments on the node", cs, args.rounds,
+                      load=n, state_check=False,
+                      budget_s=max(budget - (time.monotonic() - start), 0.0))
+    try:
+        figures.run(loaded, pods, args.settle, lab.N_NICS)
+    finally:
+        busy.remove(made, pods, data)
+    return {"s7-0": base, "s7": loaded}, {"attachments": n, "setup_s": round(made.setup_s, 1),
+                                          "teardown_s": round(made.teardown_s, 1)}
+
+
+def flood_figure(args: argparse.Namespace, tmp: str, daemon: resident.Daemon,
+                 pods: lab.Pods, budget: float) -> tuple[dict[str, Scenario], dict[str, Any]]:
+    """Figure 8: bench/flood.py's measurement (quiet and flooded blocks of one-interface
+    ADDs through the front) on this run's `serve`; every ADD must be answered by it."""
+    import flood  # here: flood.py imports this module's host-side helpers
+
+    side = RdmaCni(args.binary, os.path.join(tmp, "s8"), lab.N_NICS, socket=daemon.socket)
+    load = args.flood_idle + args.flood_slow
+    sys.stderr.write(f"s8: 1 interface, ADD, quiet and with {load} connections held open ")
+    start, before = time.monotonic(), flood.served_adds(daemon.log_file)
+    samples, held = flood.measure(side, pods, daemon.socket, args.rounds, args.flood_idle,
+                                  args.flood_slow, budget)
+    adds = 1 + len(samples["quiet"]) + len(samples["flood"])
+    served = flood.served_adds(daemon.log_file) - before
+    sys.stderr.write(f"{time.monotonic() - start:.1f}s\n")
+    if served != adds:
+        raise RuntimeError(f"s8: serve answered {served} of the {adds} ADDs (the others ran "
+                           "in-process)")
+    left = leftover_state(side.data_dir)
+    if left:
+        raise RuntimeError(f"s8: state left after DEL: {left}")
+    out = {}
+    for key, kind, title, n in (("s8-0", "quiet", "1 interface, ADD, quiet", 0),
+                                ("s8", "flood", f"1 interface, ADD, {load} connections held "
+                                 "open", load)):
+        sc = Scenario(key, title, [], len(samples[kind]), load=n)
+        sc.samples, sc.done_rounds = {"resident": {"add_ms": samples[kind]}}, len(samples[kind])
+        out[key] = sc
+    return out, {"idle": args.flood_idle, "slow": args.flood_slow, "held_open": held,
+                 "served": served, "adds": adds}
 
 
 def driver_main(args: argparse.Namespace) -> int:
@@ -225,14 +304,24 @@ def driver_main(args: argparse.Namespace) -> int:
                                            os.path.join(tmp, "serve.log"))
         done = {s.key: figures.run(s, pods, args.settle, lab.N_NICS)
                 for s in scenarios(args, paths, tmp, daemon)}
+        shares, extra = budgets(args), {}
+        if "s7" in shares:
+            seven, extra["busy_node"] = busy_figure(args, paths, tmp, daemon, pods,
+                                                    shares["s7"])
+            done.update(seven)
+        if "s8" in shares and daemon is not None:
+            eight, extra["flood"] = flood_figure(args, tmp, daemon, pods, shares["s8"])
+            done.update(eight)
         cycles = None
         if daemon is not None and args.cycles:
             cycles = figures.cycles(_cycle_side(args, tmp, daemon), pods, daemon, args.cycles)
         record = build_record(args, paths, done, daemon, load)
         record["resident_cycles"] = cycles
-        record["floor"] = floor.measure(tmp)
+        record.update(extra)
+        record["floor"] = floor.measure(tmp, pods=pods, rounds=args.rounds)
         record["measurer"] = measurer is not None
         record["figures"] += report.cycle_rows(cycles)
+        report.add_floor(record["figures"], record["floor"])
         sys.stdout.write(report.write(record, args.out))
         sys.stderr.write(f"wrote {args.out}\n")
         return 0 if all(r.get("met", True) for r in record["figures"]) else 1
@@ -258,6 +347,8 @@ def build_record(args: argparse.Namespace, paths: list[str], done: dict[str, Sce
         "versions": report.versions(args.binary, str(REPO), args.binary_origin),
         "config": {"rounds": args.rounds, "parallel_rounds": args.parallel_rounds,
                    "budget_s": args.budget, "cycles": args.cycles,
+                   "attachments": args.attachments,
+                   "flood": {"idle": args.flood_idle, "slow": args.flood_slow},
                    "pods": args.pods, "paths": paths, "settle_s": args.settle,
                    "cni_version": "0.4.0", "mode": "shared-multi"},
         "figures": report.rows(done, [*paths, "direct"]),

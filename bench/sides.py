@@ -52,11 +52,14 @@ class RdmaCni:
     n_nics: int
     socket: str = ""  # "" = in-process; else the resident daemon's socket
     name: str = "rdma-cni"
+    #: the NIC ``devices`` lists first (the others follow in turn): a pod's one block gets it
+    first_nic: int = 0
 
     def entry(self) -> dict[str, Any]:
         kubelet = os.path.join(self.data_dir, "no-kubelet")  # no kubelet source: config order
         return {"type": "rdma-cni", "mode": "shared-multi",
-                "devices": [nic(k) for k in range(self.n_nics)],
+                "devices": [nic((self.first_nic + k) % self.n_nics)
+                            for k in range(self.n_nics)],
                 "dataDir": os.path.join(self.data_dir, "state"),
                 "logFile": os.path.join(self.data_dir, "rdma-cni.log"),
                 "kubelet": {"podResourcesSocket": f"{kubelet}/kubelet.sock",

@@ -1,0 +1,83 @@
+"""bench/report.py's rows of figures measured against rdma-cni itself (figures 7 and 8:
+a busier node against a quiet one) and the kernel's floor beside figures 2 and 2b."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import report
+from figures import Scenario
+
+
+def _scenario(key: str, samples: dict[str, dict[str, list[float]]], load: int = 0) -> Scenario:
+    sc = Scenario(key, key, [], 3, load=load)
+    sc.samples = samples
+    return sc
+
+
+def _figure(fig_id: str) -> report.Figure:
+    return next(f for f in report.FIGURES if f.id == fig_id)
+
+
+def test_a_figure_against_itself_takes_its_reference_from_the_baseline_scenario() -> None:
+    quiet = _scenario("s7-0", {"resident": {"add_ms": [10.0, 12.0, 11.0],
+                                            "add_total_cpu_ms": [4.0, 4.0, 4.0]}})
+    busy = _scenario("s7", {"resident": {"add_ms": [13.0, 15.0, 14.0],
+                                         "add_total_cpu_ms": [5.0, 5.0, 5.0]}}, load=512)
+    row = report.figure_row(_figure("7"), busy, "resident", quiet)
+    assert row["rdma_cni"]["median"] == 14.0 and row["go"]["median"] == 11.0
+    assert row["ratio"] == round(14.0 / 11.0, 3)
+    assert row["goal"] == 1.3 and row["met"] is True
+    assert row["cpu_ms"] == {"rdma_cni": 5.0, "go": 4.0}
+    assert row["title"].startswith("1 interface, ADD, 512 attachments already on the node")
+    assert row["reference"] == "none"
+
+
+def test_a_figure_against_itself_misses_its_goal_past_the_ratio() -> None:
+    quiet = _scenario("s8-0", {"resident": {"add_ms": [10.0, 10.0, 10.0]}})
+    flood = _scenario("s8", {"resident": {"add_ms": [25.0, 21.0, 30.0]}}, load=400)
+    row = report.figure_row(_figure("8"), flood, "resident", quiet)
+    assert row["ratio"] == 2.5 and row["met"] is False
+    assert "400 idle and slow connections" in row["title"]
+
+
+def test_rows_leave_out_a_figure_whose_baseline_did_not_run_and_paths_it_lacks() -> None:
+    samples = {"resident": {"add_ms": [5.0], "add_total_cpu_ms": [1.0]}}
+    only_busy = {"s7": _scenario("s7", samples, load=64)}
+    assert report.rows(only_busy, ["inproc", "resident"]) == []
+    both = {**only_busy, "s7-0": _scenario("s7-0", samples)}
+    out = report.rows(both, ["inproc", "resident"])
+    assert [(r["id"], r["path"]) for r in out] == [("7", "resident")]
+
+
+def _row(fig_id: str, median: float) -> dict[str, Any]:
+    cell = {"n": 3, "median": median, "p90": median, "min": median, "max": median}
+    return {"id": fig_id, "title": "t", "path": "resident", "unit": "ms", "rdma_cni": cell,
+            "go": cell, "ratio": 1.0, "goal": None, "goal_kind": "ratio"}
+
+
+def test_the_kernels_floor_goes_beside_figures_2_and_2b_only() -> None:
+    rows = [_row("2", 9.3), _row("2b", 60.0), _row("3", 5.0)]
+    report.add_floor(rows, {"add_del": {"add_ms": 3.1, "del_ms": 30.0, "n": 5}})
+    assert (rows[0]["floor_ms"], rows[0]["floor_ratio"]) == (3.1, 3.0)
+    assert (rows[1]["floor_ms"], rows[1]["floor_ratio"]) == (30.0, 2.0)
+    assert "floor_ms" not in rows[2]
+    assert "kernel's floor 3.1 ms: 3.0x" in report._line(rows[0])
+
+
+def test_no_floor_of_the_command_leaves_the_rows_as_they_are() -> None:
+    rows = [_row("2", 9.3)]
+    report.add_floor(rows, {"add_del": None})
+    report.add_floor(rows, None)
+    assert "floor_ms" not in rows[0]
+    assert "floor" not in report._line(rows[0])
+
+
+def test_the_reference_cell_of_a_figure_against_itself_says_what_it_is() -> None:
+    row = _row("7", 14.0) | {"reference": "none"}
+    assert "| rdma-cni, none: 14.0 ms (14.0) |" in report._line(row)
+    assert "| 14.0 ms (14.0) |" in report._line(_row("2", 14.0))
