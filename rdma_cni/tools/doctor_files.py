@@ -80,8 +80,8 @@ def check_datadir(path: str) -> Check:
         if e.errno == errno.EROFS:
             return Check("data-dir", "warn", f"{probe} is read-only here (a read-only mount: "
                          "doctor in the DaemonSet's container): its writability is not checked",
-                         "the serve container writes it through its own mount; `rdma-cni "
-                         "doctor` on the node checks it")
+                         "the serve container writes it through its own mount; a write "
+                         "it cannot make fails the ADD and shows in its log")
         return Check(
             "data-dir",
             "fail",

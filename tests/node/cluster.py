@@ -14,8 +14,13 @@ What each command does here:
   of the pod passes.
 - ``rollout undo daemonset/rdma-cni``: the previous revision's template rolled out again
   (with the ConfigMap it names, as the API server still has it).
-- ``exec daemonset/rdma-cni -c C -- CMD``: ``podman exec`` into the pod's container (the
-  command's host paths moved under T as tests/node/manifests.py moves the pod's).
+- ``label node NODE KEY=VALUE``: the node's label; the DaemonSet's pod is played only on
+  a node whose labels its node affinity (or nodeSelector) matches, so a DaemonSet applied
+  before the label comes to the node with it. The mode label's value is the played
+  pod's mode (``kernel_modes`` substitutes one this kernel cannot run).
+- ``exec daemonset/rdma-cni|ds/rdma-cni|POD -c C -- CMD``: ``podman exec`` into the pod's
+  container (the command's host paths moved under T as tests/node/manifests.py moves the
+  pod's); POD is the played pod's name. An exit code not in ``exit_ok`` fails.
 - ``cordon``/``uncordon NODE``: the node's schedulable flag (the test starts no workload
   pod on a cordoned node); ``drain NODE``: every workload pod stopped and removed through
   the CRI (the kubelet's StopPodSandbox, RemovePodSandbox: the CNI DEL runs).
@@ -39,7 +44,10 @@ from typing import Any
 import k8srender
 import manifests
 import yaml
-from nodelab import Node
+from nodelab import MODE, Node
+
+MODE_LABEL = "vke.node.rdma.mode"
+MODES = ("shared", "shared-multi", "shared-host", "exclusive")
 
 Docs = list[dict[str, Any]]
 
@@ -54,6 +62,9 @@ class OneNode:
     revisions: list[dict[str, Any]] = field(default_factory=list)  # DaemonSet templates
     schedulable: bool = True
     output: list[str] = field(default_factory=list)  # what exec/debug printed
+    labels: dict[str, str] = field(default_factory=lambda: {MODE_LABEL: MODE})
+    kernel_modes: dict[str, str] = field(default_factory=dict)  # label mode -> played mode
+    exit_ok: tuple[int, ...] = (0,)  # exec exit codes the procedure expects
 
     # -- the procedures ----------------------------------------------------------------
     def run(self, block: str, subst: dict[str, str]) -> None:
@@ -74,7 +85,8 @@ class OneNode:
         verb = args[0]
         handler = {"apply": self._apply, "rollout": self._rollout, "exec": self._exec,
                    "cordon": self._cordon, "uncordon": self._cordon, "drain": self._drain,
-                   "delete": self._delete, "debug": self._debug}.get(verb)
+                   "delete": self._delete, "debug": self._debug,
+                   "label": self._label}.get(verb)
         assert handler is not None, f"the stand-in does not know kubectl {verb}"
         handler(args)
 
@@ -90,11 +102,42 @@ class OneNode:
         self._roll(ds)
 
     def _roll(self, ds: dict[str, Any]) -> None:
-        """One node of a RollingUpdate: the old pod goes, the new one comes."""
+        """One node of a RollingUpdate: the old pod goes, the new one comes (when the
+        node's labels let the DaemonSet run here)."""
         self.node.remove()
+        if not self._runs_here(ds["spec"]["template"]):
+            return
         volumes = ds["spec"]["template"]["spec"]["volumes"]
         names = {v["configMap"]["name"] for v in volumes if "configMap" in v}
-        self.node.play([ds, *(self.configmaps[n] for n in sorted(names))], self.images)
+        mode = self.labels[MODE_LABEL]
+        self.node.play([ds, *(self.configmaps[n] for n in sorted(names))], self.images,
+                       mode=self.kernel_modes.get(mode, mode))
+
+    def _runs_here(self, template: dict[str, Any]) -> bool:
+        """The template's nodeSelector and required node affinity (Exists, In) against
+        the node's labels."""
+        spec = template["spec"]
+        if any(self.labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+            return False
+        terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+        if not terms:
+            return True
+        return any(all(self._matches(e) for e in t.get("matchExpressions", [])) for t in terms)
+
+    def _matches(self, expr: dict[str, Any]) -> bool:
+        op, key = expr["operator"], expr["key"]
+        assert op in ("Exists", "In"), f"the stand-in does not know the operator {op}"
+        return key in self.labels and (op == "Exists" or self.labels[key] in expr["values"])
+
+    def _label(self, args: list[str]) -> None:
+        assert args[1] == "node" and args[2] == manifests.NODE_NAME, args
+        for pair in args[3:]:
+            key, value = pair.split("=", 1)
+            assert key != MODE_LABEL or value in MODES, f"{value} is not a mode"
+            self.labels[key] = value
+        if self.revisions and not self.node.pod_id:
+            self._roll({"kind": "DaemonSet", "spec": {"template": self.revisions[-1]}})
 
     def _apply(self, args: list[str]) -> None:
         flag, path = args[1], self.cwd / args[2]
@@ -131,11 +174,14 @@ class OneNode:
                 time.sleep(1)
 
     def _exec(self, args: list[str]) -> None:
-        assert args[1] == "daemonset/rdma-cni" and args[2] == "-c" and args[4] == "--", args
+        pods = ("daemonset/rdma-cni", "ds/rdma-cni", self.node.pod_name,
+                f"pod/{self.node.pod_name}")
+        assert args[1] in pods and args[2] == "-c" and args[4] == "--", args
         ds = {"spec": {"template": self.revisions[-1]}}  # container paths moved as played
         cmd = [manifests.shift(a, self.node.root, manifests.redirected(ds)) for a in args[5:]]
         out = self.node.podman.exec(self.node.pod_id, args[3], *cmd)
-        assert out.returncode == 0, f"kubectl exec {args[3]}: {out.stderr}"
+        assert out.returncode in self.exit_ok, \
+            f"kubectl exec {args[3]}: exit {out.returncode}: {out.stderr}"
         self.output.append(out.stdout)
 
     def _cordon(self, args: list[str]) -> None:

@@ -126,10 +126,11 @@ class Node:
     def plugin_socket(self) -> Path:
         return self.kubelet_dir / "device-plugins" / socket_name(RESOURCE)
 
-    def play(self, docs: list[dict[str, Any]], images: dict[str, str] | None = None) -> str:
+    def play(self, docs: list[dict[str, Any]], images: dict[str, str] | None = None,
+             mode: str = MODE) -> str:
         """Play the DaemonSet pod of a rendering (its ConfigMaps alongside); wait for the
         install to finish. ``images``: manifest image -> local reference (default: the
-        base's image -> this tree's build)."""
+        base's image -> this tree's build); ``mode``: the node's mode (its label)."""
         start = time.monotonic()
         self.pod_name = f"rdma-cni-node-{secrets.token_hex(3)}"
         ds, cms = manifests.split(docs)
@@ -137,7 +138,7 @@ class Node:
         images = images or {shipped_image(): self.image}
         pod, self.probes = manifests.node_pod(ds, self.root, images, self.pod_name,
                                               self.exporter_port)
-        cm = manifests.configmaps(cms, self.root, prefixes, MODE, list(NICS))
+        cm = manifests.configmaps(cms, self.root, prefixes, mode, list(NICS))
         pod_yaml = manifests.write(self.root / f"{self.pod_name}.yaml", pod)
         cm_yaml = manifests.write(self.root / f"{self.pod_name}-configmaps.yaml", *cm)
         self.pod_id = self.podman.play(pod_yaml, cm_yaml, self.pod_name)

@@ -73,21 +73,26 @@ class Workloads:
             time.sleep(1)
 
     def start(self, name: str, count: int = 1,
-              allocated: tuple[list[str], Any] | None = None) -> Workload:
+              allocated: tuple[list[str], Any] | None = None,
+              annotations: dict[str, str] | None = None,
+              command: list[str] | None = None) -> Workload:
         """A pod of ``count`` RDMA interfaces; ``allocated``: the device plugin's answer
-        the kubelet got before (the pod was admitted earlier), else asked now."""
+        the kubelet got before (the pod was admitted earlier), else asked now;
+        ``annotations`` and ``command`` the pod's own (default: ``count`` blocks, a sleep)."""
         ids, alloc = allocated or self.allocate(count)
         self.kubelet.set_pod(NAMESPACE, name, {self.resource: ids}, container="main")
-        config = self.cd.pod_config(name, f"uid-{name}", rdma_annotation(count), NAMESPACE)
+        config = self.cd.pod_config(name, f"uid-{name}", annotations or rdma_annotation(count),
+                                    NAMESPACE)
         sandbox = self.cd.run_pod(name, f"uid-{name}", config=config)
-        cid = self.create(sandbox, config, alloc)
+        cid = self.create(sandbox, config, alloc, command)
         return Workload(sandbox, cid, alloc, ids)
 
-    def create(self, sandbox: str, sandbox_config: Any, alloc: Any) -> str:
+    def create(self, sandbox: str, sandbox_config: Any, alloc: Any,
+               command: list[str] | None = None) -> str:
         pb = self.pb
         cfg = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name="main"), image=pb.ImageSpec(image=self.image),
-            command=["sleep", "3600"], log_path="main.log",
+            command=command or ["sleep", "3600"], log_path="main.log",
             envs=[pb.KeyValue(key=k, value=v) for k, v in alloc.envs.items()],
             mounts=[pb.Mount(container_path=m.container_path, host_path=m.host_path,
                              readonly=m.read_only) for m in alloc.mounts],
