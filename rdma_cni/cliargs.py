@@ -50,6 +50,7 @@ def version_text(verbose: bool = False) -> str:
             built = json.load(f)
         lines = [f"python {built['python']}", f"c library {built['c_library']}"]
         lines += [f"{name} {ver}" for name, ver in built["packages"].items()]
+        lines += [f"debian {name} {ver}" for name, ver in built.get("debian", {}).items()]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         lines = ["bundled versions: not recorded (not a build of ./scripts/build.sh)"]
     return "\n".join([head, *lines])

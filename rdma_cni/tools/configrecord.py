@@ -101,16 +101,19 @@ class Checker:
     """``install --watch``'s comparison of the record with the file and the label."""
 
     def __init__(self, path: str, label: Callable[[], str | None],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 label_every: float = LABEL_EVERY) -> None:
         self.path = path
         self.label = label
         self.clock = clock
+        self.label_every = label_every
         self.label_read = float("-inf")
         self.last_label: tuple[bool, str | None] = (False, None)
 
     def _label(self, now: float) -> tuple[bool, str | None]:
-        """(known, value): the label as last read, read again once LABEL_EVERY passed."""
-        if now - self.label_read >= LABEL_EVERY:
+        """(known, value): the label as last read, read again once ``label_every``
+        seconds passed."""
+        if now - self.label_read >= self.label_every:
             self.label_read = now
             try:
                 self.last_label = (True, self.label())

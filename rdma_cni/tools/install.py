@@ -131,6 +131,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "(inotify) and every --interval seconds")
     p.add_argument("--interval", type=float, default=30.0,
                    help="watch backstop poll period in seconds (default 30)")
+    p.add_argument("--label-interval", type=float, default=configrecord.LABEL_EVERY,
+                   metavar="SECONDS", help="with --watch and --write-config: seconds between "
+                   f"two reads of the node label {MODE_LABEL} to compare (one API request "
+                   f"each; default {configrecord.LABEL_EVERY:g})")
     _host_root(p)
     p.add_argument("--kubelet-dir", metavar="DIR",
                    help="the kubelet's root dir (--root-dir): the entry's kubelet paths "
@@ -272,7 +276,8 @@ def main(argv: Sequence[str] | None = None,
             return 0
         entry = install(args, label)
         if args.watch:
-            checker = configrecord.Checker(configrecord.path_for(args.write_config), label) \
+            checker = configrecord.Checker(configrecord.path_for(args.write_config), label,
+                                           label_every=args.label_interval) \
                 if args.write_config else None
             watch(args.cni_conf_dir, entry, args.interval, root=host_root_of(args),
                   bin_dir=args.cni_bin_dir, checker=checker)

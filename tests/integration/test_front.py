@@ -138,3 +138,23 @@ def test_front_passes_subcommands_to_the_bundle(bin_dir: Path) -> None:
     about = subprocess.run([str(bin_dir / "rdma-cni")], capture_output=True, text=True,
                            timeout=60, stdin=subprocess.DEVNULL)
     assert about.returncode == 0 and about.stdout == "" and "rdma-cni" in about.stderr
+
+
+def test_a_request_through_the_front_logs_to_its_config_s_log_file(  # type: ignore[no-untyped-def]
+        rig, bin_dir: Path, serve: Serve) -> None:
+    """The way a runtime runs it (the installed front forwarding to ``serve``): the
+    request's lines go to its config's ``logFile`` in its ``logFormat``, not to the
+    server's own log."""
+    import json
+
+    rig.nic()
+    pod = rig.pod()
+    chain = rig.chain("shared-multi", binary=_front(bin_dir), residentSocket=str(serve.sock),
+                      logFormat="json")
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    assert chain.delete("c1").rc == 0
+    assert (serve.served("ADD"), serve.served("DEL")) == (1, 1)
+    text = " ".join(json.loads(line)["msg"] for line in rig.log_file.read_text().splitlines())
+    assert "DEL of vpc-cni/c1 released" in text, text
+    own = serve.log.read_text()
+    assert "released" not in own and "resident ADD" in own, own

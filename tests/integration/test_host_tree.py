@@ -324,7 +324,16 @@ def test_version_verbose_lists_what_the_build_bundled(tmp_path: Path, built_bina
     assert lines[0].startswith("rdma-cni ") and lines[1].startswith("python 3.")
     where = "in the bundle" if which == "host plugin" else "the host"
     assert lines[2].startswith("c library glibc ") and lines[2].endswith(f"({where})"), lines[2]
-    got = dict(line.split(" ", 1) for line in lines[3:])
+    got = dict(line.split(" ", 1) for line in lines[3:] if not line.startswith("debian "))
+    debian = dict(line.split(" ")[1:3] for line in lines[3:] if line.startswith("debian "))
+    # the Debian packages its libraries and pyverbs come from, at the versions dpkg has
+    carried = {"libpython3.11", "libstdc++6"} | (
+        {"libc6"} if which == "host plugin" else {"python3-pyverbs", "libibverbs1"})
+    assert carried <= set(debian), debian
+    for name in carried:
+        dpkg = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", name],
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+        assert debian[name] == dpkg, (name, debian[name], dpkg)
     lock = _lock()
     wrong = {n: v for n, v in got.items() if n != "rdma-cni" and lock.get(n) != v}
     assert wrong == {}, f"bundled versions that are not the locked ones: {wrong}"

@@ -20,8 +20,12 @@ What the rig does in place of a node, for each block:
 - ``doctor-cluster``, ``see``: through the stand-in's ``kubectl exec``.
 - ``pod``: the Pod as the kubelet makes it (tests/node/workload.py) with the YAML's name,
   annotation, resource count and command; ``<your NCCL image>`` is the loaded image.
-Not run: ``kubectl get pod ... network-status`` (section 5; the rig has no API server for
-the agent to write the annotation to) and the registry variant of section 1b.
+- section 5's metrics: its URL, the rig's exporter address for ``<node address>``.
+Not run (the guide's opening says so): the alternatives of sections 1b and 2 (a
+registry push, the other overlays: their renderings are checked by tests/unit/
+test_manifests.py and scripts/check-manifests.sh, and the node tier plays
+non-default-paths), ``kubectl get`` (the rig has no API server), and what section 5 says
+to look at inside the pod (the test reads the pod's links over netlink).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import re
 import shlex
 import subprocess
 import textwrap
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -142,7 +147,9 @@ def test_doctor_in_the_cluster_as_written(rig: dict[str, Any]) -> None:
     text, js = cluster.output
     status = dict((name, st) for st, name in
                   re.findall(r"^\[(\w+) *\] ([\w-]+):", text, re.M))
-    for name in ("binary", "conflist", "kubelet-sources", "netns-propagation", "restart"):
+    # ("restart" reads the DaemonSet's record at /run/rdma-cni, which the rig moves
+    # under T: tests/node/test_node.py checks it with the record's path given)
+    for name in ("binary", "conflist", "kubelet-sources", "netns-propagation"):
         assert status.get(name) == "OK", text
     assert [n for n, st in status.items() if st == "FAIL"] == ["dev-infiniband"], text
     assert {c["name"]: c["status"].upper() for c in json.loads(js)} == status
@@ -191,5 +198,26 @@ def test_ls_through_the_agent_as_written(rig: dict[str, Any]) -> None:
     (out,) = cluster.output
     rows = [line.split() for line in out.splitlines()[1:]]  # POD CONTAINER INTERFACE ...
     assert sorted(r[2] for r in rows if r[0].endswith("nccl-test")) == ["eth1", "eth2"], out
-    pods = rig["pods"]
-    pods.stop(rig.pop("work"))
+
+
+def test_the_documented_metrics_answer(rig: dict[str, Any]) -> None:
+    """Section 5's metrics bullet: its URL (the node's address standing for the rig's
+    exporter address) answers, with an attachment series per interface of the pod and
+    every metric the bullet names."""
+    node: Node = rig["node"]
+    text = DOC.read_text()
+    bullet = text[text.index("- Metrics on each node's address"):]
+    bullet = bullet[:bullet.index("\n\n")]
+    (url,) = re.findall(r"`(http://[^`]+)`", bullet)
+    host, port = url.removeprefix("http://").split("/", 1)[0].split(":")
+    assert host == "<node address>" and port == "9469", url  # the manifest's port
+    with urllib.request.urlopen(url.replace(f"{host}:{port}", node.exporter), timeout=30) as r:
+        body = r.read().decode()
+    ours = [line for line in body.splitlines()
+            if line.startswith("rdma_cni_attachment_info{") and 'pod="nccl-test"' in line]
+    assert sorted(re.search(r'interface="(\w+)"', x).group(1)  # type: ignore[union-attr]
+                  for x in ours) == ["eth1", "eth2"], ours
+    for name in re.findall(r"`(rdma_\w+)", bullet):
+        family = name.removesuffix("_total")  # the client's TYPE line names either
+        assert re.search(rf"^# TYPE ({family}|{name}) ", body, re.M), f"{name} is not exported"
+    rig["pods"].stop(rig.pop("work"))

@@ -17,10 +17,11 @@ import k8srender
 import manifests
 import pytest
 from fakeapi import FakeApi
-from nodelab import NICS, make_root, shipped_image
+from nodelab import NICS, make_root, shipped_image, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.node]
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where the kubelet puts it
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+MODE_LABEL = "vke.node.rdma.mode"  # where the kubelet puts it
 PRIMARY = {"cniVersion": "0.4.0", "name": "vpc-cni", "plugins": [{"type": "bridge"}]}
 
 
@@ -41,10 +42,19 @@ def run_install(rig: dict[str, Any], root: Path, env: dict[str, str] | None = No
                 hostpaths: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``podman run`` of the manifest's install container; ``hostpaths`` replaces the
     host side of named volumes, ``mounts`` adds host:container mounts."""
+    args, command = _podman_args(rig, root, "install", env, mounts, hostpaths)
+    return rig["podman"].run("run", "--rm", *args, rig["image"], *command, check=False)
+
+
+def _podman_args(rig: dict[str, Any], root: Path, name: str, env: dict[str, str] | None,
+                 mounts: dict[str, str] | None, hostpaths: dict[str, str] | None = None,
+                 ) -> tuple[list[str], list[str]]:
+    """The ``podman run`` options and the command of the manifest's container ``name``
+    (an init container or a container), its paths under ``root``."""
     ds, cms = manifests.split(k8srender.render(k8srender.BASE))
     pod, _ = manifests.node_pod(ds, root, {shipped_image(): rig["image"]}, "install", 1)
     spec = pod["spec"]
-    (c,) = spec["initContainers"]
+    (c,) = [c for c in spec["initContainers"] + spec["containers"] if c["name"] == name]
     cm_dir, tmp = root / "configmap", root / "container-tmp"
     cm_dir.mkdir(exist_ok=True)
     tmp.mkdir(exist_ok=True)
@@ -56,7 +66,7 @@ def run_install(rig: dict[str, Any], root: Path, env: dict[str, str] | None = No
     # the container's securityContext as the manifest sets it (no capability at all)
     sc = c["securityContext"]
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"]
-    args = ["run", "--rm", "--network", "host", "--cap-drop", "ALL", "--read-only",
+    args = ["--network", "host", "--cap-drop", "ALL", "--read-only",
             "--security-opt", "no-new-privileges"]
     for e in c.get("env", []):
         args += ["-e", f"{e['name']}={e['value']}"]
@@ -68,7 +78,7 @@ def run_install(rig: dict[str, Any], root: Path, env: dict[str, str] | None = No
                                                                    else "")]
     for host, ctr in (mounts or {}).items():
         args += ["-v", f"{host}:{ctr}:ro"]
-    return rig["podman"].run(*args, rig["image"], *c["command"], check=False)
+    return args, list(c["command"])
 
 
 def test_mode_comes_from_the_node_label_through_the_kubernetes_client(rig: dict[str, Any]
@@ -92,6 +102,43 @@ def test_mode_comes_from_the_node_label_through_the_kubernetes_client(rig: dict[
     assert record["configFile"] == "/etc/rdma-cni/config.json"
     assert record["configSha256"] == hashlib.sha256(
         (root / "configmap" / "config.json").read_bytes()).hexdigest()
+
+
+def test_a_changed_node_label_is_said_stale_while_cni_watch_runs(rig: dict[str, Any]) -> None:
+    """Issue 32 item 2, the label half: the install container renders the entry from the
+    label; ``cni-watch`` as the manifest runs it (its two intervals shortened from 30 s
+    and 300 s) reads the label again through the kubernetes client, and a label changed
+    in the API makes the running configuration stale in the record that the exporter and
+    ``doctor`` read; cni-watch says so in its log."""
+    root = _host(rig, "relabel")
+    nodes = {manifests.NODE_NAME: {MODE_LABEL: "exclusive"}}
+    api = FakeApi(rig["tmp"] / "api-relabel", nodes)
+    podman, cid = rig["podman"], ""
+    try:
+        env, mounts = api.env(), {str(api.sa): SA_DIR}
+        assert run_install(rig, root, env=env, mounts=mounts).returncode == 0
+        record = root / "run/rdma-cni/config-source.json"
+        first = json.loads(record.read_text())["started"]
+        args, command = _podman_args(rig, root, "cni-watch", env, mounts)
+        i = command.index("--interval")
+        assert command[i + 1] == "30", command
+        command[i + 1:i + 2] = ["1", "--label-interval", "1"]
+        cid = podman.run("run", "-d", *args, rig["image"], *command).stdout.strip()
+        rec = lambda: json.loads(record.read_text())  # noqa: E731
+        # cni-watch's own start rewrote the record, and its first check came after it
+        wait_for(lambda: rec()["started"] != first and rec()["checked"] > rec()["started"],
+                 "cni-watch's first check")
+        assert rec()["stale"] == [] and rec()["label"] == "exclusive", rec()
+        nodes[manifests.NODE_NAME][MODE_LABEL] = "shared"  # the operator relabels the node
+        stale = wait_for(lambda: rec()["stale"], "the stale record", 30)
+        assert any(MODE_LABEL in s and "shared" in s for s in stale), stale
+        out = podman.run("logs", cid)
+        logs = out.stdout + out.stderr
+        assert "the running configuration is stale" in logs, logs
+    finally:
+        if cid:
+            podman.run("rm", "-f", "-t", "0", cid, check=False)
+        api.stop()
 
 
 def test_install_lays_a_versioned_tree_that_brings_its_c_library(rig: dict[str, Any]) -> None:

@@ -65,7 +65,10 @@ def _fake_tree(root: Path) -> Sysfs:
                         ("port_rcv_errors", 0), ("port_xmit_discards", 3)):
         fs.write(f"{port}/counters/{name}", str(value))
     for name, value in (("np_cnp_sent", 7), ("rp_cnp_handled", 6), ("out_of_sequence", 2),
-                        ("np_ecn_marked_roce_packets", 9), ("lifespan", 10)):
+                        ("np_ecn_marked_roce_packets", 9), ("lifespan", 10),
+                        # other drivers' units (bnxt_re, irdma): bytes, objects in use
+                        ("rx_bytes", 4096), ("ip4TxOcts", 512), ("active_qps", 3),
+                        ("watermark_qps", 8)):
         fs.write(f"{port}/hw_counters/{name}", str(value))
     fs.write(f"{port}/phys_state", "5: LinkUp")
     fs.unreadable(f"{port}/counters/broken")  # EINVAL-like: skipped
@@ -157,6 +160,14 @@ def test_port_counters_generic_and_well_known(scrape: Any) -> None:
     assert _get(s, "rdma_port_hw_counter_total", **lab, counter="np_cnp_sent") == 7
     assert _get(s, "rdma_port_hw_counter_total", **lab,
                 counter="np_ecn_marked_roce_packets") == 9
+    # one unit per name in hw_counters too: bytes and objects in use have their own
+    assert _get(s, "rdma_port_hw_bytes_total", **lab, counter="rx_bytes") == 4096
+    assert _get(s, "rdma_port_hw_bytes_total", **lab, counter="ip4TxOcts") == 512
+    assert _get(s, "rdma_port_hw_objects", **lab, counter="active_qps") == 3
+    assert _get(s, "rdma_port_hw_objects", **lab, counter="watermark_qps") == 8
+    events = {dict(k[1])["counter"] for k in s if k[0] == "rdma_port_hw_counter_total"}
+    assert events == {"np_cnp_sent", "rp_cnp_handled", "out_of_sequence",
+                      "np_ecn_marked_roce_packets"}, events
     counters = {dict(k[1]).get("counter") for k in s if k[0].startswith("rdma_port_")}
     assert "lifespan" not in counters and "broken" not in counters
     # the device without hw_counters still has its port counters, and no hw series

@@ -5,6 +5,10 @@ Every file of ``counters/`` and ``hw_counters/`` that counts events (packets, er
 discards, ...) is exported generically, by name, as it appears in sysfs: one unit per
 metric name. ``port_rcv_data``/``port_xmit_data`` count 4-octet words (IBTA), another
 unit: they are exported only as bytes, ``rdma_port_{receive,transmit}_bytes_total`` (x 4).
+``hw_counters/`` of other drivers than mlx5 mixes units, so its files are sorted by name:
+byte counts (``rx_bytes``, irdma's ``ip4RxOcts``) are ``rdma_port_hw_bytes_total``, object
+counts that go up and down (bnxt_re's ``active_qps``, ``watermark_qps``) the gauge
+``rdma_port_hw_objects``, the rest (events) ``rdma_port_hw_counter_total``.
 ``hw_counters/lifespan`` is a setting (ms), not a counter: skipped.
 The rate is exported in bytes per second (base units, as node_exporter does).
 """
@@ -31,6 +35,9 @@ _WELL_KNOWN = {  # sysfs counter -> (own metric name, multiplier, help)
     "port_rcv_packets": ("rdma_port_receive_packets_total", 1, "Packets received"),
     "port_xmit_packets": ("rdma_port_transmit_packets_total", 1, "Packets transmitted"),
 }
+#: hw_counters names by unit (module docstring); the rest count events
+_HW_BYTES = re.compile(r"bytes|octets|octs", re.IGNORECASE)
+_HW_OBJECTS = re.compile(r"^(active|watermark)_|_watermark$", re.IGNORECASE)
 _RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)b/sec", re.IGNORECASE)
 _UNIT = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
@@ -68,7 +75,15 @@ class _Families:
             "(packets, errors, discards; the data counters are rdma_port_*_bytes_total)",
             labels=[*lab, "counter"])
         self.hw = CounterMetricFamily(
-            "rdma_port_hw_counter", "RDMA port hardware counter from sysfs ports/<p>/hw_counters",
+            "rdma_port_hw_counter", "RDMA port hardware event counter from sysfs "
+            "ports/<p>/hw_counters (bytes and object counts have their own names)",
+            labels=[*lab, "counter"])
+        self.hw_bytes = CounterMetricFamily(
+            "rdma_port_hw_bytes", "RDMA port hardware byte counter from sysfs "
+            "ports/<p>/hw_counters (names with bytes or octets)", labels=[*lab, "counter"])
+        self.hw_objects = GaugeMetricFamily(
+            "rdma_port_hw_objects", "RDMA port hardware objects in use or their high-water "
+            "mark from sysfs ports/<p>/hw_counters (active_*, watermark_*)",
             labels=[*lab, "counter"])
         self.known = {k: CounterMetricFamily(n[:-6], h, labels=lab)
                       for k, (n, _, h) in _WELL_KNOWN.items()}
@@ -84,8 +99,14 @@ class _Families:
                                       "(ports/<p>/rate) in bytes per second", labels=lab)
 
     def all(self) -> list[Metric]:
-        return [self.counter, self.hw, *self.known.values(), self.state, self.phys,
-                self.info, self.rate]
+        return [self.counter, self.hw, self.hw_bytes, self.hw_objects, *self.known.values(),
+                self.state, self.phys, self.info, self.rate]
+
+    def hw_family(self, name: str) -> CounterMetricFamily | GaugeMetricFamily:
+        """The family of one ``hw_counters/`` file, by its unit (module docstring)."""
+        if _HW_OBJECTS.search(name):
+            return self.hw_objects
+        return self.hw_bytes if _HW_BYTES.search(name) else self.hw
 
 
 class RdmaPortCollector:
@@ -112,7 +133,7 @@ class RdmaPortCollector:
             if name in _WELL_KNOWN:
                 fam.known[name].add_metric(lab, value * _WELL_KNOWN[name][1])
         for name, value in read_counters(self.sysfs, f"{base}/hw_counters").items():
-            fam.hw.add_metric([*lab, name], value)
+            fam.hw_family(name).add_metric([*lab, name], value)
         state = parse_state(self.sysfs.read(f"{base}/state"))
         if state is not None:
             for s in dict.fromkeys((*PORT_STATES, state)):
