@@ -42,11 +42,12 @@ Entry = tuple[Owner, str]  # owner, and the pool recorded with it ("" when none)
 #: This process's reading of each reservation file a scan went through, by directory and
 #: path: the file's identity then and what it held. A record is never rewritten in place
 #: (created by linking a complete file, removed whole), so while a file shows the same
-#: identity it holds the same owner, and a scan reads only the files it has not seen
-#: (a node with hundreds of reservations, each ADD under the lock). A decision about the
-#: caller's own records (its address is already held, these are its to free) reads the
-#: file again all the same: see ``_dir_owners``.
+#: identity it holds the same owner, and a scan reads only the files it has not seen;
+#: an ADD's scan looks only at its pool's addresses (``ip_owners``: a node with hundreds
+#: of reservations over several NICs). A decision about the caller's own records (its
+#: address is already held, these are its to free) reads the file again all the same.
 _seen: dict[str, dict[str, tuple[Identity, Entry]]] = {}
+_parsed: dict[str, IPv4Address] = {}  # file names already parsed as addresses
 
 
 def pool_dirname(pool: str) -> str:
@@ -180,22 +181,27 @@ class Claims:
         those held by ``mine`` read from their files (see ``_dir_owners``)."""
         pool_dirname(pool)
         net = IPv4Network(pool)
-        return {ip: owner for _, ip, owner, _ in self._ip_entries(mine) if ip in net}
+        return {ip: owner for _, ip, owner, _ in self._ip_entries(mine, net) if ip in net}
 
-    def _dir_owners(self, directory: str, mine: AttachmentKey | None = None
+    def _dir_owners(self, directory: str, mine: AttachmentKey | None = None,
+                    within: IPv4Network | None = None
                     ) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
-        """(pool, address, owner, file) of the reservations in ``directory``. Files read
+        """(pool, address, owner, file) of the reservations in ``directory`` (inside
+        ``within``: the others are not looked at, their earlier reading kept). Files read
         by an earlier scan and unchanged since are not read again, except those that the
         earlier reading gave to ``mine``: the caller acts on its own (see ``_seen``)."""
         before = _seen.get(directory, {})
         now: dict[str, tuple[Identity, Entry]] = {}
+        prefix = os.path.join(directory, "")
         for name in scan(directory):
-            try:
-                ip = IPv4Address(name)
-            except ValueError:
-                log.warning("ignoring stray file %s", os.path.join(directory, name))
+            ip = _address(prefix, name)
+            if ip is None:
                 continue
-            path = os.path.join(directory, name)
+            path = prefix + name
+            if within is not None and ip not in within:
+                if path in before:
+                    now[path] = before[path]  # checked by the scan that uses it
+                continue
             entry = self._scanned(path, before.get(path), now, mine)
             if entry is not None:
                 yield entry[1], ip, entry[0], path
@@ -213,16 +219,17 @@ class Claims:
             now[path] = (ident, entry)
         return entry
 
-    def _ip_entries(self, mine: AttachmentKey | None = None
+    def _ip_entries(self, mine: AttachmentKey | None = None,
+                    within: IPv4Network | None = None
                     ) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
-        """(pool, address, owner, file) of every reservation, both layouts."""
-        yield from self._dir_owners(self.addrs_dir, mine)
+        """(pool, address, owner, file) of every reservation (inside ``within``)."""
+        yield from self._dir_owners(self.addrs_dir, mine, within)
         for sub in scan(self.ips_dir):
             net = _pool_from_dirname(sub)
             if net is None:
                 log.warning("ignoring stray entry %s", os.path.join(self.ips_dir, sub))
                 continue
-            for _, ip, owner, path in self._dir_owners(os.path.join(self.ips_dir, sub), mine):
+            for _, ip, owner, path in self._dir_owners(f"{self.ips_dir}/{sub}", mine, within):
                 yield str(net), ip, owner, path
 
     def ips_of(self, key: AttachmentKey) -> list[tuple[str, IPv4Address, str]]:
@@ -274,6 +281,21 @@ class Claims:
             if freed:
                 fsync_dir(self.nics_dir)
         return freed
+
+
+def _address(prefix: str, name: str) -> IPv4Address | None:
+    """The address a reservation file's name is (parsed once); None for a stray file."""
+    ip = _parsed.get(name)
+    if ip is None:
+        try:
+            ip = IPv4Address(name)
+        except ValueError:
+            log.warning("ignoring stray file %s", prefix + name)
+            return None
+        if len(_parsed) >= 1 << 16:
+            _parsed.clear()
+        _parsed[name] = ip
+    return ip
 
 
 def _claim_record(key: AttachmentKey, ifname: str, extra: dict[str, Any] | None) -> bytes:

@@ -1,0 +1,101 @@
+"""An ADD's reservation scan on a busy node (figure 7): it looks only at its pool's
+addresses, however many the node's other NICs hold, and what it leaves of the others is
+still checked by the scan that uses it."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from ipaddress import IPv4Address, IPv4Interface
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.ipam.allocator import Pool, build_pool
+from rdma_cni.ipam.reserve import allocate
+from rdma_cni.store import claims
+from rdma_cni.store.core import Store
+
+A = IPv4Address
+NEW = AttachmentKey("rdma-net", "sandbox-new", "eth0")
+NICS = 8  # figure 7's stand-in NICs, one /24 each
+
+
+def _pool(k: int) -> Pool:
+    return build_pool(f"rdma{k}", [IPv4Interface(f"198.18.{k}.1/24")], None, [], {}, True)
+
+
+def _key(i: int) -> AttachmentKey:
+    return AttachmentKey("rdma-net", f"sandbox-{i}", "eth0")
+
+
+def _busy(root: str, per_nic: int) -> Store:
+    """A store with ``per_nic`` reservations in each NIC's pool, read once by this
+    process, and one released since (a DEL before the ADD)."""
+    store = Store(root)
+    for k in range(NICS):
+        for i in range(per_nic + (k == 0)):
+            key = _key(k * 1000 + i)
+            assert store.reserve_ip(_pool(k).name, A(f"198.18.{k}.{i + 2}"), key, "eth1")
+    for k in range(NICS):
+        store.ip_owners(_pool(k).name)
+    assert store.release_ips(_key(per_nic)) == 1
+    return store
+
+
+def _add_syscalls(store: Store, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """The lstat/stat/open calls of an ADD's address choice in pool 0, under the lock."""
+    calls: Counter[str] = Counter()
+    for name in ("lstat", "stat", "open"):
+        real = getattr(os, name)
+
+        def counted(*a: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            calls[_name] += 1
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(os, name, counted)
+    try:
+        with store.lock():
+            allocate(store, _pool(0), NEW, "eth1")
+    finally:
+        monkeypatch.undo()
+    return calls
+
+
+def test_an_adds_scan_does_not_grow_with_the_other_nics_reservations(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    quiet = _busy(str(tmp_path / "quiet"), 0)
+    busy = _busy(str(tmp_path / "busy"), 64)  # figure 7: 512 over 8 NICs
+    assert len(os.listdir(busy.addrs_dir)) == NICS * 64
+    few, many = _add_syscalls(quiet, monkeypatch), _add_syscalls(busy, monkeypatch)
+    assert many["lstat"] - few["lstat"] == 64  # pool 0's own 64, none of the other 448
+    assert (many["stat"], many["open"]) == (few["stat"], few["open"])
+
+
+def test_what_a_scan_left_unlooked_at_is_checked_when_used(tmp_path: Path) -> None:
+    """A reservation of another pool, replaced while pool 0's scans kept their earlier
+    reading of it, is read again by the scan that covers it."""
+    store = _busy(str(tmp_path / "data"), 2)
+    other = _pool(1).name
+    ip = A("198.18.1.2")
+    assert store.ip_owners(other)[ip] == (_key(1000), "eth1")
+    assert store.release_ips(_key(1000)) == 1
+    assert store.reserve_ip(other, ip, NEW, "eth1")
+    store.ip_owners(_pool(0).name)
+    path = os.path.join(store.addrs_dir, str(ip))
+    assert claims._seen[store.addrs_dir][path][1][0] == (_key(1000), "eth1")  # kept
+    assert store.ip_owners(other)[ip] == (NEW, "eth1")
+    with store.lock():
+        assert allocate(store, _pool(1), NEW, "eth1") == ip  # already held: no second
+    assert store.ips_of(NEW) == [(other, ip, "eth1")]
+
+
+def test_stray_names_are_skipped_and_names_parsed_once(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _busy(str(tmp_path / "data"), 1)
+    Path(store.addrs_dir, "not-an-address").write_text("{}")
+    parsed = len(claims._parsed)
+    assert set(store.ip_owners(_pool(0).name)) == {A("198.18.0.2")}
+    assert len(claims._parsed) == parsed
