@@ -1,4 +1,5 @@
 """The durable state store: ``state`` (the typed attachment state) and ``records``
 (its per-interface entry), ``core`` (the Store: state records, quarantine, whole
-keys), ``claims`` (address reservations and NIC claims), ``files`` (atomic writes,
-temp files and orphans, bounded reads), ``lock`` (the flock), ``metrics_file``."""
+keys), ``claims`` (address reservations), ``nics`` (NIC claims), ``atomic`` (atomic
+writes and temp files), ``orphans`` (temp files a dead writer left), ``files`` (bounded
+reads, scans), ``lock`` (the flock), ``metrics_file``."""

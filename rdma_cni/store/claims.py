@@ -1,7 +1,7 @@
-"""Address reservations and NIC claims: "owned records", one file per address
-(``addrs/<ip>``, and ``ips/<subnet>/<ip>`` of releases up to 0.1.0, read and released,
-never written) or per claimed netdev (``nics/<netdev>``), each created exclusively and
-holding its owner (attachment key and our interface name). See
+"""Address reservations: "owned records", one file per address (``addrs/<ip>``, and
+``ips/<subnet>/<ip>`` of releases up to 0.1.0, read and released, never written), each
+created exclusively and holding its owner (attachment key and our interface name). NIC
+claims are owned records too (:mod:`rdma_cni.store.nics`). See
 :mod:`rdma_cni.store.core` for the layout, corrupt records and concurrency."""
 
 from __future__ import annotations
@@ -15,20 +15,21 @@ from typing import Any
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError, ConfigError, IOFailure, shown
 from rdma_cni.log import LazyLogger
-from rdma_cni.node.names import valid_netdev
+from rdma_cni.store.atomic import (
+    create_exclusive,
+    fsync_dir,
+    link_exclusive,
+    unlink_quietly,
+    write_temp,
+)
 from rdma_cni.store.files import (
     Corrupt,
     Identity,
-    create_exclusive,
     encode,
-    fsync_dir,
     identity_of,
-    link_exclusive,
     read_identified,
     remove,
     scan,
-    unlink_quietly,
-    write_temp,
 )
 
 log = LazyLogger(__name__)
@@ -84,12 +85,12 @@ def _owner_of(rec: dict[str, Any]) -> Owner:
 
 
 class Claims:
-    """The owned-record half of :class:`rdma_cni.store.core.Store`."""
+    """The owned records of :class:`rdma_cni.store.core.Store` and its address
+    reservations (its NIC claims: :class:`rdma_cni.store.nics.NicClaims`)."""
 
     root: str
     ips_dir: str
     addrs_dir: str
-    nics_dir: str
 
     #: (directory, record) -> its temp file written ahead of the lock (:meth:`prepare_ip`)
     _prepared: dict[tuple[str, bytes], str]
@@ -246,40 +247,6 @@ class Claims:
                 if mine and remove(path):
                     fsync_dir(os.path.dirname(path))
                     freed += 1
-        return freed
-
-    # -- NIC claims --------------------------------------------------------
-    def _nic_path(self, netdev: str) -> str:
-        if not valid_netdev(netdev):
-            raise ConfigError(f"invalid netdev name {shown(netdev)}: need 1-15 of [A-Za-z0-9_.-]")
-        return os.path.join(self.nics_dir, netdev)
-
-    def claim_nic(self, netdev: str, key: AttachmentKey, ifname: str) -> bool:
-        """Claim ``netdev``; True if now (or already) claimed by (key, ifname)."""
-        path = self._nic_path(netdev)
-        return self._claim(self.nics_dir, os.path.basename(path), key, ifname)
-
-    def nic_owner(self, netdev: str) -> Owner | None:
-        return self._owner_at(self._nic_path(netdev))
-
-    def nic_claims(self) -> dict[str, Owner]:
-        out: dict[str, Owner] = {}
-        for name in scan(self.nics_dir):
-            owner = self._owner_at(os.path.join(self.nics_dir, name))
-            if owner is not None:
-                out[name] = owner
-        return out
-
-    def release_nics(self, key: AttachmentKey, ifname: str | None = None) -> int:
-        freed = 0
-        if key == UNKNOWN_OWNER:
-            return 0
-        with self.lock():
-            for netdev, (k, ifn) in self.nic_claims().items():
-                if k == key and (ifname is None or ifn == ifname):
-                    freed += remove(os.path.join(self.nics_dir, netdev))
-            if freed:
-                fsync_dir(self.nics_dir)
         return freed
 
 

@@ -1,7 +1,8 @@
 """The durable state store: attachment state, address reservations, NIC claims.
-The records' files are written by :mod:`rdma_cni.store.files`, reservations and
-claims kept by :mod:`rdma_cni.store.claims` (the :class:`Store` inherits them), and
-a state record is an :class:`rdma_cni.store.state.AttachmentState`.
+The records' files are written by :mod:`rdma_cni.store.atomic` and read by
+:mod:`rdma_cni.store.files`, reservations kept by :mod:`rdma_cni.store.claims` and NIC
+claims by :mod:`rdma_cni.store.nics` (the :class:`Store` inherits both), and a state
+record is an :class:`rdma_cni.store.state.AttachmentState`.
 
 Layout under ``data_dir`` (directories created 0700 on first write)::
 
@@ -63,25 +64,22 @@ from rdma_cni import defaults
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import IOFailure
 from rdma_cni.log import LazyLogger
-from rdma_cni.store.claims import UNKNOWN_OWNER, Claims, Owner, key_of, pool_dirname
+from rdma_cni.store.atomic import fsync_dir, ioerr, put_in_place, unlink_quietly, write_temp
+from rdma_cni.store.claims import UNKNOWN_OWNER, Owner, key_of, pool_dirname
 from rdma_cni.store.files import (
     MAX_READ,
     Corrupt,
     Identity,
     encode,
     ensure_dir,
-    fsync_dir,
     identity_of,
-    ioerr,
-    put_in_place,
     read_record,
     remove,
-    remove_orphans_of,
     scan,
-    unlink_quietly,
-    write_temp,
 )
 from rdma_cni.store.lock import FileLock
+from rdma_cni.store.nics import NicClaims
+from rdma_cni.store.orphans import remove_orphans_of
 from rdma_cni.store.state import SCHEMA, AttachmentState, StateError
 
 __all__ = ["DEFAULT_DATA_DIR", "MAX_READ", "MAX_RECORD", "SCHEMA", "UNKNOWN_OWNER", "Owner",
@@ -95,7 +93,7 @@ MAX_RECORD = 1 << 20
 _held = threading.local()
 
 
-class Store(Claims):
+class Store(NicClaims):
     """The on-disk store under ``data_dir``; see the module docstring."""
 
     def __init__(self, data_dir: str = DEFAULT_DATA_DIR, lock_timeout: float = 10.0) -> None:

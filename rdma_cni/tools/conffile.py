@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from rdma_cni.adapters import fsops
 from rdma_cni.errors import ConfigError, IOFailure
-from rdma_cni.store.files import fsync_dir, ioerr, unlink_quietly, write_temp
+from rdma_cni.store.atomic import fsync_dir, ioerr, unlink_quietly, write_temp
 
 MAX_HOPS = 40  # the kernel's own limit on symlinks in one lookup
 MAX_BYTES = 1 << 20

@@ -22,7 +22,7 @@ from rdma_cni.models.subconfig import (
     parse_json_object,
     read_json_object,
 )
-from rdma_cni.store.files import fsync_dir, link_exclusive, unlink_quietly, write_temp
+from rdma_cni.store.atomic import fsync_dir, link_exclusive, unlink_quietly, write_temp
 from rdma_cni.tools import conffile
 
 BACKUP_SUFFIX = ".rdma-cni.bak"

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rdma_cni.errors import IOFailure
-from rdma_cni.store.files import fsync_dir, unlink_quietly
-from rdma_cni.store.files import write_atomic as _store_write_atomic
+from rdma_cni.store.atomic import fsync_dir, unlink_quietly
+from rdma_cni.store.atomic import write_atomic as _store_write_atomic
 
 __all__ = ["fsync_dir", "reason", "say", "staged", "write_atomic"]
 

@@ -19,8 +19,8 @@ from rdma_cni.cni.commands import owner as owner_mod
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.errors import IOFailure, TryAgain
+from rdma_cni.store.atomic import TMP
 from rdma_cni.store.core import Store
-from rdma_cni.store.files import TMP
 from rdma_cni.store.state import PENDING, READY, AttachmentState, make_state
 
 TOKEN = "0011223344556677"

@@ -1,4 +1,4 @@
-"""rdma_cni.store.files as install uses it: mode, suffix, directory sync, errors."""
+"""rdma_cni.store.atomic and .files as install uses them: mode, suffix, directory sync, errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rdma_cni.errors import IOFailure
-from rdma_cni.store import files
+from rdma_cni.store import atomic, files
 from rdma_cni.tools.install import write_atomic
 
 
@@ -23,8 +23,8 @@ def test_install_writes_through_the_store_helper_with_its_mode(tmp_path: Path) -
 
 
 def test_temp_names_end_with_the_suffix_and_are_skipped_by_scans(tmp_path: Path) -> None:
-    tmp = files.write_temp(str(tmp_path), "a.conflist", b"{}", suffix=".part")
-    assert os.path.basename(tmp).startswith(files.TMP) and tmp.endswith("a.conflist.part")
+    tmp = atomic.write_temp(str(tmp_path), "a.conflist", b"{}", suffix=".part")
+    assert os.path.basename(tmp).startswith(atomic.TMP) and tmp.endswith("a.conflist.part")
     assert files.scan(str(tmp_path)) == []  # a live writer's file: young, ours, kept
     os.unlink(tmp)
 

@@ -14,8 +14,8 @@ from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
 from rdma_cni import jsondoc
+from rdma_cni.store.atomic import TMP as _TMP
 from rdma_cni.store.core import MAX_READ, Store, pool_dirname
-from rdma_cni.store.files import TMP as _TMP
 from rdma_cni.store.state import AttachmentState, StateError
 
 _MAX_RECORD = MAX_READ

@@ -1,0 +1,143 @@
+"""Atomic file writes: a complete temp file (written and fsynced under its flock) renamed
+over its final name, or hard-linked to it for an exclusive creation; the failure of a
+file operation as an :class:`~rdma_cni.errors.IOFailure`.
+
+Temp files are named ``.tmp-<pid namespace>.<pid>-<random>-<name>`` in the directory
+of their final name; the writer holds the temp file's flock while writing. Readers skip
+them and remove the ones a dead writer left (:mod:`rdma_cni.store.orphans`). The store
+(:mod:`rdma_cni.store.core`) and the install tools write through these."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+from contextlib import suppress
+
+from rdma_cni.errors import IOFailure
+
+TMP = ".tmp-"
+
+
+def ioerr(action: str, path: str, e: OSError) -> IOFailure:
+    return IOFailure(f"failed to {action} {path}: {e.strerror or e}")
+
+
+def fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise ioerr("sync directory", path, e) from e
+
+
+def entry_written(directory: str) -> None:
+    """After a record's rename or link into ``directory``: its directory entry is left
+    to the kernel's writeback (no fsync of the directory, which was half the fsyncs of
+    an ADD). A process crash at any point cannot lose it: it is in the page cache. A
+    power loss can, but only together with everything the record describes: pod
+    netns, sub-interfaces, rules and routes do not survive a reboot and an exclusive NIC
+    boots in the host netns, so a record lost that way names nothing that still exists.
+    The record's data is still fsynced before the rename or link (:func:`write_temp`), so
+    a record that does survive is whole. Removals keep their directory fsync: a removal
+    lost by a power loss would bring back a stale record."""
+    del directory
+
+
+def write_temp(directory: str, name: str, data: bytes, *, mode: int = 0o600,
+               suffix: str = "") -> str:
+    """A complete, fsynced temp file for ``directory/name``; ``suffix`` ends its name
+    (a file in a watched directory must not end in an extension the watcher reads)."""
+    tag = f"{_writer_tag()}-{secrets.token_hex(4)}"
+    tmp = os.path.join(directory, f"{TMP}{tag}-{name}{suffix}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        fd = os.open(tmp, flags, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held while writing: see is_orphan
+            if mode != 0o600:
+                os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        unlink_quietly(tmp)
+        raise ioerr("write", os.path.join(directory, name), e) from e
+    return tmp
+
+
+def unlink_quietly(path: str) -> None:
+    with suppress(OSError):
+        os.unlink(path)
+
+
+def write_atomic(directory: str, name: str, data: bytes, *, mode: int = 0o600,
+                 suffix: str = "", sync_dir: bool = False) -> None:
+    """Replace ``directory/name`` by ``data`` (temp file, fsync, rename); ``sync_dir``
+    also fsyncs the directory (the store's records need not: :func:`entry_written`)."""
+    put_in_place(directory, name, write_temp(directory, name, data, mode=mode, suffix=suffix),
+                 sync_dir=sync_dir)
+
+
+def put_in_place(directory: str, name: str, tmp: str, *, sync_dir: bool = False) -> None:
+    """Rename the temp file ``tmp`` (from :func:`write_temp`) over ``directory/name``."""
+    final = os.path.join(directory, name)
+    try:
+        os.replace(tmp, final)
+    except OSError as e:
+        unlink_quietly(tmp)
+        raise ioerr("rename into place", final, e) from e
+    if sync_dir:
+        fsync_dir(directory)
+    else:
+        entry_written(directory)
+
+
+def create_exclusive(directory: str, name: str, data: bytes) -> bool:
+    """Create ``directory/name`` with ``data`` unless it exists; False if it does."""
+    tmp = write_temp(directory, name, data)
+    try:
+        return link_exclusive(directory, name, tmp)
+    finally:
+        unlink_quietly(tmp)
+
+
+def link_exclusive(directory: str, name: str, tmp: str) -> bool:
+    """Create ``directory/name`` as a link of the complete temp file ``tmp`` (from
+    :func:`write_temp`, in ``directory``) unless it exists; False if it does. ``tmp``
+    stays: the caller removes it."""
+    final = os.path.join(directory, name)
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        return False
+    except OSError as e:
+        raise ioerr("create", final, e) from e
+    entry_written(directory)
+    return True
+
+
+
+
+_pidns: list[str] = []  # a process's own PID namespace never changes: read it once
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (the inode of /proc/self/ns/pid), "" if unknown."""
+    if not _pidns:
+        try:
+            _pidns.append(str(os.stat("/proc/self/ns/pid").st_ino))
+        except OSError:
+            return ""
+    return _pidns[0]
+
+
+def _writer_tag() -> str:
+    """``<pid namespace>.<pid>``: which process writes a temp file, and in which PID view."""
+    return f"{pid_namespace()}.{os.getpid()}"

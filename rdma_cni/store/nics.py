@@ -1,0 +1,54 @@
+"""NIC claims: one owned record per claimed netdev (``nics/<netdev>``), created
+exclusively and holding its owner, as :mod:`rdma_cni.store.claims` keeps address
+reservations. The netdev's name is checked before it becomes a path. See
+:mod:`rdma_cni.store.core` for the layout, corrupt records and concurrency."""
+
+from __future__ import annotations
+
+import os
+
+from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.errors import ConfigError, shown
+from rdma_cni.node.names import valid_netdev
+from rdma_cni.store.atomic import fsync_dir
+from rdma_cni.store.claims import UNKNOWN_OWNER, Claims, Owner
+from rdma_cni.store.files import remove, scan
+
+
+class NicClaims(Claims):
+    """The NIC claims of :class:`rdma_cni.store.core.Store`, on its owned records."""
+
+    nics_dir: str
+
+    def _nic_path(self, netdev: str) -> str:
+        if not valid_netdev(netdev):
+            raise ConfigError(f"invalid netdev name {shown(netdev)}: need 1-15 of [A-Za-z0-9_.-]")
+        return os.path.join(self.nics_dir, netdev)
+
+    def claim_nic(self, netdev: str, key: AttachmentKey, ifname: str) -> bool:
+        """Claim ``netdev``; True if now (or already) claimed by (key, ifname)."""
+        path = self._nic_path(netdev)
+        return self._claim(self.nics_dir, os.path.basename(path), key, ifname)
+
+    def nic_owner(self, netdev: str) -> Owner | None:
+        return self._owner_at(self._nic_path(netdev))
+
+    def nic_claims(self) -> dict[str, Owner]:
+        out: dict[str, Owner] = {}
+        for name in scan(self.nics_dir):
+            owner = self._owner_at(os.path.join(self.nics_dir, name))
+            if owner is not None:
+                out[name] = owner
+        return out
+
+    def release_nics(self, key: AttachmentKey, ifname: str | None = None) -> int:
+        freed = 0
+        if key == UNKNOWN_OWNER:
+            return 0
+        with self.lock():
+            for netdev, (k, ifn) in self.nic_claims().items():
+                if k == key and (ifname is None or ifn == ifname):
+                    freed += remove(os.path.join(self.nics_dir, netdev))
+            if freed:
+                fsync_dir(self.nics_dir)
+        return freed
