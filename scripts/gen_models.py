@@ -56,7 +56,7 @@ class Names:
             return name
         if module == DECLARED and isinstance(obj, type):
             return name
-        if not module.startswith("rdma_cni.") or "." in name or "<" in name:
+        if not module.startswith("rdma_cni.") or module == DECLARED or "." in name or "<" in name:
             raise SystemExit(f"gen_models: {obj!r} is not a function or class of the package")
         if isinstance(obj, type):
             self.imports.add(f"from {module} import {name}")
@@ -107,7 +107,7 @@ def hint(tp: Any, names: Names) -> str:
     return names.of(tp)
 
 
-def model_class(cls: type, names: Names) -> str:
+def model_class(cls: Any, names: Names) -> str:
     """The generated class of one declared model: annotations, docstring, properties."""
     lines = [f"class {cls.__name__}(Model):"]
     doc = cls.__dict__.get("__doc__")

@@ -39,7 +39,7 @@ def _default(info: Any) -> Any:
     return value.value if isinstance(value, enum.Enum) else value
 
 
-def _bounds(info: Any) -> tuple[int, int] | None:
+def _bounds(info: Any) -> tuple[Any, Any] | None:
     ge = next((m.ge for m in info.metadata if isinstance(m, annotated_types.Ge)), None)
     le = next((m.le for m in info.metadata if isinstance(m, annotated_types.Le)), None)
     return None if ge is None or le is None else (ge, le)

@@ -5,9 +5,13 @@ scripts/gen_models.py, and only the declaration imports pydantic."""
 from __future__ import annotations
 
 import ast
+import ipaddress
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from rdma_cni import confdefaults, logsetup
 from scripts import gen_models
@@ -83,3 +87,33 @@ print(sorted(m for m in ("pydantic", "rdma_cni.models.declared") if m in sys.mod
 
 def test_log_levels_are_the_declared_choices() -> None:
     assert tuple(logsetup._LEVELS) == confdefaults.CHOICES["logLevel"]
+
+
+def test_native_front_default_socket_is_the_declared_one() -> None:
+    """front/rdma-cni-front.c is C: its default is checked against the declaration."""
+    source = (REPO / "front/rdma-cni-front.c").read_text()
+    match = re.search(r'^#define DEFAULT_SOCKET "([^"]*)"$', source, re.MULTILINE)
+    assert match is not None
+    assert match.group(1) == confdefaults.DEFAULTS["residentSocket"]
+
+
+def test_the_generator_refuses_what_the_plugin_could_not_import() -> None:
+    """pydantic's own validators (its native IPv4Address here) and functions of the
+    declaration module itself would make the runtime import pydantic or the declaration."""
+    import pydantic
+
+    class Native(pydantic.BaseModel):
+        address: ipaddress.IPv4Address
+
+    for schema in (Native.__pydantic_core_schema__,
+                   {"type": "function-plain", "function": {"type": "no-info",
+                                                           "function": _in_declared}}):
+        with pytest.raises(SystemExit, match="not a function or class of the package"):
+            gen_models.cleaned(schema, gen_models.Names(), {})
+
+
+def _in_declared(value: object) -> object:
+    return value
+
+
+_in_declared.__module__ = gen_models.DECLARED
