@@ -123,10 +123,10 @@ def plugin_main() -> int:
 def _resident(conf: dict[str, object], stdin: bytes) -> dict[str, object] | None:
     """Forward to the resident process when it can serve this request faster; None:
     run in-process (pass-through, DEL/GC without a netns, no server, refused, no answer)."""
-    from rdma_cni.resident.protocol import DEFAULT_SOCKET
+    from rdma_cni.confdefaults import DEFAULTS
 
     command = os.environ.get("CNI_COMMAND", "")
-    path = conf.get("residentSocket", DEFAULT_SOCKET)
+    path = conf.get("residentSocket", DEFAULTS["residentSocket"])
     if not path or not isinstance(path, str) or command not in ("ADD", "CHECK", "DEL"):
         return None
     if os.environ.get("RDMA_CNI_NO_RESIDENT"):

@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from rdma_cni import defaults
+from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import escaped
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
@@ -100,15 +100,15 @@ def setup(conf: dict[str, Any] | None = None, stderr_level: int = logging.WARNIN
     logger = logging.getLogger("rdma_cni")
     logger.handlers.clear()
     logger.propagate = False
-    level = _LEVELS.get(str(conf.get("logLevel", "info")).lower(), logging.INFO)
+    level = _LEVELS.get(str(conf.get("logLevel", DEFAULTS["logLevel"])).lower(), logging.INFO)
     logger.setLevel(min(level, stderr_level))
     err = logging.StreamHandler(sys.stderr)
     err.setLevel(stderr_level)
     err.setFormatter(_Brief("rdma-cni: %(levelname)s %(message)s"))
     logger.addHandler(err)
-    path = conf.get("logFile", defaults.LOG_FILE)
+    path = conf.get("logFile", DEFAULTS["logFile"])
     if isinstance(path, str) and path:
-        _add_file(logger, path, level, conf.get("logFormat", "text"))
+        _add_file(logger, path, level, conf.get("logFormat", DEFAULTS["logFormat"]))
 
 
 class SharedFile(logging.Handler):

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from rdma_cni import defaults, jsondoc
+from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import ConfigError
 
 PLUGIN_TYPE = "rdma-cni"
@@ -100,9 +101,7 @@ def load_netconf_for(
 
 
 def data_dir_of(config: dict[str, Any]) -> str:
-    from rdma_cni.store.core import DEFAULT_DATA_DIR
-
-    value = config.get("dataDir") or DEFAULT_DATA_DIR
+    value = config.get("dataDir") or DEFAULTS["dataDir"]
     if not isinstance(value, str) or not value.startswith("/") or "\x00" in value:
         raise ConfigError("invalid config: dataDir must be an absolute path without a NUL "
                           "character")

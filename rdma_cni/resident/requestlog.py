@@ -18,7 +18,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rdma_cni import defaults, logsetup
+from rdma_cni import logsetup
+from rdma_cni.confdefaults import CHOICES, DEFAULTS
 from rdma_cni.resident import view
 
 #: open request log files kept at most (one per network's config, usually one)
@@ -105,8 +106,8 @@ def _settings(stdin: bytes) -> tuple[str, int, str]:
     except (ValueError, RecursionError):
         conf = {}
     conf = conf if isinstance(conf, dict) else {}
-    path = conf.get("logFile", defaults.LOG_FILE)
-    fmt = conf.get("logFormat", "text")
-    return (path if isinstance(path, str) else defaults.LOG_FILE,
-            logsetup.level_of(conf.get("logLevel", "info")),
-            fmt if fmt in ("text", "json") else "text")
+    path = conf.get("logFile", DEFAULTS["logFile"])
+    fmt = conf.get("logFormat", DEFAULTS["logFormat"])
+    return (path if isinstance(path, str) else DEFAULTS["logFile"],
+            logsetup.level_of(conf.get("logLevel", DEFAULTS["logLevel"])),
+            fmt if fmt in CHOICES["logFormat"] else DEFAULTS["logFormat"])

@@ -30,9 +30,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rdma_cni import defaults, log, logsetup
+from rdma_cni import log, logsetup
 from rdma_cni.cni import dispatch
 from rdma_cni.cni.request import Request
+from rdma_cni.confdefaults import CHOICES, DEFAULTS
 from rdma_cni.resident import intake, protocol, view
 from rdma_cni.resident.pool import Pool
 
@@ -253,7 +254,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--socket", help=f"unix socket to listen on (default {protocol.DEFAULT_SOCKET})")
     p.add_argument("--log-file", help="log file (default /var/log/rdma-cni.log)")
     p.add_argument("--log-level", help="debug, info, warning or error (default info)")
-    p.add_argument("--log-format", choices=("text", "json"),
+    p.add_argument("--log-format", choices=CHOICES["logFormat"],
                    help="lines of text or JSON objects (default text)")
     p.add_argument("--workers", type=_count, default=None,
                    help="processes accepting on the socket (default: CPUs, at most 4)")
@@ -263,11 +264,11 @@ def _args(argv: list[str]) -> argparse.Namespace:
         from rdma_cni.models.subconfig import read_json_object
 
         conf = read_json_object(args.config)
-    args.socket = args.socket or conf.get("residentSocket") or protocol.DEFAULT_SOCKET
+    args.socket = args.socket or conf.get("residentSocket") or DEFAULTS["residentSocket"]
     if args.log_file is None:  # "" in the config turns the file off, as in the plugin
-        args.log_file = conf.get("logFile", defaults.LOG_FILE)
-    args.log_level = args.log_level or conf.get("logLevel") or "info"
-    args.log_format = args.log_format or conf.get("logFormat") or "text"
+        args.log_file = conf.get("logFile", DEFAULTS["logFile"])
+    args.log_level = args.log_level or conf.get("logLevel") or DEFAULTS["logLevel"]
+    args.log_format = args.log_format or conf.get("logFormat") or DEFAULTS["logFormat"]
     return args
 
 

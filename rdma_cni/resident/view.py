@@ -25,7 +25,7 @@ import json
 import os
 import stat
 
-from rdma_cni import defaults
+from rdma_cni.confdefaults import DEFAULTS
 
 MAX_LINKS = 40
 #: (device, inode) of the deepest existing entry, then the names missing below it
@@ -43,11 +43,11 @@ def config_paths(stdin: bytes) -> list[tuple[str, object]]:
         return []
     kubelet = conf.get("kubelet")
     kubelet = kubelet if isinstance(kubelet, dict) else {}
-    return [("dataDir", conf.get("dataDir", defaults.DATA_DIR)),
+    return [("dataDir", conf.get("dataDir", DEFAULTS["dataDir"])),
             ("kubelet.podResourcesSocket",
-             kubelet.get("podResourcesSocket", defaults.KUBELET_POD_RESOURCES_SOCKET)),
+             kubelet.get("podResourcesSocket", DEFAULTS["kubelet.podResourcesSocket"])),
             ("kubelet.checkpointFile",
-             kubelet.get("checkpointFile", defaults.KUBELET_CHECKPOINT))]
+             kubelet.get("checkpointFile", DEFAULTS["kubelet.checkpointFile"]))]
 
 
 def mismatch(stdin: bytes, caller_root: int) -> str:

@@ -43,6 +43,7 @@ import zlib
 from typing import NamedTuple
 
 from rdma_cni import defaults
+from rdma_cni.confdefaults import DEFAULTS
 
 DEFAULT_PATH = defaults.METRICS_FILE
 MAGIC = b"RCNIMET\x01"
@@ -189,7 +190,7 @@ def path_from_conf(conf: object) -> str | None:
     string, None when it is ``""`` (recording disabled)."""
     value = conf.get("metricsFile") if isinstance(conf, dict) else None
     if not isinstance(value, str):
-        return DEFAULT_PATH
+        return DEFAULTS["metricsFile"]
     return value or None
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rdma_cni import defaults
 from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.store.records import IfacePlan, plan_from_dict, plan_to_dict
 
 SCHEMA = 1
@@ -45,7 +45,7 @@ class AttachmentState:
     netns: str = ""
     pod: str = ""  # "namespace/name"
     pod_uid: str = ""
-    rule_priority: int = defaults.RULE_PRIORITY
+    rule_priority: int = DEFAULTS["routing.rulePriority"]
     interfaces: tuple[IfacePlan, ...] = ()
     result: dict[str, Any] | None = None  # our part of the CNI result (ready records)
     origin: dict[str, Any] | None = None  # see rdma_cni.node.origin
@@ -77,7 +77,7 @@ class AttachmentState:
             status=_str(rec.get("status")), mode=_str(rec.get("mode")),
             netns=_str(rec.get("netns")), pod=_str(rec.get("pod")),
             pod_uid=_str(rec.get("podUID")),
-            rule_priority=_int(rec.get("rulePriority")) or defaults.RULE_PRIORITY,
+            rule_priority=_int(rec.get("rulePriority")) or DEFAULTS["routing.rulePriority"],
             interfaces=interfaces, result=_dict(rec.get("result")),
             origin=_dict(rec.get("origin")), conf_name=_str(rec.get(CONF_NAME)),
             request=_str(rec.get("request")),

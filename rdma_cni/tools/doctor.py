@@ -22,11 +22,11 @@ from typing import Any
 
 from rdma_cni import defaults
 from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import CniError
 from rdma_cni.models.subconfig import PLUGIN_TYPE
 from rdma_cni.modes import names, parse
 from rdma_cni.node.rdma_mode import read_netns_mode
-from rdma_cni.store.core import DEFAULT_DATA_DIR
 from rdma_cni.tools.doctor_files import (
     check_binary,
     check_conflist,
@@ -86,7 +86,7 @@ def run_checks(
         check_dev(facts.dev_infiniband),
         check_binary(facts.plugin_binary),
         check_conflist(facts.cni_conf_dir),
-        check_datadir(str(config.get("dataDir") or DEFAULT_DATA_DIR)),
+        check_datadir(str(config.get("dataDir") or DEFAULTS["dataDir"])),
         check_netns_propagation(facts.netns_dir, facts.mountinfo),
         check_data_dirs(facts.cni_conf_dir),
         check_restart(facts.config_record, facts.clock()),

@@ -1,6 +1,6 @@
 """Differential check of the boundary models: today's pydantic-core schemas
-(rdma_cni/models/netconf.py, blocks.py) against the pydantic ``BaseModel`` classes they
-replaced, pinned in tests/fixtures/models_6948f88.py.
+(rdma_cni/models/generated.py, from rdma_cni/models/declared.py) against the pydantic
+``BaseModel`` classes of 6948f88, pinned in tests/fixtures/models_6948f88.py.
 
 Every input goes through today's ``load_netconf`` (``validate_blocks``) twice, once with
 its schema validator and once with the pinned class's ``model_validate`` in its place:

@@ -10,21 +10,24 @@ from typing import Any
 
 from rdma_cni.cni import versions
 from rdma_cni.cni.request import Request
+from rdma_cni.confdefaults import BOUNDS, DEFAULTS
 from rdma_cni.errors import ConfigError
 from rdma_cni.models.annotation import our_blocks
 
 
 def conf_name(conf: dict[str, Any]) -> str:
-    name = conf.get("cniConfName", "rdma")
+    name = conf.get("cniConfName", DEFAULTS["cniConfName"])
     if not isinstance(name, str) or not name:
         raise ConfigError("invalid network configuration: cniConfName must be a non-empty string")
     return name
 
 
 def max_interfaces(conf: dict[str, Any]) -> int:
-    value = conf.get("maxInterfaces", 16)
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 64:
-        raise ConfigError("invalid network configuration: maxInterfaces must be an integer 1-64")
+    value = conf.get("maxInterfaces", DEFAULTS["maxInterfaces"])
+    low, high = BOUNDS["maxInterfaces"]
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ConfigError("invalid network configuration: maxInterfaces must be an integer "
+                          f"{low}-{high}")
     return value
 
 

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 
 from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.cni.request import Request
+from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import ConfigError
 from rdma_cni.log import LazyLogger
-from rdma_cni.store.core import DEFAULT_DATA_DIR, Store
+from rdma_cni.store.core import Store
 from rdma_cni.store.state import PENDING, AttachmentState
 
 #: DEL keeps failing (code 11) for an exclusive NIC the kernel has not returned for
@@ -25,7 +26,7 @@ log = LazyLogger()
 
 
 def data_dir(req: Request) -> str:
-    value = req.conf.get("dataDir", DEFAULT_DATA_DIR)
+    value = req.conf.get("dataDir", DEFAULTS["dataDir"])
     if not isinstance(value, str) or not value.startswith("/") or "\x00" in value:
         raise ConfigError("invalid network configuration: dataDir must be an absolute path "
                           "without a NUL character")

@@ -39,6 +39,7 @@ from typing import Any
 
 from rdma_cni.adapters.cri import CriClient, CriUnavailable, default_socket
 from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import CniError
 from rdma_cni.kube.agent import netnsfit
 from rdma_cni.kube.agent import status as agentstatus
@@ -150,7 +151,7 @@ class Agent:
     """One node's reconciler: its store, evidence sources, reporting and status file."""
 
     store: Store
-    conf_name: str = "rdma"
+    conf_name: str = DEFAULTS["cniConfName"]
     status_path: str = agentstatus.DEFAULT_PATH
     node: str = ""  # identity recorded in state at ADD (:func:`node_identity`)
     node_name: str = ""  # the Kubernetes node name
@@ -289,7 +290,7 @@ def _agent(args: argparse.Namespace, config: dict[str, Any]) -> Agent:
     previous = agentstatus.read(args.status_file) if args.status_file else None
     marks = (previous or {}).get("marks")
     agent = Agent(store=Store(data_dir_of(config)),
-                  conf_name=str(config.get("cniConfName") or "rdma"),
+                  conf_name=str(config.get("cniConfName") or DEFAULTS["cniConfName"]),
                   status_path=args.status_file, node=node_identity(),
                   node_name=args.node_name, interval=args.interval,
                   cri=CriClient(cri_socket) if cri_socket else None,
