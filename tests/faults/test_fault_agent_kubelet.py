@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_rig import Serve, plugin_binary
 from cnirunner import Chain, Node, data_files, plugin_conf, rdma_blocks
-from fakekubelet import FakeKubelet, PodEntry
+from support.fakes.kubelet import FakeKubelet, PodEntry
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_rig import AgentContainer, Serve, needs_exec, plugin_binary, podman_usable
 from cnirunner import BINARY, Chain, Node, plugin_conf, pod_networks, rdma_blocks
-from fakecri import FakeCri
 from fakekubeapi import FakeKubeApi, pod
+from support.fakes.cri import FakeCri
 
 from rdma_cni.kube.exporter.agent import AgentCollector
 from rdma_cni.proto import cri_v1_pb2 as cri_pb

@@ -32,7 +32,7 @@ from agent_rig import (
     shared_dir,
 )
 from cnirunner import BINARY, PYTHON, Chain, Node, plugin_conf, rdma_blocks
-from fakecri import FakeCri
+from support.fakes.cri import FakeCri
 
 from rdma_cni.proto import cri_v1_pb2 as cri_pb
 

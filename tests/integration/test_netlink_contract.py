@@ -1,4 +1,4 @@
-"""The netlink fake (tests/fakes/netlink.py) is held to the kernel: the same sequence
+"""The netlink fake (tests/support/fakes/netlink.py) is held to the kernel: the same sequence
 of port operations runs through the real adapter in throwaway netns (a veth pair
 stands in for the host's RDMA NIC, macvlan for the sub-link) and through the fake;
 what each operation returns or refuses (errno) and the state both show after every
@@ -15,7 +15,7 @@ from ipaddress import IPv4Interface
 from typing import Any
 
 import pytest
-from fakes.netlink import FakeKernel, observe
+from support.fakes.netlink import FakeKernel, observe
 
 from rdma_cni.adapters import netns
 from rdma_cni.adapters.netlink import Netlink

@@ -32,10 +32,10 @@ import k8srender
 import manifests
 import pytest
 from e2e_node import _cleanup_host, _make_nics, write_primary
-from fakekubelet import FakeKubelet
 from pause_image import oci_archive
 from podman import Podman
 from runtime import PAUSE_IMAGE, Containerd
+from support.fakes.kubelet import FakeKubelet
 from workload import NICS, RESOURCE
 
 from rdma_cni.kube.deviceplugin.server import socket_name

@@ -116,7 +116,7 @@ def test_device_plugin_registered_and_advertises_the_nics(node: Node, pods: Work
     assert len(ids) == 1 and ids[0].split("@")[0] in NICS
     # slotsPerNic (16) capped by each NIC's free addresses: rdnode0's /28 has 14 hosts
     # less its own and the HPC gateway's, rdnode1's less its own
-    from fakekubelet import PluginClient
+    from support.fakes.kubelet import PluginClient
 
     client = PluginClient(str(node.plugin_socket))
     try:
@@ -385,7 +385,7 @@ def test_every_documented_query_answers_from_a_scrape(node: Node, tmp_path: Path
 def _fake_port_exporter(tmp: Path) -> Any:
     """The built exporter over a fake sysfs with one RoCE port and its counters."""
     sys.path.insert(0, str(REPO / "tests" / "unit"))
-    from fakesys import FakeSys
+    from support.fakes.sysfs import FakeSys
 
     fs = FakeSys(tmp / "sysfs")
     fs.netdev("ens1", pci="0000:3b:00.0")

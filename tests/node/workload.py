@@ -13,8 +13,8 @@ from typing import Any
 
 from chroot import skip_exec_under_chroot
 from e2e_node import ip_json
-from fakekubelet import PluginClient
 from runtime import Containerd, load_cri
+from support.fakes.kubelet import PluginClient
 
 HERE = Path(__file__).resolve().parent
 ANNOTATION = "k8s.volcengine.com/pod-networks"

@@ -20,8 +20,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: fakekubelet
 
-from fakekubelet import FakeKubelet, PluginClient
-from fakesys import FakeSys
+from support.fakes.kubelet import FakeKubelet, PluginClient
+from support.fakes.sysfs import FakeSys
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.kube.deviceplugin import status

@@ -1,5 +1,5 @@
 """verify's out-of-band channel and the traffic steps of one rail, over a real TCP
-connection on the loopback and an in-memory RC pair (tests/fakes/verbs.py). No root."""
+connection on the loopback and an in-memory RC pair (tests/support/fakes/verbs.py). No root."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from fakes.verbs import FakeRc
+from support.fakes.verbs import FakeRc
 
 from rdma_cni.tools.verify_wire import StepError, Traffic, Wire, WireError, run_rail
 
