@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from cnirunner import Chain  # noqa: E402
-from resident_rig import Serve, front_layout  # noqa: E402
+from support.resident import Serve, front_layout  # noqa: E402
 
 
 class Faults:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from cnirunner import PYTHON, data_files, ip_json, rdma_blocks, snapshot
-from resident_rig import Serve
 from support.fakes.kubelet import FakeKubelet
+from support.resident import Serve
 from support.rigs import Rig
 
 pytestmark = pytest.mark.root

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from cnirunner import rdma_blocks, run_plugin
-from resident_rig import Serve
 from security_rig import RAW_CONTROLS, STDERR_LINE, forged_lines
+from support.resident import Serve
 from support.rigs import Rig
 
 pytestmark = pytest.mark.root
