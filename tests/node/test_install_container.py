@@ -17,7 +17,8 @@ import k8srender
 import manifests
 import pytest
 from fakeapi import FakeApi
-from nodelab import NICS, make_root, shipped_image, wait_for
+from nodelab import NICS, make_root, shipped_image
+from support.proc import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.node]
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -29,7 +29,8 @@ import pytest
 import yaml
 from cluster import procedures
 from cnirunner import k8s_args, run_plugin, vpc_result
-from nodelab import MODE, NICS, REPO, RESOURCE, Node, free_port, metrics, wait_for
+from nodelab import MODE, NICS, REPO, RESOURCE, Node, metrics
+from support.proc import free_port, wait_for
 from workload import ANNOTATION, NAMESPACE, Workloads, links, nic_subnet, pod_cycle, v4
 
 pytestmark = [pytest.mark.root, pytest.mark.node]

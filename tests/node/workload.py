@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from chroot import skip_exec_under_chroot
-from e2e_node import ip_json
 from runtime import Containerd, load_cri
 from support.fakes.kubelet import PluginClient
+from support.netns import ip_json
 
 HERE = Path(__file__).resolve().parent
 ANNOTATION = "k8s.volcengine.com/pod-networks"
@@ -123,7 +123,7 @@ class Workloads:
 
 
 def links(netns: str) -> dict[str, dict[str, Any]]:
-    return {i["ifname"]: i for i in ip_json("addr", "show", netns=netns)}
+    return {i["ifname"]: i for i in ip_json(netns, "addr", "show")}
 
 
 def v4(link: dict[str, Any]) -> list[str]:
