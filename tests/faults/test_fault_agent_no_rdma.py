@@ -25,9 +25,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cnirunner import BINARY, Chain, Node, plugin_conf, pod_networks, rdma_blocks
-from fakekubeapi import FakeKubeApi, pod
 from support.agent import AgentContainer, needs_exec, plugin_binary, podman_usable
 from support.fakes.cri import FakeCri
+from support.fakes.kubeapi import FakeKubeApi, pod
 from support.resident import Serve
 
 from rdma_cni.kube.exporter.agent import AgentCollector
