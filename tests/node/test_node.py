@@ -16,7 +16,6 @@ import shlex
 import shutil
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -385,7 +384,6 @@ def test_every_documented_query_answers_from_a_scrape(node: Node, tmp_path: Path
 
 def _fake_port_exporter(tmp: Path) -> Any:
     """The built exporter over a fake sysfs with one RoCE port and its counters."""
-    sys.path.insert(0, str(REPO / "tests" / "unit"))
     from support.fakes.sysfs import FakeSys
 
     fs = FakeSys(tmp / "sysfs")
