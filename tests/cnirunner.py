@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from support.netns import ip_json
+from support.proc import sh
+
 REPO = Path(__file__).resolve().parents[1]
 BINARY = REPO / "dist" / "rdma-cni" / "rdma-cni"  # the image's bundle: every subcommand
 HOST_TREE = REPO / "dist" / "rdma-cni-host"  # the host's CNI-only plugin, as built
@@ -44,22 +47,7 @@ HPC_NET = "198.18.0.0/15"  # the fabric ("HPC") network the stand-in NICs route 
 _counter = itertools.count()
 
 
-# --- running commands ----------------------------------------------------------
-def sh(*argv: str, check: bool = True, input: str | None = None) -> str:
-    """Run a command; raise with its stderr when it fails and ``check`` is set."""
-    proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=60)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    return proc.stdout
-
-
-def ip_json(ns: str | None, *args: str) -> list[dict[str, Any]]:
-    """``ip -j [-n ns] args...`` parsed (an empty list for empty output)."""
-    argv = ["ip", "-j"] + (["-n", ns] if ns else []) + list(args)
-    out = sh(*argv).strip()
-    return json.loads(out) if out else []
-
-
+# --- running commands (sh and ip_json: support.proc, support.netns) -------------
 def wait_oper_up(ns: str, dev: str, timeout: float = 5.0) -> None:
     """Wait until ``dev`` has carrier (operstate UP), so snapshots do not race it."""
     deadline = time.monotonic() + timeout

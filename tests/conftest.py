@@ -14,6 +14,10 @@ import pytest
 VM_SKIP_REASON = "needs the VM tier kernel (ipvlan/dummy/rdma_rxe); run scripts/vm-run.sh"
 ROOT_SKIP_REASON = "needs root (euid 0)"
 
+# The root tiers' node rig (rig, runner, built_binary, installed_plugin): one
+# registration here, so no conftest imports another.
+pytest_plugins = ["support.rigs"]
+
 
 def in_vm() -> bool:
     return os.environ.get("RDMA_CNI_IN_VM") == "1"

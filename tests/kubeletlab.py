@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fakekubelet import FakeKubelet, PluginClient
+from support.fakes.kubelet import FakeKubelet, PluginClient
 
 from rdma_cni.kube.deviceplugin.server import socket_name
 

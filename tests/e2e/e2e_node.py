@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 from pause_image import oci_archive
 from runtime import PAUSE_IMAGE, Containerd
+from support.proc import run
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -33,17 +33,6 @@ BRIDGE = "rdtbr0"
 # stand-in NIC -> (host address, peer name); HPC route 198.19.0.0/24 via .14 on rdtest0
 NICS = {"rdtest0": ("198.51.100.1/28", "rdpeer0"), "rdtest1": ("198.51.100.17/28", "rdpeer1")}
 HPC_ROUTE = ("198.19.0.0/24", "198.51.100.14", "rdtest0")
-
-
-def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, check=check, timeout=60)
-
-
-def ip_json(*args: str, netns: str | None = None) -> Any:
-    cmd = ["ip", "-j", *args]
-    if netns is not None:
-        cmd = ["nsenter", f"--net={netns}", *cmd]
-    return json.loads(sh(*cmd).stdout or "[]")
 
 
 def _skip_reason() -> str | None:
@@ -66,22 +55,22 @@ def _skip_reason() -> str | None:
 def _cleanup_host(nics: dict[str, tuple[str, str]] = NICS, bridge: str = BRIDGE,
                   peer_ns: str = PEER_NS) -> None:
     for name in [*nics, bridge]:
-        sh("ip", "link", "del", name, check=False)
-    sh("ip", "netns", "del", peer_ns, check=False)
+        run("ip", "link", "del", name, check=False)
+    run("ip", "netns", "del", peer_ns, check=False)
 
 
 def _make_nics(nics: dict[str, tuple[str, str]] = NICS, bridge: str = BRIDGE,
                peer_ns: str = PEER_NS, hpc_route: tuple[str, str, str] = HPC_ROUTE) -> None:
     """Stand-in NICs on the host: veths with ``nics``' addresses, peers in ``peer_ns``."""
     _cleanup_host(nics, bridge, peer_ns)
-    sh("ip", "netns", "add", peer_ns)
+    run("ip", "netns", "add", peer_ns)
     for nic, (addr, peer) in nics.items():
-        sh("ip", "link", "add", nic, "type", "veth", "peer", "name", peer, "netns", peer_ns)
-        sh("ip", "addr", "add", addr, "dev", nic)
-        sh("ip", "link", "set", nic, "up")
-        sh("ip", "-n", peer_ns, "link", "set", peer, "up")
+        run("ip", "link", "add", nic, "type", "veth", "peer", "name", peer, "netns", peer_ns)
+        run("ip", "addr", "add", addr, "dev", nic)
+        run("ip", "link", "set", nic, "up")
+        run("ip", "-n", peer_ns, "link", "set", peer, "up")
     dst, via, dev = hpc_route
-    sh("ip", "route", "add", dst, "via", via, "dev", dev)
+    run("ip", "route", "add", dst, "via", via, "dev", dev)
 
 
 def install_plugin(cd: Containerd, data: Path, mode: str) -> None:
@@ -91,7 +80,7 @@ def install_plugin(cd: Containerd, data: Path, mode: str) -> None:
              "logLevel": "debug"}
     cfg = data.parent / "rdma-cni.json"
     cfg.write_text(json.dumps(entry))
-    out = sh(str(BINARY), "install", "--bundle", str(BINARY.parent), "--cni-bin-dir",
+    out = run(str(BINARY), "install", "--bundle", str(BINARY.parent), "--cni-bin-dir",
              str(cd.cni_bin), "--cni-conf-dir", str(cd.cni_conf), "--mode", mode,
              "--config", str(cfg), check=False)
     assert out.returncode == 0, out.stderr

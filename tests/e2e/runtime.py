@@ -1,10 +1,10 @@
 """A private containerd (own root, state, socket, CNI dirs) driven through the
-CRI v1 gRPC API with a minimal client generated at run time from cri.proto."""
+CRI v1 gRPC API with a minimal client generated at run time from
+tests/support/cri.proto."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import signal
@@ -15,7 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+from support.cri import load_cri
+
 PAUSE_IMAGE = "localhost/rdma-cni-e2e/pause:1"
 SERVICE = "/runtime.v1.RuntimeService/"
 
@@ -50,17 +51,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     conf_dir = "{cni_conf}"
     max_conf_num = 1
 """
-
-
-def load_cri(out_dir: Path, proto: Path = HERE / "cri.proto") -> ModuleType:
-    """``<proto>_pb2`` generated from ``proto`` into ``out_dir`` (grpc_tools.protoc)."""
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{proto.parent}",
-                    f"--python_out={out_dir}", str(proto)], check=True)
-    sys.path.insert(0, str(out_dir))
-    try:
-        return importlib.import_module(proto.stem + "_pb2")
-    finally:
-        sys.path.remove(str(out_dir))
 
 
 class Containerd:

@@ -9,16 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
-
-from agent_rig import AgentContainer, needs_exec, podman_usable
+from support.agent import AgentContainer, needs_exec, podman_usable
 
 from rdma_cni.adapters.cri import CriClient
 from rdma_cni.cni.attachment import AttachmentKey

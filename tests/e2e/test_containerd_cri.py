@@ -12,7 +12,9 @@ from typing import Any
 
 import grpc
 import pytest
-from e2e_node import BINARY, HPC_ROUTE, NICS, install_plugin, ip_json, sh
+from e2e_node import BINARY, HPC_ROUTE, NICS, install_plugin
+from support.netns import ip_json
+from support.proc import run
 
 pytestmark = pytest.mark.root
 ANNOTATION = "k8s.volcengine.com/pod-networks"
@@ -26,7 +28,7 @@ def blocks(n: int, **device_conf: Any) -> dict[str, str]:
 
 
 def links(netns: str) -> dict[str, dict[str, Any]]:
-    return {i["ifname"]: i for i in ip_json("addr", "show", netns=netns)}
+    return {i["ifname"]: i for i in ip_json(netns, "addr", "show")}
 
 
 def v4(link: dict[str, Any]) -> list[str]:
@@ -39,12 +41,12 @@ def host_snapshot() -> dict[str, Any]:
     addresses, up-state, MTU), their routes, and containerd's pod netns."""
     nics = {}
     for nic in NICS:
-        link = ip_json("addr", "show", "dev", nic)[0]
+        link = ip_json(None, "addr", "show", "dev", nic)[0]
         nics[nic] = (v4(link), "UP" in link["flags"], link["mtu"], link["address"])
     # The route's protocol is left out: DEL restores an exclusive NIC's gateway routes
     # as "static" where the operator's were "boot" (same dst, gateway, dev, flags).
     routes = sorted(json.dumps({k: v for k, v in r.items() if k != "protocol"}, sort_keys=True)
-                    for r in ip_json("route", "show") if r.get("dev") in NICS)
+                    for r in ip_json(None, "route", "show") if r.get("dev") in NICS)
     netns = sorted(n for n in os.listdir("/var/run/netns") if n.startswith("cni-")) \
         if os.path.isdir("/var/run/netns") else []  # containerd names its netns cni-<uuid>
     return {"nics": nics, "routes": routes, "netns": netns}
@@ -57,7 +59,7 @@ def store_files(data: Path) -> list[str]:
 
 def rdma_ls(node: dict[str, Any]) -> list[dict[str, str]]:
     cfg = node["data"].parent / "rdma-cni.json"
-    out = sh(str(BINARY), "ls", "--json", "--config", str(cfg))
+    out = run(str(BINARY), "ls", "--json", "--config", str(cfg))
     return list(json.loads(out.stdout))
 
 
@@ -84,17 +86,17 @@ def test_shared_multi_pod_gets_two_rdma_interfaces(node: dict[str, Any]) -> None
     assert sorted(pod) == ["eth0", "eth1", "eth2", "lo"]
     assert v4(pod["eth1"]) == ["198.51.100.2/28"]   # from rdtest0's subnet, after the host
     assert v4(pod["eth2"]) == ["198.51.100.18/28"]  # round-robin onto rdtest1
-    details = {i["ifname"]: i for i in ip_json("-d", "link", "show", netns=netns)}
+    details = {i["ifname"]: i for i in ip_json(netns, "-d", "link", "show")}
     assert details["eth1"]["linkinfo"]["info_kind"] == "macvlan"
     rules = {(r.get("src"), r.get("table"), r.get("priority"))
-             for r in ip_json("rule", "show", netns=netns)}
+             for r in ip_json(netns, "rule", "show")}
     assert {("198.51.100.2", "100", 20000), ("198.51.100.18", "101", 20000)} <= rules
-    table100 = ip_json("route", "show", "table", "100", netns=netns)
+    table100 = ip_json(netns, "route", "show", "table", "100")
     dst, via, _ = HPC_ROUTE
     hpc = [r for r in table100 if r["dst"] == dst]
     assert hpc and hpc[0]["gateway"] == via and hpc[0]["dev"] == "eth1"
     assert "onlink" in hpc[0].get("flags", [])
-    assert not [r for r in ip_json("route", "show", netns=netns) if r.get("dev") in ("eth1", "eth2")
+    assert not [r for r in ip_json(netns, "route", "show") if r.get("dev") in ("eth1", "eth2")
                 and r["dst"] == "default"]
     rows = rdma_ls(node)
     assert [(r["pod"], r["interface"], r["nic"], r["address"]) for r in rows] == [
@@ -125,7 +127,7 @@ def test_hostile_annotation_fails_the_sandbox_cleanly(node: dict[str, Any], anno
     assert cd.pods() == pods_before
     assert store_files(data) == []
     assert host_snapshot() == before
-    host_links = {i["ifname"] for i in ip_json("link", "show")}
+    host_links = {i["ifname"] for i in ip_json(None, "link", "show")}
     assert not {n for n in host_links if n.startswith(("rdma", "eth1", "eth2"))}
 
 
@@ -140,9 +142,9 @@ def test_exclusive_pod_takes_the_nic_and_gives_it_back(node: dict[str, Any]) -> 
         assert sorted(pod) == ["eth0", "eth1", "lo"]
         assert v4(pod["eth1"]) == ["198.51.100.1/28"]  # the NIC's own address
         assert pod["eth1"]["address"] == before["nics"]["rdtest0"][3]
-        host_links = {i["ifname"] for i in ip_json("link", "show")}
+        host_links = {i["ifname"] for i in ip_json(None, "link", "show")}
         assert "rdtest0" not in host_links and "rdtest1" in host_links
-        table100 = ip_json("route", "show", "table", "100", netns=netns)
+        table100 = ip_json(netns, "route", "show", "table", "100")
         assert [r for r in table100 if r["dst"] == HPC_ROUTE[0]]
         assert [(r["pod"], r["nic"], r["mode"]) for r in rdma_ls(node)] == [
             ("e2e/excl", "rdtest0", "exclusive")]

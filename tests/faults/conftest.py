@@ -22,11 +22,9 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent / "integration"))
 
 from cnirunner import Chain  # noqa: E402
-from integration.conftest import built_binary, installed_plugin, rig, runner  # noqa: E402,F401
-from resident_rig import Serve, front_layout  # noqa: E402
+from support.resident import Serve, front_layout  # noqa: E402
 
 
 class Faults:

@@ -24,9 +24,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rig import Serve, plugin_binary
 from cnirunner import Chain, Node, data_files, plugin_conf, rdma_blocks
-from fakekubelet import FakeKubelet, PodEntry
+from support.agent import plugin_binary
+from support.fakes.kubelet import FakeKubelet, PodEntry
+from support.resident import Serve
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
@@ -49,7 +50,8 @@ class Site:
         self.kubelet = FakeKubelet(pr_socket=str(tmp / "kubelet.sock")).start()
         self.checkpoint = tmp / "kubelet_internal_checkpoint"
         sock = tmp / "r.sock"
-        self.serve = Serve(self.node.ns, sock, tmp / "serve.log") if resident else None
+        self.serve = Serve(self.node.ns, sock, tmp / "serve.log",
+                           [plugin_binary()]) if resident else None
         conf = plugin_conf("shared-multi", ["rnic0", "rnic1"], tmp,
                            residentSocket=str(sock) if resident else "",
                            kubelet={"podResourcesSocket": self.kubelet.pr_socket,

@@ -24,10 +24,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rig import AgentContainer, Serve, needs_exec, plugin_binary, podman_usable
 from cnirunner import BINARY, Chain, Node, plugin_conf, pod_networks, rdma_blocks
-from fakecri import FakeCri
-from fakekubeapi import FakeKubeApi, pod
+from support.agent import AgentContainer, needs_exec, plugin_binary, podman_usable
+from support.fakes.cri import FakeCri
+from support.fakes.kubeapi import FakeKubeApi, pod
+from support.resident import Serve
 
 from rdma_cni.kube.exporter.agent import AgentCollector
 from rdma_cni.proto import cri_v1_pb2 as cri_pb
@@ -64,7 +65,7 @@ def test_pod_that_asked_for_rdma_and_has_none_is_reported(tmp_path: Path, node: 
     serve = None
     sock = tmp_path / "r.sock"
     if resident:
-        serve = Serve(node.ns, sock, tmp_path / "serve.log")
+        serve = Serve(node.ns, sock, tmp_path / "serve.log", [plugin_binary()])
     box = AgentContainer(tmp_path, {"type": "rdma-cni", "dataDir": str(data), "name": "vpc-cni"},
                          data, tmp_path / "cri", tmp_path / "status",
                          f"rdma-cni-nordma-{node.prefix}", network="host", source=True)

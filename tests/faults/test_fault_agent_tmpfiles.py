@@ -4,7 +4,7 @@ judging them by the writer's PID, which a containerized agent cannot see.
 A live writer here is a process of this (host) PID namespace holding a store temp
 file open under its flock, as the store's writer does while it writes and fsyncs;
 the agent is the built bundle run in its own PID namespace (``unshare --pid``) and
-in the podman container of :mod:`agent_rig`. The oracle is the data dir on disk.
+in the podman container of :mod:`support.agent`. The oracle is the data dir on disk.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rig import AgentContainer, bundle_dir, needs_exec, podman_usable
+from support.agent import AgentContainer, bundle_dir, needs_exec, podman_usable
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 

@@ -23,16 +23,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_rig import (
+from cnirunner import BINARY, PYTHON, Chain, Node, plugin_conf, rdma_blocks
+from support.agent import (
     AgentContainer,
-    Serve,
     needs_exec,
     plugin_binary,
     podman_usable,
     shared_dir,
 )
-from cnirunner import BINARY, PYTHON, Chain, Node, plugin_conf, rdma_blocks
-from fakecri import FakeCri
+from support.fakes.cri import FakeCri
+from support.resident import Serve
 
 from rdma_cni.proto import cri_v1_pb2 as cri_pb
 
@@ -63,7 +63,8 @@ class Site:
         (tmp / "status").mkdir()
         self.cri = FakeCri(str(tmp / "cri" / "cri.sock")).start()
         self.cri.sandboxes["agent-pod"] = cri_pb.SANDBOX_READY  # the DaemonSet's own pod
-        self.serve = Serve(self.node.ns, tmp / "r.sock", tmp / "serve.log") if resident else None
+        self.serve = Serve(self.node.ns, tmp / "r.sock", tmp / "serve.log",
+                           [plugin_binary()]) if resident else None
         conf = plugin_conf("shared-multi", ["rnic0"], tmp,
                            residentSocket=str(tmp / "r.sock") if resident else "")
         self.chain = Chain(conf, node_ns=self.node.ns, binary=plugin_binary())

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 from cnirunner import PYTHON, data_files, ip_json, rdma_blocks, snapshot
-from fakekubelet import FakeKubelet
-from integration.conftest import Rig, built_binary, rig, runner  # noqa: F401
-from resident_rig import Serve
+from support.fakes.kubelet import FakeKubelet
+from support.resident import Serve
+from support.rigs import Rig
 
 pytestmark = pytest.mark.root
 RESOURCE = "vke.volcengine.com/rdma"
@@ -59,7 +59,7 @@ def _wait_served(serve: Serve, command: str, count: int, timeout: float = 30) ->
 
 
 def test_late_resident_add_leaves_the_finished_pod_alone(
-        rig: Rig, kubelet: FakeKubelet, client: list[str] | None,  # noqa: F811
+        rig: Rig, kubelet: FakeKubelet, client: list[str] | None,
         tmp_path: Path) -> None:
     rig.nic()
     pod = rig.pod()
@@ -90,7 +90,7 @@ def test_late_resident_add_leaves_the_finished_pod_alone(
 
 
 def test_a_stalled_request_does_not_hold_up_the_next(
-        rig: Rig, kubelet: FakeKubelet, tmp_path: Path) -> None:  # noqa: F811
+        rig: Rig, kubelet: FakeKubelet, tmp_path: Path) -> None:
     """One server process, busy with an ADD whose kubelet answer takes 2 s: it leaves the
     next connection to an idle sibling for a moment only (there is none), then serves
     it too, while the first still waits."""
@@ -141,7 +141,7 @@ LATE = [("shared-multi", 0, None), ("shared-multi", 2, None), ("shared-multi", 8
 @pytest.mark.parametrize(("mode", "stop", "fail"), LATE,
                          ids=[f"{m}-stop{s}" + (f"-fail{f}" if f else "") for m, s, f in LATE])
 def test_a_stalled_server_resuming_changes_nothing_of_the_pod(
-        rig: Rig, client: list[str] | None, tmp_path: Path,  # noqa: F811
+        rig: Rig, client: list[str] | None, tmp_path: Path,
         mode: str, stop: int, fail: int | None) -> None:
     rig.nic()
     pod = rig.pod()

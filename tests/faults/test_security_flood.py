@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 from cnirunner import rdma_blocks
-from integration.conftest import Rig
-from resident_rig import Serve, front_layout, image_of
 from security_rig import Flood
+from support.resident import Serve, front_layout, image_of
+from support.rigs import Rig
 
 pytestmark = pytest.mark.root
 

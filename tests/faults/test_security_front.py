@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from cnirunner import Chain, k8s_args, pod_networks, rdma_blocks, run_plugin, vpc_result
-from integration.conftest import Rig
-from resident_rig import FakeServer
+from support.resident import FakeServer
+from support.rigs import Rig
 
 pytestmark = pytest.mark.root
 

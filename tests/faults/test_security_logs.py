@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 from cnirunner import rdma_blocks, run_plugin
-from integration.conftest import Rig
-from resident_rig import Serve
 from security_rig import RAW_CONTROLS, STDERR_LINE, forged_lines
+from support.resident import Serve
+from support.rigs import Rig
 
 pytestmark = pytest.mark.root
 FORGED = "2026-01-01 00:00:00,000 1 INFO forged record: pod p1 got 198.51.100.9/26"

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 from cnirunner import PYTHON, rdma_blocks, run_plugin
-from fakekubelet import FakeKubelet
-from integration.conftest import Rig
-from resident_rig import Serve, image_of
 from security_rig import as_user, own_fds, private_mounts, raw_request
+from support.fakes.kubelet import FakeKubelet
+from support.resident import Serve, image_of
+from support.rigs import Rig
 
 from rdma_cni.resident import protocol
 

@@ -21,7 +21,6 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from harness import FIGURES  # noqa: E402
-from integration.conftest import built_binary, installed_plugin, rig, runner  # noqa: E402,F401
 
 SIZED_SKIP = "full-size load test: set RDMA_CNI_SLOW=1 to run it"
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from cnirunner import PYTHON, REPO, rdma_blocks, sh, snapshot
 from harness import bump
-from resident_rig import Serve
+from support.resident import Serve
 
 from rdma_cni.datapath.execute import steps_for
 from rdma_cni.datapath.plan import IfacePlan

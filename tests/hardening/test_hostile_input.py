@@ -45,7 +45,7 @@ from harness import (
     put,
     run_raw,
 )
-from resident_rig import Serve
+from support.resident import Serve
 
 pytestmark = pytest.mark.root
 SUITE = "hostile-input"

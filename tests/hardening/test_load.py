@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import pytest
 from cnirunner import rdma_blocks, snapshot
 from harness import bump, pod_ipv4, pod_link_exists, put, store_problems
-from resident_rig import Serve
+from support.resident import Serve
 
 pytestmark = pytest.mark.root
 SUITE = "concurrency"

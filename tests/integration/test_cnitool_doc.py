@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from cnirunner import REPO, ip_json, netns_path
-from fakekubelet import FakeKubelet
+from support.fakes.kubelet import FakeKubelet
 
 PLUGIN_RUNNER = "binary"
 pytestmark = pytest.mark.root

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.proc import run as _sh
 
 pytestmark = pytest.mark.root
 
@@ -22,11 +23,6 @@ REPO = Path(__file__).resolve().parents[2]
 PYTHON = str(REPO / ".venv" / "bin" / "python")
 PORT = 19469
 ANNOTATION = "k8s.volcengine.com/pod-networks"
-
-
-def _sh(*args: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(args), capture_output=True, text=True, check=check,
-                          timeout=60, **kw)
 
 
 class Node:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from cnirunner import rdma_blocks, sh
-from resident_rig import FakeServer, Serve
+from support.resident import FakeServer, Serve
 
 from rdma_cni.tools import bundle
 

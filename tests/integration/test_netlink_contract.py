@@ -1,4 +1,4 @@
-"""The netlink fake (tests/fakes/netlink.py) is held to the kernel: the same sequence
+"""The netlink fake (tests/support/fakes/netlink.py) is held to the kernel: the same sequence
 of port operations runs through the real adapter in throwaway netns (a veth pair
 stands in for the host's RDMA NIC, macvlan for the sub-link) and through the fake;
 what each operation returns or refuses (errno) and the state both show after every
@@ -15,7 +15,8 @@ from ipaddress import IPv4Interface
 from typing import Any
 
 import pytest
-from fakes.netlink import FakeKernel, observe
+from support.fakes.netlink import FakeKernel, observe
+from support.netns import ip
 
 from rdma_cni.adapters import netns
 from rdma_cni.adapters.netlink import Netlink
@@ -141,23 +142,18 @@ def _run(w: World) -> list[tuple[str, object, dict[str, Any]]]:
     return trace
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
 @pytest.fixture
 def real() -> Iterator[World]:
     tag = uuid.uuid4().hex[:6]
     names = [f"rcct{tag}h", f"rcct{tag}p"]
     for n in names:
-        _ip("netns", "add", n)
+        ip(None, "netns", "add", n)
     try:
-        h = ["-n", names[0]]
-        _ip(*h, "link", "add", "rnic0", "type", "veth", "peer", "name", "rnic1")
-        _ip(*h, "addr", "add", "198.51.100.1/26", "dev", "rnic0")
-        _ip(*h, "addr", "add", "198.51.100.65/26", "dev", "rnic1")
-        _ip(*h, "link", "set", "rnic0", "up")
-        _ip(*h, "link", "set", "rnic1", "up")
+        ip(names[0], "link", "add", "rnic0", "type", "veth", "peer", "name", "rnic1")
+        ip(names[0], "addr", "add", "198.51.100.1/26", "dev", "rnic0")
+        ip(names[0], "addr", "add", "198.51.100.65/26", "dev", "rnic1")
+        ip(names[0], "link", "set", "rnic0", "up")
+        ip(names[0], "link", "set", "rnic1", "up")
         home = netns.host_fd()
         fds = [netns.open_netns(f"/run/netns/{n}") for n in names]
         labels = ("the host", "pod")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from support.netns import ip
 
 from rdma_cni.adapters import netns
 from rdma_cni.adapters.netlink import Netlink
@@ -22,10 +23,6 @@ from rdma_cni.adapters.rtnl import RTM_GETADDR, RTM_GETROUTE, Channel, ifaddrmsg
 pytestmark = pytest.mark.root
 AF_INET = socket.AF_INET
 TABLE = 100
-
-
-def _ip(ns: str, *args: str) -> None:
-    subprocess.run(["ip", "-n", ns, *args], check=True, capture_output=True)
 
 
 def _unfiltered() -> Channel:
@@ -44,13 +41,13 @@ def ports() -> Iterator[tuple[Netlink, Netlink, Channel, Channel]]:
     fd = netns.open_netns(f"/run/netns/{ns}")
     made: list[Netlink] = []
     try:
-        _ip(ns, "link", "add", "rnic0", "type", "veth", "peer", "name", "rnic1")
+        ip(ns, "link", "add", "rnic0", "type", "veth", "peer", "name", "rnic1")
         for dev, addr in (("rnic0", "198.51.100.1/26"), ("rnic1", "198.51.100.65/26")):
-            _ip(ns, "addr", "add", addr, "dev", dev)
-            _ip(ns, "link", "set", dev, "up")
-        _ip(ns, "route", "add", "203.0.113.0/24", "via", "198.51.100.2", "dev", "rnic0",
+            ip(ns, "addr", "add", addr, "dev", dev)
+            ip(ns, "link", "set", dev, "up")
+        ip(ns, "route", "add", "203.0.113.0/24", "via", "198.51.100.2", "dev", "rnic0",
             "table", str(TABLE))
-        _ip(ns, "route", "add", "192.0.2.0/24", "via", "198.51.100.66", "dev", "rnic1",
+        ip(ns, "route", "add", "192.0.2.0/24", "via", "198.51.100.66", "dev", "rnic1",
             "table", str(TABLE))
         with netns.entered(fd, home):
             strict, loose = Channel(), _unfiltered()

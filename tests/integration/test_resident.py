@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cnirunner import rdma_blocks, sh
-from resident_rig import Serve
+from support.resident import Serve
 
 pytestmark = pytest.mark.root
 

@@ -19,7 +19,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,10 +31,11 @@ import k8srender
 import manifests
 import pytest
 from e2e_node import _cleanup_host, _make_nics, write_primary
-from fakekubelet import FakeKubelet
 from pause_image import oci_archive
 from podman import Podman
 from runtime import PAUSE_IMAGE, Containerd
+from support.fakes.kubelet import FakeKubelet
+from support.proc import free_port
 from workload import NICS, RESOURCE
 
 from rdma_cni.kube.deviceplugin.server import socket_name
@@ -58,12 +58,6 @@ def skip_reason() -> str | None:
     if not (REPO / "dist" / "rdma-cni" / "rdma-cni").exists():
         return "dist/rdma-cni is missing: run ./scripts/build.sh"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def build_image() -> tuple[str, float]:
@@ -236,13 +230,3 @@ def metrics(node: Node) -> str:
 
     with urllib.request.urlopen(f"http://{node.exporter}/metrics", timeout=30) as r:
         return str(r.read().decode())
-
-
-def wait_for(cond: Any, what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

@@ -44,7 +44,8 @@ import manifests
 import pytest
 import yaml
 from cluster import MODE_LABEL, OneNode
-from nodelab import ARCHIVE, REPO, Node, node_of, shipped_image, wait_for
+from nodelab import ARCHIVE, REPO, Node, node_of, shipped_image
+from support.proc import wait_for
 from workload import ANNOTATION, RESOURCE, Workloads, links, nic_subnet, v4
 
 pytestmark = [pytest.mark.root, pytest.mark.node]

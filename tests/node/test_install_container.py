@@ -16,8 +16,9 @@ from typing import Any
 import k8srender
 import manifests
 import pytest
-from fakeapi import FakeApi
-from nodelab import NICS, make_root, shipped_image, wait_for
+from nodelab import NICS, make_root, shipped_image
+from support.fakes.kubeapi import FakeKubeApi
+from support.proc import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.node]
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -84,9 +85,11 @@ def _podman_args(rig: dict[str, Any], root: Path, name: str, env: dict[str, str]
 def test_mode_comes_from_the_node_label_through_the_kubernetes_client(rig: dict[str, Any]
                                                                       ) -> None:
     root = _host(rig, "label")
-    api = FakeApi(rig["tmp"] / "api", {manifests.NODE_NAME: {"vke.node.rdma.mode": "exclusive"}})
+    api = FakeKubeApi(rig["tmp"] / "api", "node-test-token",
+                      {manifests.NODE_NAME: {"vke.node.rdma.mode": "exclusive"}}).start()
+    sa = api.service_account(rig["tmp"] / "api" / "serviceaccount")
     try:
-        out = run_install(rig, root, env=api.env(), mounts={str(api.sa): SA_DIR})
+        out = run_install(rig, root, env=api.env(), mounts={str(sa): SA_DIR})
     finally:
         api.stop()
     assert out.returncode == 0, out.stderr
@@ -112,10 +115,11 @@ def test_a_changed_node_label_is_said_stale_while_cni_watch_runs(rig: dict[str, 
     ``doctor`` read; cni-watch says so in its log."""
     root = _host(rig, "relabel")
     nodes = {manifests.NODE_NAME: {MODE_LABEL: "exclusive"}}
-    api = FakeApi(rig["tmp"] / "api-relabel", nodes)
+    api = FakeKubeApi(rig["tmp"] / "api-relabel", "node-test-token", nodes).start()
+    sa = api.service_account(rig["tmp"] / "api-relabel" / "serviceaccount")
     podman, cid = rig["podman"], ""
     try:
-        env, mounts = api.env(), {str(api.sa): SA_DIR}
+        env, mounts = api.env(), {str(sa): SA_DIR}
         assert run_install(rig, root, env=env, mounts=mounts).returncode == 0
         record = root / "run/rdma-cni/config-source.json"
         first = json.loads(record.read_text())["started"]

@@ -16,7 +16,6 @@ import shlex
 import shutil
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,8 @@ import pytest
 import yaml
 from cluster import procedures
 from cnirunner import k8s_args, run_plugin, vpc_result
-from nodelab import MODE, NICS, REPO, RESOURCE, Node, free_port, metrics, wait_for
+from nodelab import MODE, NICS, REPO, RESOURCE, Node, metrics
+from support.proc import free_port, wait_for
 from workload import ANNOTATION, NAMESPACE, Workloads, links, nic_subnet, pod_cycle, v4
 
 pytestmark = [pytest.mark.root, pytest.mark.node]
@@ -116,7 +116,7 @@ def test_device_plugin_registered_and_advertises_the_nics(node: Node, pods: Work
     assert len(ids) == 1 and ids[0].split("@")[0] in NICS
     # slotsPerNic (16) capped by each NIC's free addresses: rdnode0's /28 has 14 hosts
     # less its own and the HPC gateway's, rdnode1's less its own
-    from fakekubelet import PluginClient
+    from support.fakes.kubelet import PluginClient
 
     client = PluginClient(str(node.plugin_socket))
     try:
@@ -384,8 +384,7 @@ def test_every_documented_query_answers_from_a_scrape(node: Node, tmp_path: Path
 
 def _fake_port_exporter(tmp: Path) -> Any:
     """The built exporter over a fake sysfs with one RoCE port and its counters."""
-    sys.path.insert(0, str(REPO / "tests" / "unit"))
-    from fakesys import FakeSys
+    from support.fakes.sysfs import FakeSys
 
     fs = FakeSys(tmp / "sysfs")
     fs.netdev("ens1", pci="0000:3b:00.0")

@@ -19,7 +19,8 @@ from typing import Any
 import manifests
 import pytest
 from cluster import OneNode, previous_manifests, procedures
-from nodelab import REPO, node_of, shipped_image, wait_for
+from nodelab import REPO, node_of, shipped_image
+from support.proc import wait_for
 from workload import NICS, RESOURCE, Workload, Workloads, links, pod_cycle, v4
 
 pytestmark = [pytest.mark.root, pytest.mark.node]

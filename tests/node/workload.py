@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from chroot import skip_exec_under_chroot
-from e2e_node import ip_json
-from fakekubelet import PluginClient
-from runtime import Containerd, load_cri
+from runtime import Containerd
+from support.fakes.kubelet import PluginClient
+from support.netns import ip_json
 
-HERE = Path(__file__).resolve().parent
 ANNOTATION = "k8s.volcengine.com/pod-networks"
 NAMESPACE = "node-test"
 RESOURCE = "vke.volcengine.com/rdma"
@@ -40,7 +39,7 @@ class Workloads:
     def __init__(self, cd: Containerd, kubelet: Any, plugin_socket: Path, image: str,
                  resource: str) -> None:
         self.cd, self.kubelet, self.image, self.resource = cd, kubelet, image, resource
-        self.pb = load_cri(cd.tmp, HERE / "cri_ctr.proto")
+        self.pb = cd.pb  # tests/support/cri.proto: sandboxes and containers
         self.plugin_socket = plugin_socket
 
     def call(self, method: str, request: Any, response: Any, timeout: float = 120) -> Any:
@@ -99,7 +98,7 @@ class Workloads:
             devices=[pb.Device(container_path=d.container_path, host_path=d.host_path,
                                permissions=d.permissions) for d in alloc.devices])
         req = pb.CreateContainerRequest(pod_sandbox_id=sandbox, config=cfg,
-                                        sandbox_config=sandbox_config.SerializeToString())
+                                        sandbox_config=sandbox_config)
         cid = self.call("CreateContainer", req, pb.CreateContainerResponse).container_id
         self.call("StartContainer", pb.StartContainerRequest(container_id=cid),
                   pb.StartContainerResponse)
@@ -123,7 +122,7 @@ class Workloads:
 
 
 def links(netns: str) -> dict[str, dict[str, Any]]:
-    return {i["ifname"]: i for i in ip_json("addr", "show", netns=netns)}
+    return {i["ifname"]: i for i in ip_json(netns, "addr", "show")}
 
 
 def v4(link: dict[str, Any]) -> list[str]:

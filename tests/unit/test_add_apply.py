@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_datapath_fake import POD, PRIO, SHARED, Node
+from support.fakenode import POD, PRIO, SHARED, Node
 
 from rdma_cni import testhooks
 from rdma_cni.cni.commands import add as add_cmd

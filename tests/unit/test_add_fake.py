@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakesys import FakeSys
-from test_datapath_fake import POD, Node
+from support.fakenode import POD, Node
+from support.fakes.sysfs import FakeSys
 
 from rdma_cni.cni.commands.add import cmd_add
 from rdma_cni.cni.commands.delete import cmd_del

@@ -6,15 +6,12 @@ client to the fake API server, a record in the status file and
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: fakekubeapi
-from fakekubeapi import TOKEN, FakeKubeApi
+from support.fakes.kubeapi import TOKEN, FakeKubeApi
 
 from rdma_cni.kube.agent import netnsfit
 from rdma_cni.kube.agent import reconciler as agent

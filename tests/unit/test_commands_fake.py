@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_datapath_fake import POD, PRIO, SHARED, Node, add
+from support.fakenode import POD, PRIO, SHARED, Node, add
 
 from rdma_cni.cni.commands.check import cmd_check
 from rdma_cni.cni.commands.delete import cmd_del

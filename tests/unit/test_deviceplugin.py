@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: fakekubelet
-
-from fakekubelet import FakeKubelet, PluginClient
-from fakesys import FakeSys
+from support.fakes.kubelet import FakeKubelet, PluginClient
+from support.fakes.sysfs import FakeSys
+from support.proc import wait_for
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.kube.deviceplugin import status
@@ -184,14 +182,6 @@ class Running:
         assert not self.thread.is_alive()
 
 
-def _wait(cond: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def _plugin(root: Path, mode: str = "exclusive", **kw) -> DevicePlugin:
     sysfs = Sysfs(str(root))
     return DevicePlugin(_inventory(root, mode, **kw), str(root / "dp"),
@@ -219,7 +209,8 @@ def test_registers_and_reregisters_after_kubelet_restart(kubelet: FakeKubelet, r
         assert len(kubelet.wait_registrations(2)) == 2
         os.unlink(plugin.path)  # a restarting kubelet wipes plugin sockets
         assert len(kubelet.wait_registrations(3)) == 3
-        _wait(lambda: plugin.serving.is_set() and os.path.exists(plugin.path), "socket recreated")
+        wait_for(lambda: plugin.serving.is_set() and os.path.exists(plugin.path),
+                 "socket recreated", 10.0, 0.02)
         client = PluginClient(plugin.path)
         assert client.options().get_preferred_allocation_available
         client.close()
@@ -301,10 +292,12 @@ def test_main_registers_and_stops_on_sigterm(kubelet: FakeKubelet, root: Path) -
         client = PluginClient(str(root / "dp" / "rdma-cni-rdma.sock"))
         assert len(next(client.list_and_watch())) == 4
         client.close()
-        _wait(lambda: _dp_gauges(seen) == (1.0, 1.0), "registered in the status file")
+        wait_for(lambda: _dp_gauges(seen) == (1.0, 1.0), "registered in the status file", 10.0,
+                 0.02)
         kubelet.restart()  # a new kubelet.sock: the old registration no longer counts
-        _wait(lambda: len(kubelet.registrations) == 2, "re-registration", timeout=20)
-        _wait(lambda: _dp_gauges(seen) == (1.0, 1.0), "registered on the new kubelet")
+        wait_for(lambda: len(kubelet.registrations) == 2, "re-registration", 20, 0.02)
+        wait_for(lambda: _dp_gauges(seen) == (1.0, 1.0), "registered on the new kubelet", 10.0,
+                 0.02)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fakesys import FakeSys
+from support.fakes.sysfs import FakeSys
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "nccl_env.sh"

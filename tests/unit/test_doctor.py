@@ -18,7 +18,7 @@ from rdma_cni.tools.doctor import Facts, load_config, main, run_checks
 from rdma_cni.tools.doctor_integrity import Mount, mount_of, parse_mountinfo, shared_data_dirs
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fakesys import FakeSys
+from support.fakes.sysfs import FakeSys
 
 PRIMARY = {"type": "vpc-cni"}
 OURS = {"type": "rdma-cni", "mode": "shared"}

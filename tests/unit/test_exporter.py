@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakesys import FakeSys
 from prometheus_client.parser import text_string_to_metric_families
+from support.fakes.sysfs import FakeSys
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.cni.attachment import AttachmentKey
@@ -374,7 +374,7 @@ def _own_nic_kernel(default_via: str | None) -> Any:
     """The node's netns over the in-memory kernel: eth1 (198.51.100.1/28, an RDMA NIC in
     ``_fake_tree``) and eth2 (203.0.113.1/29), with the default route through eth1 if
     ``default_via``."""
-    from fakes.netlink import FakeKernel
+    from support.fakes.netlink import FakeKernel
 
     from rdma_cni.datapath.port import Route
 

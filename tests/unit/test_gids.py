@@ -13,7 +13,7 @@ from rdma_cni.errors import TryAgain
 from rdma_cni.node.gids import ROCE_V1, ROCE_V2, Gid, ipv4_of, roce_v2_ipv4, scan, wait_for_gids
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fakesys import FakeSys
+from support.fakes.sysfs import FakeSys
 
 IP = IPv4Address
 

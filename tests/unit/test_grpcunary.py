@@ -15,9 +15,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: fakekubelet
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support
 
-from fakekubelet import FakeKubelet, pod_resources
+from support.fakes.kubelet import FakeKubelet, pod_resources
 
 from rdma_cni.adapters import grpcunary
 from rdma_cni.proto import podresources_v1_pb2 as pr

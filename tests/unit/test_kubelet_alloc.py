@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: fakekubelet
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support
 
-from fakekubelet import FakeKubelet
+from support.fakes.kubelet import FakeKubelet
 
 from rdma_cni.adapters.kubelet import checkpoint_devices, pod_resources_devices
 from rdma_cni.errors import AllocationError, Code, IOFailure, NicUnavailable, TryAgain

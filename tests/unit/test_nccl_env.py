@@ -24,7 +24,7 @@ from rdma_cni.tools.nccl_env import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fakesys import FakeSys
+from support.fakes.sysfs import FakeSys
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "nccl_env.sh"
 SHELLS = [s for s in ("dash", "bash") if shutil.which(s)]

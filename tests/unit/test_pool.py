@@ -6,14 +6,11 @@ from __future__ import annotations
 import threading
 import time
 
+from support.proc import wait_for
+
 from rdma_cni.resident.pool import Pool
 
-
-def _wait(cond, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+POLL = 0.005  # seconds between looks
 
 
 def test_requests_one_after_another_reuse_one_thread() -> None:
@@ -22,7 +19,7 @@ def test_requests_one_after_another_reuse_one_thread() -> None:
         threading.get_ident())), keep=1)
     for i in range(50):
         pool.submit(i)
-        _wait(lambda i=i: len(seen) == i + 1)
+        wait_for(lambda i=i: len(seen) == i + 1, "the pool", 5.0, POLL)
     assert len(set(seen)) == 1 and pool.threads == 1
 
 
@@ -38,9 +35,9 @@ def test_a_stalled_request_does_not_hold_up_the_next() -> None:
     pool = Pool(run, keep=1)
     pool.submit(0)
     pool.submit(1)
-    _wait(lambda: done == [1])  # while request 0 still waits
+    wait_for(lambda: done == [1], "the pool", 5.0, POLL)  # while request 0 still waits
     release.set()
-    _wait(lambda: sorted(done) == [0, 1])
+    wait_for(lambda: sorted(done) == [0, 1], "the pool", 5.0, POLL)
     assert pool.threads == 2
 
 
@@ -51,10 +48,10 @@ def test_threads_beyond_keep_end_when_idle() -> None:
     for i in range(4):
         pool.submit(i)
     gate.set()
-    _wait(lambda: len(done) == 4)
-    _wait(lambda: pool.threads == 1)
+    wait_for(lambda: len(done) == 4, "the pool", 5.0, POLL)
+    wait_for(lambda: pool.threads == 1, "the pool", 5.0, POLL)
     pool.submit(9)  # the one kept still serves
-    _wait(lambda: 9 in done)
+    wait_for(lambda: 9 in done, "the pool", 5.0, POLL)
 
 
 def test_no_request_is_lost_under_contention() -> None:
@@ -71,5 +68,5 @@ def test_no_request_is_lost_under_contention() -> None:
         pool.submit(i)
         if i % 100 == 0:
             time.sleep(0.02)  # let threads time out while others hand over
-    _wait(lambda: len(done) == 2000, 30)
+    wait_for(lambda: len(done) == 2000, "2000 requests done", 30, POLL)
     assert sorted(done) == list(range(2000))

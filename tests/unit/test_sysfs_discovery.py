@@ -12,7 +12,7 @@ from rdma_cni.errors import AllocationError
 from rdma_cni.node.discovery import Nic, discover, missing, normalize_ids, resolve_device_id
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fakesys import FakeSys
+from support.fakes.sysfs import FakeSys
 
 
 @pytest.fixture

@@ -1,28 +1,22 @@
 """verify's out-of-band channel and the traffic steps of one rail, over a real TCP
-connection on the loopback and an in-memory RC pair (tests/fakes/verbs.py). No root."""
+connection on the loopback and an in-memory RC pair (tests/support/fakes/verbs.py). No root."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import Any
 
 import pytest
-from fakes.verbs import FakeRc
+from support.fakes.verbs import FakeRc
+from support.proc import free_port
 
 from rdma_cni.tools.verify_wire import StepError, Traffic, Wire, WireError, run_rail
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _both(a: FakeRc, b: FakeRc, traffic: Traffic) -> tuple[Any, Any]:
     """run_rail on both sides; each side's result or exception."""
-    port, deadline = _free_port(), time.monotonic() + 20
+    port, deadline = free_port(), time.monotonic() + 20
     out: dict[str, Any] = {}
 
     def side(name: str, ep: FakeRc, connector: bool) -> None:
@@ -90,6 +84,6 @@ def test_a_write_that_lands_wrong_is_found() -> None:
 
 def test_the_channel_names_a_peer_that_never_comes() -> None:
     with pytest.raises(WireError, match=r"failed to connect to the peer 127\.0\.0\.1:"):
-        Wire.connect("127.0.0.1", _free_port(), time.monotonic() + 1)
+        Wire.connect("127.0.0.1", free_port(), time.monotonic() + 1)
     with pytest.raises(WireError, match="no peer connected to port"):
-        Wire.listen(_free_port(), time.monotonic() + 0.5)
+        Wire.listen(free_port(), time.monotonic() + 0.5)

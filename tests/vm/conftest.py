@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import vmkit
+from support.netns import ip
+from support.proc import sh
 from vmkit import Rxe
 
 
@@ -22,14 +24,14 @@ def make_netns() -> Iterator[Callable[[], str]]:
 
     def make() -> str:
         name = vmkit.unique_name("vmns")
-        vmkit.run("ip", "netns", "add", name)
+        sh("ip", "netns", "add", name)
         made.append(name)
         return name
 
     yield make
     for name in reversed(made):
         with contextlib.suppress(RuntimeError):
-            vmkit.run("ip", "netns", "delete", name)
+            sh("ip", "netns", "delete", name)
 
 
 @pytest.fixture
@@ -39,16 +41,16 @@ def make_dummy() -> Iterator[Callable[[], str]]:
 
     def make() -> str:
         name = vmkit.unique_name("dum")
-        vmkit.ip("link", "add", name, "type", "dummy")
+        ip(None, "link", "add", name, "type", "dummy")
         made.append(name)
-        vmkit.ip("link", "set", name, "up")
+        ip(None, "link", "set", name, "up")
         return name
 
     yield make
     for name in reversed(made):
         if vmkit.link_exists(name):
             with contextlib.suppress(RuntimeError):
-                vmkit.ip("link", "delete", name)
+                ip(None, "link", "delete", name)
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +64,7 @@ def virtio_nics() -> list[str]:
     if len(nics) < 2:
         pytest.skip(f"needs two virtio-net NICs (vng --network loop), found {nics}")
     for nic in nics:
-        vmkit.ip("link", "set", nic, "up")
+        ip(None, "link", "set", nic, "up")
     return nics
 
 

@@ -14,7 +14,8 @@ import os
 import pytest
 import vmkit
 from cnirunner import HPC_NET, hide_and_spoof, ip_json, link_detail, rdma_blocks
-from vmrig import NODE, PodView, VmRig, assert_iface, link_by, wait_for
+from support.proc import wait_for
+from vmrig import NODE, SETTLE, PodView, VmRig, assert_iface, link_by
 
 pytestmark = [pytest.mark.vm, pytest.mark.root]
 
@@ -72,7 +73,7 @@ def test_virtio_nic_returns_after_its_pod_dies(rig: VmRig, virtio_nics: list[str
     assert identity["parentDev"] == parent, state  # IFLA_PARENT_DEV_NAME, e.g. virtio10
     assert identity["pci"] == pci, state  # the PCI function above it
     rig.delete_pod(pod2)
-    back = wait_for(lambda: link_by(NODE, parentdev=parent))
+    back = wait_for(lambda: link_by(NODE, parentdev=parent), timeout=SETTLE)
     assert back is not None, "the kernel did not return the NIC to the root netns"
     # the kernel's own return: the in-pod name, down, no IPv4 address, no routes
     assert back["ifname"] != nic and "UP" not in back["flags"], back
@@ -108,7 +109,8 @@ def test_del_before_the_kernel_returns_the_nic_keeps_the_state(
     try:
         # holding the netns means being in it, not only running: `ip netns exec` may
         # not have entered it yet when the path goes
-        assert wait_for(lambda: holder.poll() is None and _in_netns(holder.pid, pod.path))
+        assert wait_for(lambda: holder.poll() is None and _in_netns(holder.pid, pod.path),
+                        timeout=SETTLE)
         rig.delete_pod(pod)  # the path goes; the netns (and the NIC in it) stays
         run = chain.delete("c3")
         assert run.code == 11, run
@@ -117,7 +119,7 @@ def test_del_before_the_kernel_returns_the_nic_keeps_the_state(
     finally:
         holder.kill()
         holder.wait()
-    assert wait_for(lambda: link_by(NODE, parentdev=parent)) is not None
+    assert wait_for(lambda: link_by(NODE, parentdev=parent), timeout=SETTLE) is not None
     run = chain.delete("c3")
     assert run.rc == 0 and run.out is None, run
     assert _ipv4(nic) == [CIDR]
@@ -154,7 +156,7 @@ def test_a_look_alike_is_never_taken_for_the_pci_nic(rig: VmRig, virtio_nics: li
         assert rig.files(), "the state must be kept for the retry"
     finally:
         os.kill(hideout, signal.SIGKILL)
-    assert wait_for(lambda: link_by(NODE, parentdev=parent)) is not None
+    assert wait_for(lambda: link_by(NODE, parentdev=parent), timeout=SETTLE) is not None
     run = chain.delete("c4")
     assert run.rc == 0 and run.out is None, run
     now = link_detail("", nic)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import vmkit
+from support.netns import ip, ip_json
+from support.proc import sh, wait_for
 from vmkit import Rxe
 
 pytestmark = [pytest.mark.vm, pytest.mark.root]
@@ -16,12 +18,13 @@ def _ipvlan_child(parent: str, netns: str, cidr: str) -> str:
     """Create an ipvlan L2 child of `parent` directly in `netns` (like VKE), address it, up."""
     tmp = vmkit.unique_name("tmp")
     name = vmkit.unique_name("ipv")
-    vmkit.ip(
-        "link", "add", "link", parent, "name", tmp, "netns", netns, "type", "ipvlan", "mode", "l2"
+    ip(
+        None, "link", "add", "link", parent, "name", tmp, "netns", netns, "type", "ipvlan",
+        "mode", "l2"
     )
-    vmkit.ip("link", "set", tmp, "name", name, netns=netns)
-    vmkit.ip("addr", "add", cidr, "dev", name, netns=netns)
-    vmkit.ip("link", "set", name, "up", netns=netns)
+    ip(netns, "link", "set", tmp, "name", name)
+    ip(netns, "addr", "add", cidr, "dev", name)
+    ip(netns, "link", "set", name, "up")
     return name
 
 
@@ -32,10 +35,10 @@ def test_ipvlan_l2_child_in_netns_on_dummy(
     ns = make_netns()
     child = _ipvlan_child(parent, ns, "192.0.2.10/24")
 
-    [link] = vmkit.ip_json("-d", "link", "show", "dev", child, netns=ns)
+    [link] = ip_json(ns, "-d", "link", "show", "dev", child)
     assert link["linkinfo"]["info_kind"] == "ipvlan"
     assert link["linkinfo"]["info_data"]["mode"] == "l2"
-    assert link["mtu"] == vmkit.ip_json("link", "show", "dev", parent)[0]["mtu"]
+    assert link["mtu"] == ip_json(None, "link", "show", "dev", parent)[0]["mtu"]
     assert vmkit.ipv4_addrs(child, netns=ns) == ["192.0.2.10/24"]
     assert not vmkit.link_exists(child)  # not in the root netns
 
@@ -44,7 +47,7 @@ def test_rxe_gid_follows_ipvlan_child_address(rxe: Rxe, make_netns: Callable[[],
     ns = make_netns()
     child = _ipvlan_child(rxe.netdev, ns, "198.51.100.21/24")
 
-    assert vmkit.wait_for(
+    assert wait_for(
         lambda: vmkit.roce_v2_gid_for(rxe.name, "198.51.100.21", child) is not None
     ), f"no RoCE v2 GID for 198.51.100.21 on {child}: {vmkit.read_gids(rxe.name)}"
     gid = vmkit.roce_v2_gid_for(rxe.name, "198.51.100.21", child)
@@ -52,8 +55,8 @@ def test_rxe_gid_follows_ipvlan_child_address(rxe: Rxe, make_netns: Callable[[],
     raw = Path(f"/sys/class/infiniband/{rxe.name}/ports/1/gids/{gid.index}").read_text()
     assert str(gid.gid) == "::ffff:c633:6415" and raw.strip().endswith("ffff:c633:6415")
 
-    vmkit.ip("addr", "del", "198.51.100.21/24", "dev", child, netns=ns)
-    assert vmkit.wait_for(
+    ip(ns, "addr", "del", "198.51.100.21/24", "dev", child)
+    assert wait_for(
         lambda: all(g.ipv4 is None for g in vmkit.read_gids(rxe.name) if g.ndev == child)
     ), f"GID of 198.51.100.21 still present: {vmkit.read_gids(rxe.name)}"
 
@@ -63,13 +66,13 @@ def test_virtio_nic_is_pci_and_returns_when_netns_dies(virtio_nics: list[str]) -
     pci = vmkit.pci_address(nic)
     assert pci is not None and Path("/sys/bus/pci/devices", pci).exists()
     ns = vmkit.unique_name("vmns")
-    vmkit.run("ip", "netns", "add", ns)
+    sh("ip", "netns", "add", ns)
     try:
-        vmkit.ip("link", "set", nic, "netns", ns)
+        ip(None, "link", "set", nic, "netns", ns)
         assert not vmkit.link_exists(nic)
         assert vmkit.link_exists(nic, netns=ns)
     finally:
-        vmkit.run("ip", "netns", "delete", ns)
-    assert vmkit.wait_for(lambda: vmkit.link_exists(nic)), f"{nic} did not come back"
+        sh("ip", "netns", "delete", ns)
+    assert wait_for(lambda: vmkit.link_exists(nic)), f"{nic} did not come back"
     assert vmkit.pci_address(nic) == pci
-    vmkit.ip("link", "set", nic, "up")
+    ip(None, "link", "set", nic, "up")

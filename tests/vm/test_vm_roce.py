@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import vmkit
 from cnirunner import HPC_NET, REPO, Pod, rdma_blocks, sh
+from support.proc import wait_for
 from vmkit import Rxe
-from vmrig import PodView, VmRig, wait_for
+from vmrig import SETTLE, PodView, VmRig
 
 pytestmark = [pytest.mark.vm, pytest.mark.root]
 
@@ -99,11 +100,13 @@ def _macvlan_possible(nic: str) -> bool:
 
 def test_pods_get_their_own_gid_and_nccl_env(rig: VmRig, rxe: Rxe,
                                                vm_binary: list[str]) -> None:
-    assert wait_for(lambda: _macvlan_possible(rxe.netdev)), f"{rxe.netdev} carries an ipvlan"
+    assert wait_for(lambda: _macvlan_possible(rxe.netdev), timeout=SETTLE), \
+        f"{rxe.netdev} carries an ipvlan"
     # renamed: the host NIC must not share a name with the pods' interfaces
     nic = rig.borrow(rxe.netdev, rename="rnic1")
     rig.configure(nic, "198.51.100.1/28", routes=[(HPC_NET, GW)])
-    host_gid = wait_for(lambda: vmkit.roce_v2_gid_for(rxe.name, "198.51.100.1", nic))
+    host_gid = wait_for(lambda: vmkit.roce_v2_gid_for(rxe.name, "198.51.100.1", nic),
+                        timeout=SETTLE)
     assert host_gid is not None, vmkit.read_gids(rxe.name)
     a, b = rig.pod(), rig.pod("203.0.113.6/24")
     chain = rig.chain("shared-multi", [nic])
@@ -132,7 +135,8 @@ def test_pods_get_their_own_gid_and_nccl_env(rig: VmRig, rxe: Rxe,
     for cid, ip in (("ca", "198.51.100.2"), ("cb", "198.51.100.3")):
         run = chain.delete(cid)
         assert run.rc == 0 and run.out is None, run
-        assert wait_for(partial(_gid_gone, rxe.name, ip)), (ip, vmkit.read_gids(rxe.name))
+        assert wait_for(partial(_gid_gone, rxe.name, ip), timeout=SETTLE), \
+            (ip, vmkit.read_gids(rxe.name))
 
 
 def _gid_gone(ibdev: str, ip: str) -> bool:

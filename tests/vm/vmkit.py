@@ -9,14 +9,12 @@ from __future__ import annotations
 import errno
 import ipaddress
 import itertools
-import json
 import os
-import subprocess
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from support.netns import ip, ip_json
+from support.proc import sh
 
 _counter = itertools.count()
 
@@ -26,27 +24,9 @@ def unique_name(prefix: str) -> str:
     return f"{prefix[:6]}{os.getpid() % 1000}x{next(_counter)}"[:15]
 
 
-def run(*args: str) -> str:
-    """Run a command; raise with its stderr when it fails."""
-    proc = subprocess.run(args, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    return proc.stdout
-
-
-def ip(*args: str, netns: str | None = None) -> str:
-    return run("ip", *(("-n", netns) if netns else ()), *args)
-
-
-def ip_json(*args: str, netns: str | None = None) -> list[dict[str, Any]]:
-    out = run("ip", "-j", *(("-n", netns) if netns else ()), *args)
-    data = json.loads(out) if out.strip() else []
-    return data if isinstance(data, list) else [data]
-
-
 def link_exists(name: str, netns: str | None = None) -> bool:
     try:
-        ip("link", "show", "dev", name, netns=netns)
+        ip(netns, "link", "show", "dev", name)
     except RuntimeError:
         return False
     return True
@@ -55,22 +35,11 @@ def link_exists(name: str, netns: str | None = None) -> bool:
 def ipv4_addrs(name: str, netns: str | None = None) -> list[str]:
     """Addresses of `name` as 'a.b.c.d/len', from `ip -j addr show`."""
     out: list[str] = []
-    for link in ip_json("addr", "show", "dev", name, netns=netns):
+    for link in ip_json(netns, "addr", "show", "dev", name):
         for a in link.get("addr_info", []):
             if a.get("family") == "inet":
                 out.append(f"{a['local']}/{a['prefixlen']}")
     return out
-
-
-def wait_for(pred: Callable[[], bool], timeout: float = 60.0, interval: float = 0.2) -> bool:
-    """Poll `pred` until true or `timeout` seconds pass (emulated guests are slow)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if pred():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
 
 
 def virtio_nics(sys_root: str = "/sys") -> list[str]:
@@ -149,9 +118,9 @@ class Rxe:
 
 
 def add_rxe(name: str, netdev: str) -> None:
-    run("rdma", "link", "add", name, "type", "rxe", "netdev", netdev)
+    sh("rdma", "link", "add", name, "type", "rxe", "netdev", netdev)
 
 
 def delete_rxe(name: str) -> None:
     if Path("/sys/class/infiniband", name).exists():
-        run("rdma", "link", "delete", name)
+        sh("rdma", "link", "delete", name)

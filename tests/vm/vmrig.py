@@ -41,6 +41,7 @@ from cnirunner import (
     unique_prefix,
     without,
 )
+from support.proc import wait_for
 
 NODE = None  # the VM's root netns (``ip`` without ``-n``)
 STAMP = BINARY.parents[1] / ".built"  # scripts/build.sh: both bundles complete
@@ -213,16 +214,6 @@ def link_by(ns: str | None, **want: Any) -> dict[str, Any] | None:
     return None
 
 
-def wait_for(pred: Callable[[], Any], timeout: float = SETTLE, interval: float = 0.2) -> Any:
-    """Poll until ``pred()`` is truthy; return its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
-
-
 class VmRig:
     """One test's NICs, pods, data dir and chain, in the VM's root netns."""
 
@@ -265,7 +256,7 @@ class VmRig:
         parent, mtu, up = link["parentdev"], link["mtu"], "UP" in link["flags"]
 
         def restore() -> None:
-            now = wait_for(lambda: link_by(NODE, parentdev=parent))
+            now = wait_for(lambda: link_by(NODE, parentdev=parent), timeout=SETTLE)
             assert now is not None, f"virtio NIC {nic} ({parent}) is not in the root netns"
             name = now["ifname"]
             sh("ip", "link", "set", "dev", name, "down")

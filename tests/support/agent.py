@@ -21,7 +21,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -141,27 +140,3 @@ class AgentContainer:
 def plugin_binary() -> str:
     """The plugin under test: ``RDMA_CNI_TEST_BINARY`` (e.g. an older build), else dist/."""
     return os.environ.get("RDMA_CNI_TEST_BINARY") or str(BINARY)
-
-
-class Serve:
-    """``rdma-cni serve`` (the plugin under test) in the node netns: the resident path."""
-
-    def __init__(self, ns: str, sock: Path, log: Path) -> None:
-        self.sock, self.log = sock, log
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, plugin_binary(), "serve", "--socket", str(sock),
-             "--log-file", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while not sock.exists():
-            assert self.proc.poll() is None, "resident server exited"
-            assert time.monotonic() < deadline, "resident server did not start"
-            time.sleep(0.05)
-
-    def served(self, command: str) -> int:
-        text = self.log.read_text() if self.log.exists() else ""
-        return sum(1 for line in text.splitlines() if f"resident {command} " in line)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
