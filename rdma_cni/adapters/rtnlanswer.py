@@ -99,7 +99,8 @@ class _Attrs:
 
     def _read(self, prime: dict[str, Any], off: int, length: int, flags: int) -> Any:
         if not isinstance(prime["class"], type):
-            before = [cell for cell in self.items(off) if cell[0] != "UNKNOWN"]
+            before = [_Cell(self, p, *at) for at in self._walk() if at[0] < off
+                      for p in (self._lay.by_type.get(at[2] & _TYPE_MASK),) if p is not None]
             prime = chosen(self._lay, prime, self._fieldmap(), before,
                            data=self._data, offset=off)
         cls = prime["class"]
@@ -108,6 +109,24 @@ class _Attrs:
             if value is not _NOT_HERE:
                 return value
         return _pyroute2_nla(prime, self._data, off, length, flags)
+
+
+class _Cell:
+    """(name, value) of one attribute for pyroute2's function that picks a class from the
+    attributes before it: the value is decoded only if the function reads it."""
+
+    __slots__ = ("_at", "_owner", "_prime")
+
+    def __init__(self, owner: _Attrs, prime: dict[str, Any], off: int, length: int,
+                 kind: int) -> None:
+        self._owner, self._prime, self._at = owner, prime, (off, length, kind & ~_TYPE_MASK)
+
+    def __getitem__(self, i: int) -> Any:
+        if i == 0:
+            return self._prime["name"]
+        if i == 1:
+            return self._owner._read(self._prime, *self._at)
+        raise IndexError(i)
 
 
 class Nested(_Attrs):

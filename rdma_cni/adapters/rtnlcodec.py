@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import socket
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import rdma_cni.adapters.pyroute2pkg  # isort: skip  # noqa: F401 - before any pyroute2 import
@@ -119,14 +120,14 @@ def _pad_to(b: bytes) -> bytes:
 
 
 def chosen(lay: _Layout, prime: dict[str, Any], fields: dict[str, Any],
-           before: list[tuple[str, Any]], **how: Any) -> dict[str, Any]:
+           before: Sequence[Any], **how: Any) -> dict[str, Any]:
     """``prime`` with the class pyroute2's function picks for it from the message (or
     nested attribute) of layout ``lay``: its ``fields`` and the attributes ``before``
     it (IFLA_AF_SPEC by family, IFLA_INFO_DATA by IFLA_INFO_KIND)."""
     probe = lay.cls()
     for key, value in fields.items():
         probe[key] = value
-    probe["attrs"] = before
+    probe["attrs"] = list(before)  # (name, value) pairs, or cells read as such
     return {**prime, "class": prime["class"](probe, **how)}
 
 

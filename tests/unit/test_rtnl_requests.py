@@ -92,6 +92,21 @@ def _every_request(nl: Netlink) -> None:
     nl.del_rule("198.51.100.9", 1001, 32000)
 
 
+def _pyroute2_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the classes pyroute2 decodes from here on (none is refused: a
+    failed decode would be caught and read as bytes)."""
+    from pyroute2.netlink import nla, nlmsg_base
+
+    seen: list[str] = []
+    for base in (nla, nlmsg_base):
+        def recorded(self: Any, *args: Any, _was: Any = base.decode, **kwargs: Any) -> Any:
+            seen.append(type(self).__name__)
+            return _was(self, *args, **kwargs)
+
+        monkeypatch.setattr(base, "decode", recorded)
+    return seen
+
+
 def test_every_request_of_the_adapter_is_packed_by_the_codec(
         monkeypatch: pytest.MonkeyPatch) -> None:
     packed: list[tuple[bytes | None, bytes]] = []
@@ -120,14 +135,23 @@ def test_nested_and_struct_attributes_are_read_without_pyroute2s_classes(
                                              ("IFA_CACHEINFO", cache)],
                             {"family": socket.AF_INET6, "prefixlen": 64, "index": 7},
                             rtnl.RTM_NEWADDR, 0, 1)
-    from pyroute2.netlink import nlmsg_base
-
-    def refused(self: Any, *args: Any, **kwargs: Any) -> None:
-        raise AssertionError(f"pyroute2 decoded {type(self).__name__}")
-
-    monkeypatch.setattr(nlmsg_base, "decode", refused)
+    decoded = _pyroute2_decodes(monkeypatch)
     a = Answer(rtnl.ifinfmsg, link, 0, len(link))
     assert (link_of(a).kind, inet6_mode_of(a)) == ("veth", 1)
     assert stats_of(a) is not None and stats_of(a).rx_bytes == 10  # type: ignore[union-attr]
     b = Answer(rtnl.ifaddrmsg, addr, 0, len(addr))
     assert addr_of(b)[1] == Addr("2001:db8:7::5/64", valid=3600, preferred=1800)
+    assert decoded == []
+
+
+def test_a_class_picked_by_pyroute2s_function_reads_only_what_the_function_asks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """IFLA_AF_SPEC's class is picked by the message's family: reading it decodes none
+    of the attributes before it (IFLA_OPERSTATE has a decoder of pyroute2's own)."""
+    data = pyroute2_encoded(rtnl.ifinfmsg, [("IFLA_OPERSTATE", "UP"), *ETH1],
+                            {"index": 7}, rtnl.RTM_NEWLINK, 0, 1)
+    decoded = _pyroute2_decodes(monkeypatch)
+    a = Answer(rtnl.ifinfmsg, data, 0, len(data))
+    assert inet6_mode_of(a) == 1
+    assert link_of(a).kind == "veth"
+    assert decoded == []
