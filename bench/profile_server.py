@@ -40,9 +40,6 @@ def inner(args: argparse.Namespace) -> int:
 
     for name in server.PRELOAD:
         __import__(name)
-    from rdma_cni.adapters import rtnlcodec
-
-    rtnlcodec.enable()  # as `serve` does
     names = lab.Names(args.prefix)
     pods_api = lab.Pods(names)
     side = RdmaCni("rdma-cni", os.path.join(args.tmp, "data"), lab.N_NICS, socket="")

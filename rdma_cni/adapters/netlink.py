@@ -3,7 +3,8 @@
 
 One :class:`Netlink` is one socket bound to the netns it was created in
 (:class:`rdma_cni.adapters.rtnl.Channel`); every step of an invocation in that netns
-reuses it. pyroute2's message classes encode each request and decode each answer.
+reuses it. Requests are packed and answers read from pyroute2's message layouts by
+:mod:`rdma_cni.adapters.rtnlcodec` and :mod:`rdma_cni.adapters.rtnlanswer`.
 Links are addressed by name where the kernel allows it (set, move, delete: one
 message, no lookup); addresses, routes and rules are its base class's
 (:mod:`rdma_cni.adapters.netlink_l3`). Every call goes through one errno filter

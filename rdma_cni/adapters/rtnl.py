@@ -1,7 +1,7 @@
 """A synchronous rtnetlink channel: one raw ``NETLINK_ROUTE`` socket in the netns it
-was made in; requests and answers in pyroute2's message classes' layouts
-(:mod:`rdma_cni.adapters.rtnlcodec`: packed in one pass, answers read attribute by
-attribute when asked; what that module does not pack, pyroute2 encodes). The
+was made in; requests and answers in pyroute2's message classes' layouts, packed in
+one pass (:mod:`rdma_cni.adapters.rtnlcodec`) and read attribute by attribute when
+asked (:mod:`rdma_cni.adapters.rtnlanswer`), in every process. The
 request/response layer of pyroute2's ``IPRoute`` runs each call through an asyncio
 loop and argument filters, which cost more than the message itself.
 
@@ -28,7 +28,8 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-from rdma_cni.adapters.rtnlcodec import Answer, encode
+from rdma_cni.adapters.rtnlanswer import Answer
+from rdma_cni.adapters.rtnlcodec import Unsupported, encode
 
 NLM_F_REQUEST = 0x1
 NLM_F_ACK = 0x4
@@ -96,9 +97,10 @@ class Channel:
     def _exchange(self, cls: type, attrs: Sequence[tuple[str, Any]], fields: dict[str, Any],
                   kind: int, flags: int) -> tuple[list[Answer], bool]:
         self._seq = self._seq % 0x7FFFFFFF + 1
-        data = encode(cls, kind, flags, self._seq, fields, list(attrs))
-        if data is None:
-            data = _pyroute2_encoded(cls, attrs, fields, kind, flags, self._seq)
+        try:
+            data = encode(cls, kind, flags, self._seq, fields, list(attrs))
+        except Unsupported as exc:  # refused here as the kernel would refuse it
+            raise OSError(errno.EINVAL, f"cannot pack the request ({exc})") from None
         self._sock.send(data)
         return self._collect(self._seq)
 
@@ -138,14 +140,3 @@ class Channel:
             except InterruptedError:
                 continue
 
-
-def _pyroute2_encoded(cls: type, attrs: Sequence[tuple[str, Any]], fields: dict[str, Any],
-                      kind: int, flags: int, seq: int) -> bytes:
-    """The request encoded by pyroute2 itself (an attribute the codec does not pack)."""
-    msg = cls()
-    for key, value in fields.items():
-        msg[key] = value
-    msg["attrs"] = list(attrs)
-    msg["header"].update(type=kind, flags=flags, sequence_number=seq, pid=0)
-    msg.encode()
-    return bytes(msg.data)

@@ -1,4 +1,4 @@
-"""Reading rtnetlink answers (:class:`rdma_cni.adapters.rtnlcodec.Answer`: fixed fields
+"""Reading rtnetlink answers (:class:`rdma_cni.adapters.rtnlanswer.Answer`: fixed fields
 by name, attributes by ``attr``, values as pyroute2 gives them) into the port's plain
 values, and the reverse for a route. Imports nothing of pyroute2."""
 

@@ -292,10 +292,8 @@ def main(argv: list[str]) -> int:
 
     for name in PRELOAD:
         importlib.import_module(name)
-    from rdma_cni.adapters import rtnlcodec
     from rdma_cni.resident import workers
 
-    rtnlcodec.enable()  # requests packed here, not by pyroute2 (rdma_cni/adapters/rtnlcodec.py)
     server = Server(args.socket, cap=intake.connection_cap(intake.raise_fd_limit()))
     _logging(server, args)
     # told to stop from the moment the socket can be seen (a DaemonSet rollout, a test)

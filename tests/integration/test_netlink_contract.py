@@ -178,18 +178,7 @@ def _fake() -> World:
     return World(hp, kernel.port(pod), pod.fd, host.fd)
 
 
-@pytest.fixture(params=["pyroute2", "codec"])
-def codec(request: pytest.FixtureRequest) -> Iterator[str]:
-    """In-process the plugin leaves every message to pyroute2; `serve` packs and reads
-    them with rdma_cni/adapters/rtnlcodec.py. Both are held to the kernel."""
-    from rdma_cni.adapters import rtnlcodec
-
-    rtnlcodec.enable(request.param == "codec")
-    yield request.param
-    rtnlcodec.enable(False)
-
-
-def test_the_fake_behaves_as_the_kernel(codec: str, real: World) -> None:
+def test_the_fake_behaves_as_the_kernel(real: World) -> None:
     want, got = _run(real), _run(_fake())
     assert [t[0] for t in want] == [t[0] for t in got]
     for (what, out_real, st_real), (_, out_fake, st_fake) in zip(want, got, strict=True):
@@ -202,9 +191,10 @@ def test_requests_and_answers_are_pyroute2s_own(real: World,
     """Every request the adapter sends in the sequence above is byte for byte what
     pyroute2 encodes, and every attribute of every answer the kernel gives reads as
     pyroute2 decodes it (the codec packs and reads without pyroute2's objects)."""
-    from rdma_cni.adapters import rtnl, rtnlcodec
+    from rtnl_oracle import pyroute2_encoded
 
-    monkeypatch.setattr(rtnlcodec, "_enabled", True)
+    from rdma_cni.adapters import rtnl
+
     sent: list[tuple[bytes | None, bytes]] = []
     answers: list[rtnl.Answer] = []
     encode, collect = rtnl.encode, rtnl.Channel._collect
@@ -212,7 +202,7 @@ def test_requests_and_answers_are_pyroute2s_own(real: World,
     def checked_encode(cls: type, kind: int, flags: int, seq: int, fields: dict[str, Any],
                        attrs: list[tuple[str, Any]]) -> bytes | None:
         ours = encode(cls, kind, flags, seq, fields, attrs)
-        sent.append((ours, rtnl._pyroute2_encoded(cls, attrs, fields, kind, flags, seq)))
+        sent.append((ours, pyroute2_encoded(cls, attrs, fields, kind, flags, seq)))
         return ours
 
     def kept(self: rtnl.Channel, seq: int) -> tuple[list[rtnl.Answer], bool]:

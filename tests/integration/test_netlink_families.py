@@ -1,9 +1,8 @@
 """The kernel adapter's every-family methods (an exclusive NIC's own configuration),
-against the kernel in a throwaway netns, with the resident server's codec on and off:
-an address put with flags, lifetimes, label and broadcast reads back as put; the
-routes through a link are those of both families in every table but ``local``; the
-IPv6 address generation mode reads back as set. Oracle: the adapter's reads and
-``ip -j``."""
+against the kernel in a throwaway netns, through the one rtnetlink codec: an address
+put with flags, lifetimes, label and broadcast reads back as put; the routes through a
+link are those of both families in every table but ``local``; the IPv6 address
+generation mode reads back as set. Oracle: the adapter's reads and ``ip -j``."""
 
 from __future__ import annotations
 
@@ -21,12 +20,8 @@ from rdma_cni.datapath.port import FOREVER, Addr
 pytestmark = pytest.mark.root
 
 
-@pytest.fixture(params=["pyroute2", "codec"])
-def port(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-         ) -> Iterator[tuple[Netlink, str]]:
-    from rdma_cni.adapters import rtnlcodec
-
-    monkeypatch.setattr(rtnlcodec, "_enabled", request.param == "codec")
+@pytest.fixture
+def port() -> Iterator[tuple[Netlink, str]]:
     ns = f"nlf{uuid.uuid4().hex[:8]}"
     sh("ip", "netns", "add", ns)
     fd = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
