@@ -191,7 +191,7 @@ def test_requests_and_answers_are_pyroute2s_own(real: World,
     """Every request the adapter sends in the sequence above is byte for byte what
     pyroute2 encodes, and every attribute of every answer the kernel gives reads as
     pyroute2 decodes it (the codec packs and reads without pyroute2's objects)."""
-    from rtnl_oracle import pyroute2_encoded
+    from support.rtnl_oracle import pyroute2_encoded
 
     from rdma_cni.adapters import rtnl
 

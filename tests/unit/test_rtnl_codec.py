@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from rtnl_oracle import pyroute2_encoded
+from support.rtnl_oracle import pyroute2_encoded
 
 from rdma_cni.adapters import rtnl
 from rdma_cni.adapters.rtnlanswer import Answer

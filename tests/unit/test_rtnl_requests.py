@@ -12,7 +12,7 @@ from ipaddress import IPv4Interface
 from typing import Any
 
 import pytest
-from rtnl_oracle import pyroute2_encoded
+from support.rtnl_oracle import pyroute2_encoded
 
 from rdma_cni.adapters import rtnl
 from rdma_cni.adapters.netlink import Netlink

@@ -25,7 +25,6 @@ GENERATED = "rdma_cni/proto/"
 #: it once that change is merged. The xfail is strict, so each of them fails this test as
 #: soon as it fits: then take it out of this list, and remove the list once it is empty.
 SPLIT_BY_ANOTHER_CHANGE = (
-    "rdma_cni/adapters/rtnlcodec.py",
     "rdma_cni/kube/agent/reconciler.py",
     "rdma_cni/resident/server.py",
 )
