@@ -19,17 +19,9 @@ import logging
 import time
 from collections.abc import Sequence
 
-from rdma_cni.datapath.plan import IfacePlan
-from rdma_cni.datapath.port import (
-    FOREVER,
-    SCOPE_LINK,
-    SCOPE_UNIVERSE,
-    Addr,
-    NetlinkFailure,
-    NetlinkPort,
-    Route,
-)
-from rdma_cni.store.records import HostAddr, HostRoute
+from rdma_cni.vocab.netlink import FOREVER, SCOPE_LINK, SCOPE_UNIVERSE, Addr, NetlinkFailure, Route
+from rdma_cni.vocab.plan import HostAddr, HostRoute, IfacePlan
+from rdma_cni.vocab.ports import NetlinkPort
 
 log = logging.getLogger("rdma_cni")
 IFA_F_TENTATIVE = 0x40

@@ -20,11 +20,12 @@ from typing import Any
 from rdma_cni.adapters import netns
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.datapath.hostconfig import restore_host
-from rdma_cni.datapath.plan import IfacePlan
-from rdma_cni.datapath.port import Link, NetlinkPort
 from rdma_cni.datapath.sublinks import KINDS as SUBLINK_KINDS
 from rdma_cni.errors import IOFailure, NicUnavailable, TryAgain
-from rdma_cni.modes import Mode
+from rdma_cni.vocab.modes import Mode
+from rdma_cni.vocab.netlink import Link
+from rdma_cni.vocab.plan import IfacePlan
+from rdma_cni.vocab.ports import NetlinkPort
 
 log = logging.getLogger("rdma_cni")
 #: the netns an index of a NIC without a bus device was recorded in

@@ -24,13 +24,14 @@ import logging
 from ipaddress import IPv4Address, IPv4Interface
 from typing import Any
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.datapath.physical import HOST, POD, SUBLINK_KINDS
-from rdma_cni.datapath.plan import IfacePlan
-from rdma_cni.datapath.port import RT_TABLE_MAIN, Link, NetlinkPort
 from rdma_cni.store.core import Store
-from rdma_cni.store.records import HostRoute
-from rdma_cni.store.state import SALVAGED, AttachmentState, make_state
+from rdma_cni.store.state import AttachmentState, make_state
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.kinds import SALVAGED, LinkKind
+from rdma_cni.vocab.netlink import RT_TABLE_MAIN, Link
+from rdma_cni.vocab.plan import HostRoute, IfacePlan
+from rdma_cni.vocab.ports import NetlinkPort
 
 log = logging.getLogger("rdma_cni")
 RTPROT_BOOT = 3
@@ -67,7 +68,7 @@ def _physical_in_pod(k: int, pod: NetlinkPort, link: Link, nic: str,
                              not any(IPv4Address(r.gateway) in a.network for a in addrs))
                    for r in pod.routes(RT_TABLE_MAIN, oif=link.index) if r.gateway)
     table = next((tables[str(a.ip)] for a in addrs if str(a.ip) in tables), 0)
-    return IfacePlan(k=k, name=link.name, tmp=link.name, nic=nic, kind="physical",
+    return IfacePlan(k=k, name=link.name, tmp=link.name, nic=nic, kind=LinkKind.PHYSICAL,
                      mtu=link.mtu, table=table, addresses=addrs, identity=_identity(link, POD),
                      host_mtu=link.mtu, host_up=link.up, host_routes=routes)
 
@@ -76,7 +77,7 @@ def _physical_on_host(k: int, link: Link, nic: str) -> IfacePlan:
     log.warning("DEL of an unreadable state record: exclusive NIC %s is back on the host as "
                 "%s; its addresses and routes are not known and are not restored", nic,
                 link.name)
-    return IfacePlan(k=k, name=nic, tmp=nic, nic=nic, kind="physical", mtu=link.mtu,
+    return IfacePlan(k=k, name=nic, tmp=nic, nic=nic, kind=LinkKind.PHYSICAL, mtu=link.mtu,
                      table=0, identity=_identity(link, HOST), host_mtu=0, host_up=link.up)
 
 

@@ -10,19 +10,9 @@ from pydantic_core import core_schema as cs
 
 from rdma_cni.errors import ConfigError, shown
 from rdma_cni.models.core import Model, ValidationError, after, explain, field, model, validator
+from rdma_cni.vocab.names import check_ifname
 
-_IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
-RESERVED_IFNAMES = frozenset((".", "..", "lo", "eth0"))
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
-
-
-def check_ifname(value: str) -> str:
-    if not _IFNAME.fullmatch(value) or value in RESERVED_IFNAMES:
-        raise ValueError(
-            f"interface name {shown(value)} is invalid: 1-15 characters of [A-Za-z0-9_.-], "
-            "not '.', '..', 'lo' or 'eth0'"
-        )
-    return value
 
 
 def _check_mac(value: str) -> str:

@@ -24,16 +24,8 @@ from rdma_cni.models.core import (
     sub_model,
     validator,
 )
-from rdma_cni.modes import Mode
-from rdma_cni.node.names import valid_netdev
-
-
-def _check_netdev(value: str) -> str:
-    """A host netdev name (unlike a pod interface name, eth0 is a legitimate RDMA NIC)."""
-    if not valid_netdev(value) or value == "lo":
-        raise ValueError(f"netdev name {shown(value)} is invalid: 1-15 characters of "
-                         "[A-Za-z0-9_.-], not '.', '..' or 'lo' (never an RDMA NIC)")
-    return value
+from rdma_cni.vocab.modes import Mode
+from rdma_cni.vocab.names import check_host_netdev as _check_netdev
 
 
 def _networks(value: list[str]) -> list[str]:

@@ -17,11 +17,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface, ip_interface
 
-from rdma_cni.datapath.plan import NicFacts
-from rdma_cni.datapath.port import FOREVER, Addr, Link, NetlinkPort, Route
 from rdma_cni.errors import NicUnavailable
-from rdma_cni.node.discovery import Nic
-from rdma_cni.store.records import HostAddr, HostRoute
+from rdma_cni.vocab.netlink import FOREVER, Addr, Link, Route
+from rdma_cni.vocab.nic import Nic
+from rdma_cni.vocab.plan import HostAddr, HostRoute, NicFacts
+from rdma_cni.vocab.ports import NetlinkPort
 
 RTPROT_REDIRECT, RTPROT_KERNEL, RTPROT_RA = 1, 2, 9
 IFA_F_TEMPORARY = 0x01  # IPv6 (the same bit is IFA_F_SECONDARY in IPv4)

@@ -23,9 +23,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from rdma_cni.datapath.port import Link, NetlinkPort, Route
 from rdma_cni.errors import ConfigError
-from rdma_cni.node.discovery import Nic
+from rdma_cni.vocab.netlink import Link, Route
+from rdma_cni.vocab.nic import Nic
+from rdma_cni.vocab.ports import NetlinkPort
 
 #: (candidate netdevs, nodeIPs) -> the node's own NICs among them, and why
 PrimaryReader = Callable[[Sequence[str], Sequence[str]], Mapping[str, str]]

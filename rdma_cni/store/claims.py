@@ -12,10 +12,8 @@ from contextlib import AbstractContextManager
 from ipaddress import AddressValueError, IPv4Address, IPv4Network, NetmaskValueError
 from typing import Any
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError, ConfigError, IOFailure, shown
 from rdma_cni.log import LazyLogger
-from rdma_cni.node.names import valid_netdev
 from rdma_cni.store.files import (
     Corrupt,
     Identity,
@@ -30,6 +28,8 @@ from rdma_cni.store.files import (
     unlink_quietly,
     write_temp,
 )
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.names import valid_netdev
 
 log = LazyLogger(__name__)
 

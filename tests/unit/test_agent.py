@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from rdma_cni.cni.attachment import AttachmentKey
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.kube.agent import reconciler as agent
 from rdma_cni.kube.agent.view import Evidence
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import PENDING, READY, make_state
+from rdma_cni.store.state import make_state
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.kinds import PENDING, READY
+from rdma_cni.vocab.plan import IfacePlan
 
 POOL = "198.51.100.0/28"
 

@@ -20,8 +20,8 @@ from rdma_cni.kube.agent import netnsfit
 from rdma_cni.kube.agent import reconciler as agent
 from rdma_cni.kube.agent.kubeapi import KubeCluster, Reporter
 from rdma_cni.kube.exporter.agent import AgentCollector
-from rdma_cni.modes import Mode, RdmaNetnsMode
 from rdma_cni.store.core import Store
+from rdma_cni.vocab.modes import Mode, RdmaNetnsMode
 
 client = pytest.importorskip("kubernetes.client")
 SHARED, EXCLUSIVE = RdmaNetnsMode.SHARED.value, RdmaNetnsMode.EXCLUSIVE.value

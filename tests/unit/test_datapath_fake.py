@@ -13,12 +13,12 @@ from fakes.netlink import FakeKernel, FakeNetns, observe
 
 from rdma_cni import defaults, testhooks
 from rdma_cni.datapath import execute
-from rdma_cni.datapath.plan import SYSCTLS, IfacePlan, with_address
+from rdma_cni.datapath.plan import SYSCTLS, with_address
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.teardown import marker_of, teardown
 from rdma_cni.errors import EnvError, IfNameInUse, IOFailure
-from rdma_cni.store.records import HostRoute
 from rdma_cni.store.state import make_state
+from rdma_cni.vocab.plan import HostRoute, IfacePlan
 
 DIGEST = "feedc0ffee0011"
 MARK = marker_of(DIGEST)

@@ -29,7 +29,7 @@ from rdma_cni.kube.deviceplugin.devices import preferred_allocation
 from rdma_cni.kube.deviceplugin.inventory import Inventory, PluginSettings
 from rdma_cni.kube.deviceplugin.server import DevicePlugin, socket_name
 from rdma_cni.kube.exporter.deviceplugin import DevicePluginCollector
-from rdma_cni.node.discovery import Nic
+from rdma_cni.vocab.nic import Nic
 
 REPO = Path(__file__).resolve().parents[2]
 # netdev, pci, numa, ibdev, uverbs
@@ -119,7 +119,8 @@ def test_slot_cap_is_the_ipam_pool_size() -> None:
     from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
     from rdma_cni.ipam.allocator import RangeLimits
-    from rdma_cni.node.pools import HostNic, PoolSizes
+    from rdma_cni.node.pools import PoolSizes
+    from rdma_cni.vocab.nic import HostNic
 
     calls: list[tuple[str, ...]] = []
 

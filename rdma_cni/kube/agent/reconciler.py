@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rdma_cni.adapters.cri import CriClient, CriUnavailable, default_socket
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import CniError
 from rdma_cni.kube.agent import netnsfit
 from rdma_cni.kube.agent import status as agentstatus
@@ -68,6 +67,7 @@ from rdma_cni.node.rdma_mode import read_netns_mode
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState
 from rdma_cni.tools.probe import beat
+from rdma_cni.vocab.attachment import AttachmentKey
 
 log = logging.getLogger("rdma_cni.kube.agent.reconciler")
 __all__ = ["STATUS_ANNOTATION", "Agent", "KubePodApi", "PodApi", "gather", "main", "publish",
