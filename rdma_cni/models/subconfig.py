@@ -100,9 +100,7 @@ def load_netconf_for(
 
 
 def data_dir_of(config: dict[str, Any]) -> str:
-    from rdma_cni.store.core import DEFAULT_DATA_DIR
-
-    value = config.get("dataDir") or DEFAULT_DATA_DIR
+    value = config.get("dataDir") or defaults.DATA_DIR
     if not isinstance(value, str) or not value.startswith("/") or "\x00" in value:
         raise ConfigError("invalid config: dataDir must be an absolute path without a NUL "
                           "character")

@@ -24,11 +24,11 @@ from fakekubelet import FakeKubelet, PluginClient
 from fakesys import FakeSys
 
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.kube.deviceplugin import status
 from rdma_cni.kube.deviceplugin.devices import preferred_allocation
 from rdma_cni.kube.deviceplugin.inventory import Inventory, PluginSettings
 from rdma_cni.kube.deviceplugin.server import DevicePlugin, socket_name
 from rdma_cni.kube.exporter.deviceplugin import DevicePluginCollector
+from rdma_cni.store.run import pluginstatus as status
 from rdma_cni.vocab.nic import Nic
 
 REPO = Path(__file__).resolve().parents[2]
