@@ -31,7 +31,7 @@ from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.kinds import SALVAGED, LinkKind
 from rdma_cni.vocab.netlink import RT_TABLE_MAIN, Link
 from rdma_cni.vocab.plan import HostRoute, IfacePlan
-from rdma_cni.vocab.ports import NetlinkPort
+from rdma_cni.vocab.ports import L3View, LinkView, NetlinkPort
 
 log = logging.getLogger("rdma_cni")
 RTPROT_BOOT = 3
@@ -45,7 +45,7 @@ def _identity(link: Link, where: str) -> dict[str, Any]:
             "ifindex": link.index, "ifindexNetns": where}
 
 
-def _tables(nl: NetlinkPort, priority: int) -> dict[str, int]:
+def _tables(nl: L3View, priority: int) -> dict[str, int]:
     """source address -> table of our rules (at ``priority``) in ``nl``'s netns."""
     return {src.split("/")[0]: table for prio, table, src in nl.rules()
             if prio == priority and src}
@@ -58,7 +58,7 @@ def _sublink(k: int, link: Link, ips: list[IPv4Interface], tables: dict[str, int
                      mtu=link.mtu, table=table, addresses=tuple(ips))
 
 
-def _physical_in_pod(k: int, pod: NetlinkPort, link: Link, nic: str,
+def _physical_in_pod(k: int, pod: L3View, link: Link, nic: str,
                      tables: dict[str, int]) -> IfacePlan:
     addrs = tuple(a for idx, a in pod.addresses(link.index) if idx == link.index)
     # ADD applies the NIC's routes in the pod "onlink" with its own protocol; the host's
@@ -81,7 +81,7 @@ def _physical_on_host(k: int, link: Link, nic: str) -> IfacePlan:
                      table=0, identity=_identity(link, HOST), host_mtu=0, host_up=link.up)
 
 
-def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: NetlinkPort,
+def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: LinkView,
             netns: str, priority: int) -> AttachmentState:
     """A state record for teardown, built from the store and our marked links."""
     marker = f"rdma-cni:{key.digest()}"
