@@ -230,6 +230,21 @@ def test_vocab_imports_only_the_base() -> None:
     assert found == [], "vocab imports beyond errors and defaults " + _shown(found)
 
 
+def test_the_port_protocols_have_at_most_ten_methods() -> None:
+    tree = ast.parse((ROOT / PKG / "vocab" / "ports.py").read_text())
+    classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
+
+    def methods(name: str) -> set[str]:
+        c = classes[name]
+        own = {f.name for f in c.body if isinstance(f, ast.FunctionDef)}
+        return own.union(*(methods(b.id) for b in c.bases
+                           if isinstance(b, ast.Name) and b.id in classes))
+
+    sizes = {name: len(methods(name)) for name in classes if name != "NetlinkPort"}
+    assert {n: k for n, k in sizes.items() if k > 10} == {}
+    assert len(methods("NetlinkPort")) == len(set().union(*map(methods, sizes)))
+
+
 # -- the checker -------------------------------------------------------------------
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
