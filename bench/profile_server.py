@@ -36,9 +36,9 @@ from sides import RdmaCni, rdma_blocks  # noqa: E402
 
 def inner(args: argparse.Namespace) -> int:
     from rdma_cni.cni import dispatch
-    from rdma_cni.resident import server
+    from rdma_cni.resident import main
 
-    for name in server.PRELOAD:
+    for name in main.PRELOAD:
         __import__(name)
     names = lab.Names(args.prefix)
     pods_api = lab.Pods(names)

@@ -19,10 +19,10 @@ SUBCOMMANDS = {
     "ls": "rdma_cni.tools.ls",
     "install": "rdma_cni.tools.install",
     "uninstall": "rdma_cni.tools.install",
-    "agent": "rdma_cni.kube.agent.reconciler",
+    "agent": "rdma_cni.kube.agent.main",
     "device-plugin": "rdma_cni.kube.deviceplugin.cli",
     "exporter": "rdma_cni.kube.exporter",
-    "serve": "rdma_cni.resident.server",
+    "serve": "rdma_cni.resident.main",
     "probe": "rdma_cni.tools.probe",
     "verify": "rdma_cni.tools.verify",
 }

@@ -25,6 +25,12 @@ COMMIT_FILE = "BUILD_COMMIT"  # written by scripts/build.sh next to this module
 VERSIONS_FILE = "BUILD_VERSIONS"  # written into each bundle by scripts/bundle_versions.py
 
 
+def say(msg: str, cmd: str = "install") -> None:
+    """A subcommand's one-line message on stderr (install's progress, ``--watch``)."""
+    sys.stderr.write(f"rdma-cni {cmd}: {msg}\n")
+    sys.stderr.flush()
+
+
 def commit() -> str:
     """The git commit the build was made from; ``unknown`` outside a git checkout."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), COMMIT_FILE)

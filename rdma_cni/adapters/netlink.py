@@ -1,5 +1,5 @@
 """rtnetlink of one netns: the one implementation of
-:class:`rdma_cni.datapath.port.NetlinkPort` over the kernel.
+:class:`rdma_cni.vocab.ports.NetlinkPort` over the kernel.
 
 One :class:`Netlink` is one socket bound to the netns it was created in
 (:class:`rdma_cni.adapters.rtnl.Channel`); every step of an invocation in that netns
@@ -41,14 +41,8 @@ from rdma_cni.adapters.rtnlmsg import (
     nsid_of,
     stats_of,
 )
-from rdma_cni.datapath.port import (
-    RT_TABLE_MAIN,
-    Link,
-    LinkStats,
-    NetlinkFailure,
-    Route,
-    not_found,
-)
+from rdma_cni.vocab.kinds import LinkKind
+from rdma_cni.vocab.netlink import RT_TABLE_MAIN, Link, LinkStats, NetlinkFailure, Route, not_found
 
 IPVLAN_MODE_L2 = 0
 MACVLAN_MODE_BRIDGE = 4
@@ -128,7 +122,7 @@ class Netlink(Layer3):
                        mtu: int, mac: str | None) -> None:
         attrs: list[tuple[str, Any]] = [("IFLA_IFNAME", name), ("IFLA_LINK", parent.index),
                                         ("IFLA_NET_NS_FD", target_fd), ("IFLA_MTU", mtu)]
-        if kind == "macvlan":
+        if kind == LinkKind.MACVLAN:
             data = [("IFLA_MACVLAN_MODE", MACVLAN_MODE_BRIDGE)]
             if mac:
                 attrs.append(("IFLA_ADDRESS", mac))

@@ -39,17 +39,17 @@ from rdma_cni.adapters.rtnlmsg import (
     route_request,
     rule_of,
 )
-from rdma_cni.datapath.port import (
+from rdma_cni.vocab.netlink import (
     DEFAULT_DSTS,
     RT_TABLE_LOCAL,
     RT_TABLE_MAIN,
     RTN_UNICAST,
     Addr,
-    NetlinkPort,
     Route,
     Rule,
     failure,
 )
+from rdma_cni.vocab.ports import NetlinkPort
 
 AF_INET = socket.AF_INET
 AF_INET6 = socket.AF_INET6

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from rdma_cni.errors import IOFailure
-from rdma_cni.modes import RdmaNetnsMode
+from rdma_cni.vocab.modes import RdmaNetnsMode
 
 NETLINK_RDMA = 20
 RDMA_NL_NLDEV = 5

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdma_cni.datapath.port import FOREVER, Addr, Link, LinkStats, Route
+from rdma_cni.vocab.netlink import FOREVER, Addr, Link, LinkStats, Route
 
 RTNH_F_ONLINK = 4
 RTPROT_STATIC = 4

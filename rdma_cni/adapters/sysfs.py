@@ -1,7 +1,7 @@
 """Read-only access to sysfs (and the few /proc files the RDMA code reads).
 
 This is the only module that touches ``/sys``. Every path is relative to an
-injectable root so tests can build fake trees (see ``tests/unit/fakesys.py``).
+injectable root so tests can build fake trees (see ``tests/support/fakes/sysfs.py``).
 Any read error (ENOENT, EINVAL of an empty GID slot, EISDIR, ...) reads as
 ``None``: callers treat it as "no value", never as a crash.
 """

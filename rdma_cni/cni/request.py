@@ -10,16 +10,16 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rdma_cni.cni.attachment import AttachmentKey, instance_of
 from rdma_cni.errors import EnvError
 from rdma_cni.models.cniargs import CniArgs
+from rdma_cni.vocab.attachment import AttachmentKey, instance_of
+from rdma_cni.vocab.names import cni_ifname_ok
 
 if TYPE_CHECKING:
     from rdma_cni.models.netconf import NetConf
 
 # CNI spec: container ID is alphanumeric then [A-Za-z0-9_.-]*
 _CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
-_IFNAME_BAD = re.compile(r"[/:\s\x00]")
 MAX_CONTAINER_ID = 1024
 MAX_PATH = 4096
 
@@ -58,7 +58,7 @@ class Request:
 
     @property
     def instance(self) -> str:
-        """This entry's share of the key (see :mod:`rdma_cni.cni.attachment`)."""
+        """This entry's share of the key (see :mod:`rdma_cni.vocab.attachment`)."""
         return instance_of(self.conf)
 
     @property
@@ -80,9 +80,7 @@ def check_container_id(value: str) -> str:
 
 
 def check_ifname(value: str) -> str:
-    # IFNAMSIZ counts bytes, as the kernel and the reference skel do
-    too_long = len(value.encode("utf-8", "surrogatepass")) > 15
-    if too_long or value in (".", "..") or _IFNAME_BAD.search(value):
+    if not cni_ifname_ok(value):
         raise EnvError(
             "invalid CNI_IFNAME: at most 15 bytes, not '.' or '..', "
             "without '/', ':', whitespace or NUL"

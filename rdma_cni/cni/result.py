@@ -6,7 +6,7 @@ from typing import Any
 
 from rdma_cni import jsondoc
 from rdma_cni.cni import versions
-from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.vocab.plan import IfacePlan
 
 
 def our_part(plans: list[IfacePlan], macs: dict[str, str], sandbox: str) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from rdma_cni import defaults
 from rdma_cni.adapters import netns
 from rdma_cni.adapters.rdmanl import RdmaNetlink
-from rdma_cni.datapath.port import NetlinkPort
 from rdma_cni.errors import IOFailure
+from rdma_cni.vocab.ports import NetlinkPort
 
 
 class NetnsOps:

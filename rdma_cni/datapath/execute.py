@@ -25,8 +25,9 @@ from typing import Protocol
 from rdma_cni import testhooks
 from rdma_cni.datapath import physical, podconfig, sublinks
 from rdma_cni.datapath.context import Ctx, NetnsOps
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.errors import TryAgain
+from rdma_cni.vocab.kinds import LinkKind
+from rdma_cni.vocab.plan import IfacePlan
 
 log = logging.getLogger("rdma_cni")
 __all__ = ["Ctx", "NetnsOps", "Owner", "Step", "Superseded", "apply", "rollback", "steps_for"]
@@ -54,7 +55,7 @@ def steps_for(plans: Sequence[IfacePlan]) -> list[Step]:
     steps: list[Step] = []
     for p in plans:
         steps.append(Step("check name", p, sublinks.check_name))
-        if p.kind == "physical":
+        if p.kind == LinkKind.PHYSICAL:
             steps.append(Step("move NIC in", p, physical.move_in, physical.move_back))
             if p.rdma_move:
                 steps.append(Step("move RDMA device in", p, physical.rdma_in,

@@ -19,17 +19,9 @@ import logging
 import time
 from collections.abc import Sequence
 
-from rdma_cni.datapath.plan import IfacePlan
-from rdma_cni.datapath.port import (
-    FOREVER,
-    SCOPE_LINK,
-    SCOPE_UNIVERSE,
-    Addr,
-    NetlinkFailure,
-    NetlinkPort,
-    Route,
-)
-from rdma_cni.store.records import HostAddr, HostRoute
+from rdma_cni.vocab.netlink import FOREVER, SCOPE_LINK, SCOPE_UNIVERSE, Addr, NetlinkFailure, Route
+from rdma_cni.vocab.plan import HostAddr, HostRoute, IfacePlan
+from rdma_cni.vocab.ports import L3Changes, NetlinkPort
 
 log = logging.getLogger("rdma_cni")
 IFA_F_TENTATIVE = 0x40
@@ -52,7 +44,7 @@ def restore_host(host: NetlinkPort, name: str, p: IfacePlan) -> None:
     add_routes(host, name, [route_of(HostRoute(*r), link.index) for r in saved])
 
 
-def set_mode(nl: NetlinkPort, name: str, mode: int | None) -> None:
+def set_mode(nl: L3Changes, name: str, mode: int | None) -> None:
     if mode is None:
         return
     try:
@@ -61,7 +53,7 @@ def set_mode(nl: NetlinkPort, name: str, mode: int | None) -> None:
         log.warning("%s", exc.msg)
 
 
-def put_addrs(nl: NetlinkPort, name: str, addrs: Sequence[HostAddr], relabel: bool = True,
+def put_addrs(nl: L3Changes, name: str, addrs: Sequence[HostAddr], relabel: bool = True,
               family: int | None = None) -> None:
     """Put ``addrs`` (of ``family``: 4, 6 or both) on ``name`` (see the module doc);
     ``relabel``: IPv4 labels take the link's name (the kernel renames them with the

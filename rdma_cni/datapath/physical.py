@@ -20,11 +20,12 @@ from typing import Any
 from rdma_cni.adapters import netns
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.datapath.hostconfig import restore_host
-from rdma_cni.datapath.plan import IfacePlan
-from rdma_cni.datapath.port import Link, NetlinkPort
 from rdma_cni.datapath.sublinks import KINDS as SUBLINK_KINDS
 from rdma_cni.errors import IOFailure, NicUnavailable, TryAgain
-from rdma_cni.modes import Mode
+from rdma_cni.vocab.modes import Mode
+from rdma_cni.vocab.netlink import Link
+from rdma_cni.vocab.plan import IfacePlan
+from rdma_cni.vocab.ports import LinkChanges, LinkView
 
 log = logging.getLogger("rdma_cni")
 #: the netns an index of a NIC without a bus device was recorded in
@@ -85,7 +86,7 @@ def _out_of_pod(ctx: Ctx, current: str, p: IfacePlan) -> None:
     _home_from(tmp, current, p, ctx)
 
 
-def _home_from(tmp: NetlinkPort, current: str, p: IfacePlan, ctx: Ctx) -> None:
+def _home_from(tmp: LinkChanges, current: str, p: IfacePlan, ctx: Ctx) -> None:
     name = p.nic
     if ctx.host.link(p.nic) is not None:
         name = fallback_name(p)
@@ -138,7 +139,7 @@ def unprovable(ident: dict[str, Any]) -> str | None:
             "and index) for DEL to take back in its place")
 
 
-def peer_points_back(host: NetlinkPort, pod_fd: int, ident: dict[str, Any]
+def peer_points_back(host: LinkView, pod_fd: int, ident: dict[str, Any]
                      ) -> Callable[[Link], bool]:
     """Whether a veth in the pod (``pod_fd``) is the stand-in ``ident`` names: the peer
     ADD recorded (in the host's netns, or the one the host knows by ``peerNetnsid``:
@@ -188,7 +189,7 @@ def same_device(link: Link, ident: dict[str, Any], where: str,
     return ident.get("ifindexNetns", HOST) == where and link.index == ident.get("ifindex")
 
 
-def find_moved(nl: NetlinkPort, p: IfacePlan, marker: str, where: str,
+def find_moved(nl: LinkView, p: IfacePlan, marker: str, where: str,
                device_path: Callable[[str], str | None] | None = None,
                peer: Callable[[Link], bool] | None = None) -> str | None:
     """The name of the exclusive NIC in ``nl``'s netns (``where``), found by its recorded
@@ -217,7 +218,7 @@ def _legacy(links: list[Link], p: IfacePlan, marker: str) -> str | None:
     return next((lk.name for lk in ours if lk.alias == marker), None)
 
 
-def lookalikes(nl: NetlinkPort, p: IfacePlan, marker: str) -> list[str]:
+def lookalikes(nl: LinkView, p: IfacePlan, marker: str) -> list[str]:
     """Links in ``nl``'s netns that carry our mark or the NIC's MAC while the NIC is not
     there under its identity: a pod can make such a link, and hide the NIC in a netns of
     its own. They are never taken (see :mod:`rdma_cni.datapath.teardown`)."""

@@ -9,43 +9,19 @@ overrides (validated by the block model).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface
 from typing import TYPE_CHECKING, Any
 
 from rdma_cni.errors import ConfigError, IfNameInUse, UnsupportedField
-from rdma_cni.modes import NicRule, names_where
-from rdma_cni.store.records import HostAddr, HostRoute, IfacePlan
+from rdma_cni.vocab.modes import NicRule, names_where
+from rdma_cni.vocab.names import check_ifname
+from rdma_cni.vocab.plan import IfacePlan, NicFacts
 
 if TYPE_CHECKING:  # the executor and teardown (DEL) import this module: no pydantic here
     from rdma_cni.models.blocks import Block
     from rdma_cni.models.netconf import NetConf
 SYSCTLS = (("arp_ignore", "1"), ("arp_announce", "2"), ("rp_filter", "2"), ("arp_notify", "1"))
-
-
-@dataclass(frozen=True)
-class NicFacts:
-    """What the host shows of one RDMA NIC (netdev), read before planning."""
-
-    name: str
-    index: int
-    mtu: int
-    mac: str
-    up: bool = True
-    addresses: tuple[IPv4Interface, ...] = ()
-    gateway: IPv4Address | None = None
-    routes: tuple[tuple[str, str | None], ...] = ()  # (dst CIDR, gateway) through this NIC
-    host_routes: tuple[HostRoute, ...] = ()  # the same routes as the host has them
-    pci: str | None = None
-    parent_dev: str | None = None  # IFLA_PARENT_DEV_NAME (the PCI address on the pci bus)
-    parent_bus: str | None = None  # IFLA_PARENT_DEV_BUS_NAME
-    kind: str | None = None  # the link's kind (None: a device's own driver)
-    perm_mac: str | None = None
-    ibdev: str | None = None
-    host_addrs: tuple[HostAddr, ...] = ()  # every family, kernel order (exclusive only)
-    inet6_mode: int | None = None  # IPv6 address generation mode (exclusive only)
-    iflink: int | None = None  # a veth's peer: its index (IFLA_LINK) ...
-    link_netnsid: int | None = None  # ... in the netns of this id (None: the NIC's own)
 
 
 def interface_names(nc: NetConf, blocks: Sequence[tuple[int, Block]], n_nics: int) -> list[str]:
@@ -67,8 +43,6 @@ def interface_names(nc: NetConf, blocks: Sequence[tuple[int, Block]], n_nics: in
 
 
 def check_name(name: str) -> str:
-    from rdma_cni.models.blocks import check_ifname
-
     try:
         return check_ifname(name)
     except ValueError as exc:

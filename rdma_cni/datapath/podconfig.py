@@ -10,15 +10,10 @@ from ipaddress import IPv4Interface
 
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.datapath.hostconfig import add_routes, put_addrs, route_of, set_mode
-from rdma_cni.datapath.plan import SYSCTLS, IfacePlan, pod_routes
-from rdma_cni.datapath.port import (
-    RT_TABLE_MAIN,
-    SCOPE_LINK,
-    SCOPE_UNIVERSE,
-    NetlinkFailure,
-    Route,
-)
-from rdma_cni.store.records import HostRoute
+from rdma_cni.datapath.plan import SYSCTLS, pod_routes
+from rdma_cni.vocab.kinds import LinkKind
+from rdma_cni.vocab.netlink import RT_TABLE_MAIN, SCOPE_LINK, SCOPE_UNIVERSE, NetlinkFailure, Route
+from rdma_cni.vocab.plan import HostRoute, IfacePlan
 
 log = logging.getLogger("rdma_cni")
 
@@ -48,10 +43,10 @@ def routes(ctx: Ctx, p: IfacePlan) -> None:
         scope = SCOPE_LINK if gw is None else SCOPE_UNIVERSE  # the connected route: link
         ctx.pod.add_route(Route(dst=dst, gateway=gw, oif=link.index, table=p.table,
                                 onlink=onlink, scope=scope))
-        if p.kind == "physical" and gw is not None:
+        if p.kind == LinkKind.PHYSICAL and gw is not None:
             ctx.pod.add_route(Route(dst=dst, gateway=gw, oif=link.index,
                                     table=RT_TABLE_MAIN, onlink=True))
-    if p.kind == "physical":  # its IPv6 routes of the host's main table, but a default
+    if p.kind == LinkKind.PHYSICAL:  # its IPv6 routes of the host's main table, but a default
         v6 = [route_of(HostRoute(*r), link.index, RT_TABLE_MAIN) for r in p.host_routes
               if _mirrored6(HostRoute(*r))]
         try:

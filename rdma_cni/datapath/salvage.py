@@ -24,13 +24,14 @@ import logging
 from ipaddress import IPv4Address, IPv4Interface
 from typing import Any
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.datapath.physical import HOST, POD, SUBLINK_KINDS
-from rdma_cni.datapath.plan import IfacePlan
-from rdma_cni.datapath.port import RT_TABLE_MAIN, Link, NetlinkPort
 from rdma_cni.store.core import Store
-from rdma_cni.store.records import HostRoute
-from rdma_cni.store.state import SALVAGED, AttachmentState, make_state
+from rdma_cni.store.state import AttachmentState, make_state
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.kinds import SALVAGED, LinkKind
+from rdma_cni.vocab.netlink import RT_TABLE_MAIN, Link
+from rdma_cni.vocab.plan import HostRoute, IfacePlan
+from rdma_cni.vocab.ports import L3View, LinkView, NetlinkPort
 
 log = logging.getLogger("rdma_cni")
 RTPROT_BOOT = 3
@@ -44,7 +45,7 @@ def _identity(link: Link, where: str) -> dict[str, Any]:
             "ifindex": link.index, "ifindexNetns": where}
 
 
-def _tables(nl: NetlinkPort, priority: int) -> dict[str, int]:
+def _tables(nl: L3View, priority: int) -> dict[str, int]:
     """source address -> table of our rules (at ``priority``) in ``nl``'s netns."""
     return {src.split("/")[0]: table for prio, table, src in nl.rules()
             if prio == priority and src}
@@ -57,7 +58,7 @@ def _sublink(k: int, link: Link, ips: list[IPv4Interface], tables: dict[str, int
                      mtu=link.mtu, table=table, addresses=tuple(ips))
 
 
-def _physical_in_pod(k: int, pod: NetlinkPort, link: Link, nic: str,
+def _physical_in_pod(k: int, pod: L3View, link: Link, nic: str,
                      tables: dict[str, int]) -> IfacePlan:
     addrs = tuple(a for idx, a in pod.addresses(link.index) if idx == link.index)
     # ADD applies the NIC's routes in the pod "onlink" with its own protocol; the host's
@@ -67,7 +68,7 @@ def _physical_in_pod(k: int, pod: NetlinkPort, link: Link, nic: str,
                              not any(IPv4Address(r.gateway) in a.network for a in addrs))
                    for r in pod.routes(RT_TABLE_MAIN, oif=link.index) if r.gateway)
     table = next((tables[str(a.ip)] for a in addrs if str(a.ip) in tables), 0)
-    return IfacePlan(k=k, name=link.name, tmp=link.name, nic=nic, kind="physical",
+    return IfacePlan(k=k, name=link.name, tmp=link.name, nic=nic, kind=LinkKind.PHYSICAL,
                      mtu=link.mtu, table=table, addresses=addrs, identity=_identity(link, POD),
                      host_mtu=link.mtu, host_up=link.up, host_routes=routes)
 
@@ -76,11 +77,11 @@ def _physical_on_host(k: int, link: Link, nic: str) -> IfacePlan:
     log.warning("DEL of an unreadable state record: exclusive NIC %s is back on the host as "
                 "%s; its addresses and routes are not known and are not restored", nic,
                 link.name)
-    return IfacePlan(k=k, name=nic, tmp=nic, nic=nic, kind="physical", mtu=link.mtu,
+    return IfacePlan(k=k, name=nic, tmp=nic, nic=nic, kind=LinkKind.PHYSICAL, mtu=link.mtu,
                      table=0, identity=_identity(link, HOST), host_mtu=0, host_up=link.up)
 
 
-def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: NetlinkPort,
+def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: LinkView,
             netns: str, priority: int) -> AttachmentState:
     """A state record for teardown, built from the store and our marked links."""
     marker = f"rdma-cni:{key.digest()}"

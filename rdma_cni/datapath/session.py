@@ -7,8 +7,8 @@ import logging
 
 from rdma_cni.adapters import netns
 from rdma_cni.datapath.context import Ctx, NetnsOps
-from rdma_cni.datapath.port import NetlinkPort
 from rdma_cni.errors import EnvError
+from rdma_cni.vocab.ports import NetlinkPort
 
 log = logging.getLogger("rdma_cni")
 #: the netns effects of every Session not given its own: the kernel's (the unit tests of

@@ -7,12 +7,13 @@ from __future__ import annotations
 import errno
 
 from rdma_cni.datapath.context import Ctx
-from rdma_cni.datapath.plan import IfacePlan
-from rdma_cni.datapath.port import NetlinkFailure
 from rdma_cni.errors import IfNameInUse
+from rdma_cni.vocab.kinds import LinkKind
+from rdma_cni.vocab.netlink import NetlinkFailure
+from rdma_cni.vocab.plan import IfacePlan
 
 #: link kinds we create ourselves: never mistaken for a moved NIC
-KINDS = ("macvlan", "ipvlan", "macvtap", "ipvtap")
+KINDS = (LinkKind.MACVLAN, LinkKind.IPVLAN, "macvtap", "ipvtap")
 
 
 def check_name(ctx: Ctx, p: IfacePlan) -> None:

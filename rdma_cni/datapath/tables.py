@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.errors import ConfigError
+from rdma_cni.vocab.plan import IfacePlan
 
 #: tables the kernel reserves (unspec, compat, default, main, local)
 RESERVED = frozenset({0, 252, 253, 254, 255})

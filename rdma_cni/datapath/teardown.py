@@ -24,11 +24,12 @@ from rdma_cni.datapath.physical import (
     rdma_out,
     restore_host,
 )
-from rdma_cni.datapath.plan import IfacePlan
-from rdma_cni.datapath.port import NetlinkPort
 from rdma_cni.datapath.session import Session
 from rdma_cni.errors import CniError, IOFailure
 from rdma_cni.store.state import AttachmentState
+from rdma_cni.vocab.kinds import LinkKind
+from rdma_cni.vocab.plan import IfacePlan
+from rdma_cni.vocab.ports import NetlinkPort
 
 log = logging.getLogger("rdma_cni")
 
@@ -59,13 +60,13 @@ def teardown(session: Session, state: AttachmentState, digest: str) -> None:
             if session.has_pod:
                 names, home, fakes = _in_pod(session, p, marker, priority, tick)
                 doomed += names
-            if p.kind == "physical":
+            if p.kind == LinkKind.PHYSICAL:
                 assert session.host is not None
                 tick()
                 if not home:
                     _recover_on_host(session.host, p, marker, fakes=fakes)
         except CniError as exc:
-            if p.kind == "physical":
+            if p.kind == LinkKind.PHYSICAL:
                 failures.append((p.nic, exc))
             else:
                 log.warning("DEL of %s: %s (ignored)", p.name, exc.msg)
@@ -89,7 +90,7 @@ def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,
     for addr in p.addresses:
         ctx.pod.del_rule(str(addr.ip), p.table, priority)
     tick()
-    if p.kind == "physical":
+    if p.kind == LinkKind.PHYSICAL:
         if p.rdma_move:
             rdma_out(ctx, p)  # reverse order of ADD: RDMA device first, then the netdev
         if move_out(ctx, p):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
 from rdma_cni.errors import AddressError, ConfigError, NetmaskError, NicUnavailable, shown
-from rdma_cni.modes import SHARED_MAX_PREFIX  # shared modes refuse NIC prefixes this long
+from rdma_cni.vocab.modes import SHARED_MAX_PREFIX  # shared modes refuse NIC prefixes this long
 
 _MAX_IP = (1 << 32) - 1
 

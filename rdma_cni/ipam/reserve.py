@@ -5,9 +5,9 @@ from __future__ import annotations
 from ipaddress import IPv4Address
 from typing import Protocol
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError
 from rdma_cni.ipam.allocator import Pool, choose
+from rdma_cni.vocab.attachment import AttachmentKey
 
 
 class IpStore(Protocol):

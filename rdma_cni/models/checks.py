@@ -12,24 +12,8 @@ import re
 from typing import Any
 
 from rdma_cni.errors import shown
-from rdma_cni.node.names import valid_netdev
 
 _MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
-
-
-def netdev(value: str) -> str:
-    """A host netdev name (unlike a pod interface name, eth0 is a legitimate RDMA NIC)."""
-    if not valid_netdev(value) or value == "lo":
-        raise ValueError(f"netdev name {shown(value)} is invalid: 1-15 characters of "
-                         "[A-Za-z0-9_.-], not '.', '..' or 'lo' (never an RDMA NIC)")
-    return value
-
-
-def ifname(value: str) -> str:
-    """A pod interface name: the rule of :func:`rdma_cni.models.blocks.check_ifname`."""
-    from rdma_cni.models.blocks import check_ifname  # the module that validates blocks
-
-    return check_ifname(value)
 
 
 def networks(value: list[str]) -> list[str]:

@@ -24,12 +24,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidato
 
 from rdma_cni import defaults
 from rdma_cni.models import checks
-from rdma_cni.modes import Mode
+from rdma_cni.vocab import names
+from rdma_cni.vocab.modes import Mode
 
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 PathText = Annotated[str, AfterValidator(checks.path)]
 IPv4 = Annotated[ipaddress.IPv4Address, PlainValidator(checks.ipv4)]
-Netdevs = Annotated[list[Annotated[str, AfterValidator(checks.netdev)]] | None,
+Netdevs = Annotated[list[Annotated[str, AfterValidator(names.check_host_netdev)]] | None,
                     AfterValidator(checks.unique)]
 Slots = Annotated[int, Field(ge=1, le=1024)]
 
@@ -125,7 +126,7 @@ class CniConfRef(_Block):
 
 
 class DeviceConf(_Block):
-    ifName: Annotated[str, AfterValidator(checks.ifname)] | None = None
+    ifName: Annotated[str, AfterValidator(names.check_ifname)] | None = None
     mac: Annotated[str, AfterValidator(checks.mac)] | None = None
     ips: list[Annotated[str, AfterValidator(checks.ipv4_text)]] | None = None
 

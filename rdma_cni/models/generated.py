@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from rdma_cni.models import checks
 from rdma_cni.models.core import Model
-from rdma_cni.modes import Mode
+from rdma_cni.vocab import names
+from rdma_cni.vocab.modes import Mode
 
 
 class IpamRangeConf(Model):
@@ -320,7 +321,10 @@ NETCONF_SCHEMA: Any = {
                                 "type": "list",
                                 "items_schema": {
                                     "type": "function-after",
-                                    "function": {"type": "no-info", "function": checks.netdev},
+                                    "function": {
+                                        "type": "no-info",
+                                        "function": names.check_host_netdev,
+                                    },
                                     "schema": {"type": "str"},
                                 },
                             },
@@ -540,7 +544,7 @@ DEVICECONF_SCHEMA: Any = {
                         "type": "nullable",
                         "schema": {
                             "type": "function-after",
-                            "function": {"type": "no-info", "function": checks.ifname},
+                            "function": {"type": "no-info", "function": names.check_ifname},
                             "schema": {"type": "str"},
                         },
                     },

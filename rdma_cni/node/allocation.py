@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rdma_cni.errors import AllocationError, CniError, ConfigError, NicUnavailable, shown
-from rdma_cni.modes import RESOURCE_RDMA, Mode, NicRule
 from rdma_cni.node.discovery import normalize_ids
+from rdma_cni.vocab.modes import RESOURCE_RDMA, Mode, NicRule
 
 Source = Callable[[], "list[str] | None"]
 

@@ -18,31 +18,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import AllocationError, shown
+from rdma_cni.vocab.nic import Nic
 
 NET = "sys/class/net"
 IB = "sys/class/infiniband"
 PCI_RE = re.compile(r"^[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-
-
-@dataclass(frozen=True)
-class Nic:
-    netdev: str
-    ibdev: str | None = None
-    port: int | None = None
-    pci: str | None = None
-    numa: int | None = None
-    link_layer: str | None = None
-    state: str | None = None
-    uverbs: str | None = None
-
-    @property
-    def device_id(self) -> str:
-        """The device-plugin ID: PCI address, else netdev name (DESIGN §8)."""
-        return self.pci or self.netdev
 
 
 def _ports(sysfs: Sysfs, ibdev: str) -> list[int]:

@@ -12,48 +12,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv6Address
+from ipaddress import IPv4Address
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import TryAgain
+from rdma_cni.vocab.nic import Gid, parse_gid
 
 ROCE_V2 = "RoCE v2"
 ROCE_V1 = "IB/RoCE v1"
 IB_ROOT = "sys/class/infiniband"
-
-
-@dataclass(frozen=True)
-class Gid:
-    ibdev: str
-    port: int
-    index: int
-    gid: str
-    type: str
-    ndev: str | None
-
-    @property
-    def ipv4(self) -> IPv4Address | None:
-        return ipv4_of(self.gid)
-
-    @property
-    def link_local(self) -> bool:
-        addr = _parse(self.gid)
-        return addr is not None and addr.is_link_local
-
-
-def _parse(gid: str) -> IPv6Address | None:
-    try:
-        return IPv6Address(gid)
-    except ValueError:
-        return None
-
-
-def ipv4_of(gid: str | Gid) -> IPv4Address | None:
-    """The IPv4 address of a ``::ffff:a.b.c.d`` GID, else None."""
-    text = gid.gid if isinstance(gid, Gid) else gid
-    addr = _parse(text)
-    return addr.ipv4_mapped if addr is not None else None
 
 
 def _int_names(names: Iterable[str]) -> list[int]:
@@ -68,7 +35,7 @@ def _scan_port(sysfs: Sysfs, ibdev: str, port: int) -> list[Gid]:
         value = sysfs.read(f"{base}/gids/{index}")
         if not gid_type or not value:
             continue  # empty slot: its attributes read EINVAL
-        addr = _parse(value)
+        addr = parse_gid(value)
         if addr is None or int(addr) == 0:
             continue
         ndev = sysfs.read(f"{base}/gid_attrs/ndevs/{index}") or None

@@ -17,11 +17,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface, ip_interface
 
-from rdma_cni.datapath.plan import NicFacts
-from rdma_cni.datapath.port import FOREVER, Addr, Link, NetlinkPort, Route
 from rdma_cni.errors import NicUnavailable
-from rdma_cni.node.discovery import Nic
-from rdma_cni.store.records import HostAddr, HostRoute
+from rdma_cni.vocab.netlink import FOREVER, Addr, Link, Route
+from rdma_cni.vocab.nic import Nic
+from rdma_cni.vocab.plan import HostAddr, HostRoute, NicFacts
+from rdma_cni.vocab.ports import L3View, NetlinkPort
 
 RTPROT_REDIRECT, RTPROT_KERNEL, RTPROT_RA = 1, 2, 9
 IFA_F_TEMPORARY = 0x01  # IPv6 (the same bit is IFA_F_SECONDARY in IPv4)
@@ -81,7 +81,7 @@ def host_route(r: Route) -> HostRoute:
     return HostRoute(r.dst, r.gateway, r.proto, r.priority, r.onlink, r.table, r.prefsrc)
 
 
-def _whole(nl: NetlinkPort, facts: NicFacts, link: Link) -> NicFacts:
+def _whole(nl: L3View, facts: NicFacts, link: Link) -> NicFacts:
     """``facts`` with the NIC's own configuration of every family (see the module doc)."""
     mode = nl.inet6_mode(link.name)
     mine = configured_addrs(nl.addrs(link.index), mode)

@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.datapath.plan import IfacePlan
-from rdma_cni.datapath.port import NetlinkPort
 from rdma_cni.models.netconf import NetConf
-from rdma_cni.node.discovery import Nic, discover, resolve_device_id
+from rdma_cni.node.discovery import discover, resolve_device_id
 from rdma_cni.node.primary import keep_off, primary_nics
+from rdma_cni.vocab.nic import Nic
+from rdma_cni.vocab.plan import IfacePlan
+from rdma_cni.vocab.ports import NetlinkPort
 
 GID_TIMEOUT = 5.0
 SYSFS_ROOT = "/"

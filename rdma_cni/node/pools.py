@@ -11,12 +11,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
 from rdma_cni.errors import CniError
 from rdma_cni.ipam.allocator import Pool, RangeLimits, build_pool
-from rdma_cni.modes import Capacity, Mode
+from rdma_cni.vocab.modes import Capacity, Mode
+from rdma_cni.vocab.nic import HostNic
 
 log = logging.getLogger("rdma_cni")
 
@@ -64,12 +65,6 @@ def slot_capacity(settings: NodeSettings, pool_sizes: Sequence[int]) -> int:
     if settings.capacity is Capacity.SLOTS_PER_NIC:
         return sum(nic_slots(settings, s) for s in pool_sizes)
     return host_slots(settings, pool_sizes)
-
-
-@dataclass(frozen=True)
-class HostNic:
-    addresses: tuple[IPv4Interface, ...]
-    gateway: IPv4Address | None = None
 
 
 #: NIC names -> (the NICs present on the host, every IPv4 address of the host)

@@ -23,9 +23,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from rdma_cni.datapath.port import Link, NetlinkPort, Route
 from rdma_cni.errors import ConfigError
-from rdma_cni.node.discovery import Nic
+from rdma_cni.vocab.netlink import Link, Route
+from rdma_cni.vocab.nic import Nic
+from rdma_cni.vocab.ports import L3View, NetlinkPort
 
 #: (candidate netdevs, nodeIPs) -> the node's own NICs among them, and why
 PrimaryReader = Callable[[Sequence[str], Sequence[str]], Mapping[str, str]]
@@ -60,7 +61,7 @@ def host_primary(names: Sequence[str], node_ips: Sequence[str] = ()) -> dict[str
         nl.close()
 
 
-def _default_route_nics(nl: NetlinkPort, links: Mapping[str, Link]) -> dict[str, str]:
+def _default_route_nics(nl: L3View, links: Mapping[str, Link]) -> dict[str, str]:
     """Candidates that carry a default route the node uses: per family, the main table's
     default route of the lowest metric (a NIC's own default route of a higher metric, as
     DHCP gives every NIC of a multi-NIC host, is not the node's). The main table's

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rdma_cni.errors import NicUnavailable
-from rdma_cni.modes import RdmaNetnsMode, parse
+from rdma_cni.vocab.modes import RdmaNetnsMode, parse
 
 if TYPE_CHECKING:
     from rdma_cni.adapters.rdmanl import RdmaNetlink

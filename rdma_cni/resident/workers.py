@@ -18,8 +18,10 @@ import ctypes
 import logging
 import os
 import signal
+from typing import TYPE_CHECKING
 
-from rdma_cni.resident.server import Server
+if TYPE_CHECKING:  # main.py hands the server over; this module never imports it at run time
+    from rdma_cni.resident.server import Server
 
 logger = logging.getLogger("rdma_cni")
 PR_SET_PDEATHSIG = 1
@@ -43,7 +45,7 @@ def _child(server: Server) -> None:
 def serve(server: Server, workers: int) -> None:
     """Serve with ``workers`` processes; returns when the parent is told to stop (its
     SIGTERM and SIGINT handlers, which stop ``server``, are the caller's: installed
-    before the socket showed, see :func:`rdma_cni.resident.server.main`)."""
+    before the socket showed, see :func:`rdma_cni.resident.main.main`)."""
     children: list[int] = []
     # a stop arriving while forking waits until each process has its own handler (a
     # child must never take the parent's and remove the socket path)

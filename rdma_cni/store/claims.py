@@ -12,7 +12,6 @@ from contextlib import AbstractContextManager
 from ipaddress import AddressValueError, IPv4Address, IPv4Network, NetmaskValueError
 from typing import Any
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError, ConfigError, IOFailure, shown
 from rdma_cni.log import LazyLogger
 from rdma_cni.store.atomic import (
@@ -31,6 +30,7 @@ from rdma_cni.store.files import (
     remove,
     scan,
 )
+from rdma_cni.vocab.attachment import AttachmentKey
 
 log = LazyLogger(__name__)
 

@@ -61,7 +61,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rdma_cni import defaults
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import IOFailure
 from rdma_cni.log import LazyLogger
 from rdma_cni.store.atomic import fsync_dir, ioerr, put_in_place, unlink_quietly, write_temp
@@ -81,6 +80,7 @@ from rdma_cni.store.lock import FileLock
 from rdma_cni.store.nics import NicClaims
 from rdma_cni.store.orphans import remove_orphans_of
 from rdma_cni.store.state import SCHEMA, AttachmentState, StateError
+from rdma_cni.vocab.attachment import AttachmentKey
 
 __all__ = ["DEFAULT_DATA_DIR", "MAX_READ", "MAX_RECORD", "SCHEMA", "UNKNOWN_OWNER", "Owner",
            "Store", "pool_dirname"]

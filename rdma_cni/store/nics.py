@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import ConfigError, shown
-from rdma_cni.node.names import valid_netdev
 from rdma_cni.store.atomic import fsync_dir
 from rdma_cni.store.claims import UNKNOWN_OWNER, Claims, Owner
 from rdma_cni.store.files import remove, scan
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.names import valid_netdev
 
 
 class NicClaims(Claims):

@@ -1,6 +1,6 @@
-"""One pod interface as ADD planned it and the state record saves it: the typed
-:class:`IfacePlan` and its JSON form. Stdlib only (DEL loads it; no planner, no
-pydantic): :mod:`rdma_cni.datapath.plan` builds these, :mod:`rdma_cni.store.state`
+"""The JSON form of one pod interface as ADD planned it and the state record saves it
+(:class:`rdma_cni.vocab.plan.IfacePlan`). Stdlib only (DEL loads it; no planner, no
+pydantic): :mod:`rdma_cni.datapath.plan` builds plans, :mod:`rdma_cni.store.state`
 keeps them.
 
 A record holds what teardown needs, not every route of the node: a sub-interface
@@ -17,72 +17,12 @@ load. Keys this release does not know (a newer release wrote them) are kept in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface
-from typing import Any, NamedTuple
+from typing import Any
 
-PHYSICAL = "physical"
-RT_TABLE_MAIN = 254
-
-
-class HostRoute(NamedTuple):
-    """A route through an exclusive NIC, to restore exactly (any family, any table)."""
-
-    dst: str  # CIDR
-    gateway: str | None
-    proto: int
-    metric: int
-    onlink: bool
-    table: int = RT_TABLE_MAIN
-    prefsrc: str | None = None
-
-    def saved(self) -> list[Any]:
-        """The record's form: the five fields of earlier releases when the rest is default."""
-        out = list(self)
-        return out if self.table != RT_TABLE_MAIN or self.prefsrc else out[:5]
-
-
-class HostAddr(NamedTuple):
-    """An address of an exclusive NIC, to restore exactly: its IFA_F_* flags, label,
-    broadcast, and when its lifetimes end (CLOCK_BOOTTIME seconds; None: forever)."""
-
-    cidr: str
-    flags: int = 0
-    valid_until: float | None = None
-    preferred_until: float | None = None
-    label: str | None = None
-    broadcast: str | None = None
-
-
-@dataclass(frozen=True)
-class IfacePlan:
-    k: int
-    name: str
-    tmp: str
-    nic: str
-    kind: str
-    mtu: int
-    table: int
-    mac: str | None = None
-    requested_ip: IPv4Address | None = None
-    addresses: tuple[IPv4Interface, ...] = ()
-    gateway: IPv4Address | None = None
-    routes: tuple[tuple[str, str | None], ...] = ()
-    ibdev: str | None = None
-    identity: dict[str, Any] = field(default_factory=dict)
-    host_mtu: int = 0
-    host_up: bool = True
-    host_routes: tuple[HostRoute, ...] = ()
-    rdma_move: bool = False  # exclusive NIC under RDMA netns mode "exclusive"
-    host_addrs: tuple[HostAddr, ...] = ()  # exclusive: every address, in the kernel's order
-    inet6_mode: int | None = None  # exclusive: IFLA_INET6_ADDR_GEN_MODE on the host
-    #: keys of the saved entry this release does not know, written back unchanged
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def address(self) -> IPv4Interface | None:
-        return self.addresses[0] if self.addresses else None
-
+from rdma_cni.vocab.kinds import LinkKind
+from rdma_cni.vocab.netlink import RT_TABLE_MAIN
+from rdma_cni.vocab.plan import HostAddr, HostRoute, IfacePlan
 
 #: the saved fields, in declaration order
 _SAVED = tuple(f for f in IfacePlan.__dataclass_fields__ if f != "extra")
@@ -96,7 +36,7 @@ def plan_to_dict(p: IfacePlan) -> dict[str, Any]:
     d["addresses"] = [str(a) for a in p.addresses]
     d["gateway"] = str(p.gateway) if p.gateway else None
     del d["host_addrs"], d["inet6_mode"]
-    if p.kind != PHYSICAL:  # deleting the sub-interface takes its routes with it
+    if p.kind != LinkKind.PHYSICAL:  # deleting the sub-interface takes its routes with it
         d["routes"], d["host_routes"] = [], []
     else:
         d["host_routes"] = [HostRoute(*r).saved() for r in p.host_routes]

@@ -19,14 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.confdefaults import DEFAULTS
-from rdma_cni.store.records import IfacePlan, plan_from_dict, plan_to_dict
+from rdma_cni.store.records import plan_from_dict, plan_to_dict
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.plan import IfacePlan
 
 SCHEMA = 1
-PENDING = "pending"
-READY = "ready"
-SALVAGED = "salvaged"
 CONF_NAME = "cniConfName"
 PENDING_SINCE = "nicPendingSince"
 _KNOWN = frozenset({"schema", "key", "status", "mode", "netns", "pod", "podUID",
@@ -108,7 +106,7 @@ def make_state(status: str, mode: str, netns: str, pod: str, uid: str, priority:
                conf_name: str = "", request: str = "") -> AttachmentState:
     """``origin`` (:func:`rdma_cni.node.origin.origin_of`): the node and netns identity;
     ``conf_name``: the entry's cniConfName (see
-    :attr:`rdma_cni.cni.attachment.AttachmentKey.legacy`)."""
+    :attr:`rdma_cni.vocab.attachment.AttachmentKey.legacy`)."""
     return AttachmentState(status=status, mode=mode, netns=netns, pod=pod, pod_uid=uid,
                            rule_priority=priority, interfaces=tuple(plans), result=result,
                            origin=origin or None, conf_name=conf_name, request=request)

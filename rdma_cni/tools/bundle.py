@@ -38,9 +38,10 @@ import sys
 import time
 
 from rdma_cni import __version__
+from rdma_cni.cliargs import say
 from rdma_cni.errors import ConfigError
 from rdma_cni.models.subconfig import PLUGIN_TYPE
-from rdma_cni.tools.installfiles import fsync_dir, say, write_atomic
+from rdma_cni.tools.installfiles import fsync_dir, write_atomic
 
 BUNDLE_DIR = "rdma-cni.versions"
 #: release 0.1.0's directory (a flat bundle its installer swaps in whole)

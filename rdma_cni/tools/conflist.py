@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rdma_cni.cni.attachment import DEFAULT_INSTANCE
 from rdma_cni.errors import CniError, ConfigError, IOFailure, TryAgain
 from rdma_cni.models.subconfig import (
     PLUGIN_TYPE,
@@ -24,6 +23,7 @@ from rdma_cni.models.subconfig import (
 )
 from rdma_cni.store.atomic import fsync_dir, link_exclusive, unlink_quietly, write_temp
 from rdma_cni.tools import conffile
+from rdma_cni.vocab.attachment import DEFAULT_INSTANCE
 
 BACKUP_SUFFIX = ".rdma-cni.bak"
 #: how long a rewrite keeps trying while the file changes under it or is held open

@@ -32,11 +32,11 @@ from typing import Any
 
 from inotify_simple import INotify, flags
 
+from rdma_cni.cliargs import say as _say
 from rdma_cni.errors import CniError
 from rdma_cni.models.subconfig import first_conf_file
 from rdma_cni.tools.conffile import link_chain
 from rdma_cni.tools.conflist import ensure_entry
-from rdma_cni.tools.installfiles import say as _say
 
 DIR_MASK = (flags.CREATE | flags.DELETE | flags.MODIFY | flags.CLOSE_WRITE | flags.MOVED_FROM
             | flags.MOVED_TO | flags.ATTRIB | flags.DELETE_SELF | flags.MOVE_SELF)

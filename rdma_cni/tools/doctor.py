@@ -25,7 +25,6 @@ from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import CniError
 from rdma_cni.models.subconfig import PLUGIN_TYPE
-from rdma_cni.modes import names, parse
 from rdma_cni.node.rdma_mode import read_netns_mode
 from rdma_cni.tools.doctor_files import (
     check_binary,
@@ -39,6 +38,7 @@ from rdma_cni.tools.doctor_files import (
 from rdma_cni.tools.doctor_kubelet import ROOT_ENV, check_kubelet, check_sources
 from rdma_cni.tools.doctor_nics import check_netmasks, check_netns, check_nics, ip_addrs
 from rdma_cni.tools.doctor_report import Check, render
+from rdma_cni.vocab.modes import names, parse
 
 
 @dataclass

@@ -11,7 +11,7 @@ import tempfile
 from rdma_cni.errors import ConfigError
 from rdma_cni.models.subconfig import PLUGIN_TYPE, first_conf_file, read_json_object
 from rdma_cni.store.core import DEFAULT_DATA_DIR
-from rdma_cni.tools import configrecord
+from rdma_cni.store.run import configrecord
 from rdma_cni.tools.doctor_integrity import netns_propagation, shared_data_dirs
 from rdma_cni.tools.doctor_report import Check
 

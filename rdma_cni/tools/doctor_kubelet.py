@@ -17,8 +17,8 @@ import stat
 from typing import Any
 
 from rdma_cni import defaults
-from rdma_cni.modes import parse
 from rdma_cni.tools.doctor_report import Check
+from rdma_cni.vocab.modes import parse
 
 #: the environment variable naming the kubelet root in the DaemonSet's containers
 ROOT_ENV = "RDMA_CNI_KUBELET_ROOT"

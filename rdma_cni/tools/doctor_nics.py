@@ -14,10 +14,11 @@ from typing import Any
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import CniError
-from rdma_cni.modes import RdmaNetnsMode, names_where, parse
-from rdma_cni.node.discovery import Nic, discover, missing
+from rdma_cni.node.discovery import discover, missing
 from rdma_cni.node.rdma_mode import check_mode
 from rdma_cni.tools.doctor_report import Check
+from rdma_cni.vocab.modes import RdmaNetnsMode, names_where, parse
+from rdma_cni.vocab.nic import Nic
 
 
 def ip_addrs(netdev: str) -> list[IPv4Interface]:

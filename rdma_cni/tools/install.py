@@ -37,14 +37,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rdma_cni import defaults
+from rdma_cni.cliargs import say
 from rdma_cni.errors import CniError, ConfigError
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, read_json_object
-from rdma_cni.modes import MODES, Mode
+from rdma_cni.store.run import configrecord
 from rdma_cni.tools import bundle as layout
-from rdma_cni.tools import configrecord, kernel
+from rdma_cni.tools import kernel
 from rdma_cni.tools.bundle import BUNDLE_DIR, LEGACY_DIR, NCCL_ENV
 from rdma_cni.tools.conflist import ensure_entry, json_bytes, remove_entries
-from rdma_cni.tools.installfiles import say, staged, write_atomic
+from rdma_cni.tools.installfiles import staged, write_atomic
+from rdma_cni.vocab.modes import MODES, Mode
 
 MODE_LABEL = defaults.MODE_LABEL
 CAPABILITY = "io.kubernetes.cri.pod-annotations"

@@ -1,14 +1,12 @@
 """The install tools' file primitives: an atomic file write (the store's, with a
-directory fsync), the one-line progress message on stderr (shared by install, its
-conflist edits, the bundle layout and ``--watch``), and the clean-up of what an
-interrupted step staged in the CNI bin dir."""
+directory fsync) and the clean-up of what an interrupted step staged in the CNI bin
+dir. Their one-line progress message is :func:`rdma_cni.cliargs.say`."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,12 +14,7 @@ from rdma_cni.errors import IOFailure
 from rdma_cni.store.atomic import fsync_dir, unlink_quietly
 from rdma_cni.store.atomic import write_atomic as _store_write_atomic
 
-__all__ = ["fsync_dir", "reason", "say", "staged", "write_atomic"]
-
-
-def say(msg: str, cmd: str = "install") -> None:
-    sys.stderr.write(f"rdma-cni {cmd}: {msg}\n")
-    sys.stderr.flush()
+__all__ = ["fsync_dir", "reason", "staged", "write_atomic"]
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from rdma_cni.errors import CniError, escaped
-from rdma_cni.kube.agent import status as agentstatus
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, data_dir_of, load_config
 from rdma_cni.store.core import Store
+from rdma_cni.store.run import agentstatus
 from rdma_cni.store.state import AttachmentState
 
 COLUMNS = ("pod", "container", "interface", "nic", "address", "mac", "mode", "status")

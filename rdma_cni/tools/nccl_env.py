@@ -34,7 +34,8 @@ from ipaddress import IPv4Address, IPv4Network
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import CniError, NicUnavailable
-from rdma_cni.node.gids import Gid, find_roce_v2, roce_v2_ipv4, scan
+from rdma_cni.node.gids import find_roce_v2, roce_v2_ipv4, scan
+from rdma_cni.vocab.nic import Gid
 
 
 class NcclEnvError(NicUnavailable):

@@ -14,13 +14,12 @@ what is wrong (exit 1):
 
 Heartbeats are small JSON files the components write in ``RDMA_CNI_HEALTH_DIR``
 (default ``/tmp``, the container's own), so the probe in the same container reads
-what the process did last. Stdlib only; this module is imported by the components.
+what the process did last (written by :mod:`rdma_cni.store.run.heartbeat`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -28,7 +27,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-HEALTH_DIR_ENV = "RDMA_CNI_HEALTH_DIR"
+from rdma_cni.store.run.heartbeat import heartbeat_path
+from rdma_cni.store.run.pluginstatus import ident
+
 #: a heartbeat is stale after this many of its own periods (plus a grace)
 STALE_PERIODS = 3
 GRACE = 30.0
@@ -36,23 +37,6 @@ GRACE = 30.0
 
 class ProbeFailed(Exception):
     """One line naming what is wrong."""
-
-
-def heartbeat_path(component: str) -> str:
-    return os.path.join(os.environ.get(HEALTH_DIR_ENV) or "/tmp", f"rdma-cni-{component}.health")
-
-
-def beat(component: str, period: float, **facts: Any) -> None:
-    """Record that ``component`` finished a pass now (best effort, atomic)."""
-    path = heartbeat_path(component)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w") as f:
-            json.dump({"time": time.time(), "period": period, **facts}, f)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
 
 
 def read_heartbeat(component: str, now: float | None = None) -> dict[str, Any]:
@@ -96,8 +80,6 @@ def check_serve(args: argparse.Namespace) -> str:
 
 
 def check_device_plugin(args: argparse.Namespace) -> str:
-    from rdma_cni.kube.deviceplugin.status import ident
-
     doc = read_heartbeat("device-plugin")
     sock = doc.get("socket")
     if not isinstance(sock, str) or ident(sock) is None:

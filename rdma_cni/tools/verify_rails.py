@@ -16,8 +16,9 @@ from ipaddress import IPv4Address, IPv6Address
 from typing import Any
 
 from rdma_cni.errors import CniError
-from rdma_cni.node.gids import Gid, find_roce_v2
+from rdma_cni.node.gids import find_roce_v2
 from rdma_cni.tools import nccl_env
+from rdma_cni.vocab.nic import Gid
 
 NOT_VISIBLE = "RDMA device not visible in the pod"
 NO_GID = "no GID for the interface"

@@ -16,9 +16,10 @@ import pytest
 from support.agent import AgentContainer, needs_exec, podman_usable
 
 from rdma_cni.adapters.cri import CriClient
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import READY, make_state
+from rdma_cni.store.state import make_state
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.kinds import READY
 
 pytestmark = [needs_exec, pytest.mark.root,
               pytest.mark.skipif(bool(podman_usable()), reason=podman_usable() or "-")]

@@ -116,7 +116,7 @@ def store_records(data_dir: Path) -> tuple[list[dict[str, Any]], list[tuple[str,
 def store_problems(data_dir: Path, link_exists: Any) -> list[str]:
     """Consistency of the store: every reservation has a state holding that address,
     every state's interfaces exist (``link_exists(netns, ifname, marker_digest)``)."""
-    from rdma_cni.cni.attachment import AttachmentKey
+    from rdma_cni.vocab.attachment import AttachmentKey
 
     states, ips = store_records(data_dir)
     by_key = {json.dumps(s["key"], sort_keys=True): s for s in states}

@@ -28,9 +28,9 @@ from harness import bump
 from support.resident import Serve
 
 from rdma_cni.datapath.execute import steps_for
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.store.core import Store
 from rdma_cni.testhooks import CRASH_AT_STEP, CRASH_IN_DEL
+from rdma_cni.vocab.plan import IfacePlan
 
 pytestmark = pytest.mark.root
 SUITE = "crash"
@@ -216,7 +216,7 @@ def test_killed_through_serve(rig, resident: Start, cmd: str, mode: str, k: int,
 
 WRITER = r"""
 import ipaddress, sys, itertools
-from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState
 s = Store(sys.argv[1])

@@ -20,8 +20,9 @@ from support.netns import ip
 
 from rdma_cni.adapters import netns
 from rdma_cni.adapters.netlink import Netlink
-from rdma_cni.datapath.port import SCOPE_LINK, NetlinkFailure, NetlinkPort, Route
 from rdma_cni.errors import CniError
+from rdma_cni.vocab.netlink import SCOPE_LINK, NetlinkFailure, Route
+from rdma_cni.vocab.ports import NetlinkPort
 
 pytestmark = pytest.mark.root
 MARK = "rdma-cni:contract"

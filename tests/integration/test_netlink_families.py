@@ -15,7 +15,7 @@ from cnirunner import ip_json, sh
 
 from rdma_cni.adapters import netns
 from rdma_cni.adapters.netlink import Netlink
-from rdma_cni.datapath.port import FOREVER, Addr
+from rdma_cni.vocab.netlink import FOREVER, Addr
 
 pytestmark = pytest.mark.root
 

@@ -8,7 +8,7 @@ import pytest
 from cnirunner import HPC_NET, rdma_blocks, snapshot
 
 from rdma_cni.datapath.execute import steps_for
-from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.vocab.plan import IfacePlan
 
 pytestmark = pytest.mark.root
 PLUGIN_RUNNER = "binary"  # the session build: immune to edits of the tree mid-run

@@ -17,11 +17,12 @@ from rdma_cni import testhooks
 from rdma_cni.cni.commands import add as add_cmd
 from rdma_cni.cni.commands import owner as owner_mod
 from rdma_cni.cni.request import Request
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.errors import IOFailure, TryAgain
 from rdma_cni.store.atomic import TMP
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import PENDING, READY, AttachmentState, make_state
+from rdma_cni.store.state import AttachmentState, make_state
+from rdma_cni.vocab.kinds import PENDING, READY
+from rdma_cni.vocab.plan import IfacePlan
 
 TOKEN = "0011223344556677"
 

@@ -17,11 +17,11 @@ from rdma_cni.cni.commands.add import cmd_add
 from rdma_cni.cni.commands.delete import cmd_del
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath import session as session_mod
-from rdma_cni.datapath.port import Route
 from rdma_cni.errors import AllocationError, ConfigError, NicUnavailable
 from rdma_cni.node import nics as nics_mod
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import READY
+from rdma_cni.vocab.kinds import READY
+from rdma_cni.vocab.netlink import Route
 
 BLOCKS: list[tuple[int, Any]] = [(0, {"cniConf": {"name": "rdma"}}),
                                  (1, {"cniConf": {"name": "rdma"}})]

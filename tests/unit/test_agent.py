@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
-from rdma_cni.cni.attachment import AttachmentKey
-from rdma_cni.datapath.plan import IfacePlan
+from rdma_cni.kube.agent import main as agent_main
 from rdma_cni.kube.agent import reconciler as agent
 from rdma_cni.kube.agent.view import Evidence
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import PENDING, READY, make_state
+from rdma_cni.store.state import make_state
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.kinds import PENDING, READY
+from rdma_cni.vocab.plan import IfacePlan
 
 POOL = "198.51.100.0/28"
 
@@ -82,10 +84,10 @@ def test_main_once_outside_a_cluster(store: Store, tmp_path: Path,
     status = tmp_path / "run" / "agent-status.json"
     argv = ["--config", str(cfg), "--once", "--status-file", str(status),
             "--cri-socket", str(tmp_path / "no-runtime.sock")]
-    assert agent.main(argv) == 0
+    assert agent_main.main(argv) == 0
     doc = json.loads(status.read_text())
     assert doc["lastPass"] > 0 and doc["podsWithoutRdma"] == []
-    assert agent.main(["--once"], conf_dir=str(tmp_path / "empty")) == 1
+    assert agent_main.main(["--once"], conf_dir=str(tmp_path / "empty")) == 1
 
 
 def test_status_payloads(store: Store, tmp_path: Path) -> None:

@@ -13,12 +13,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from support.fakes.kubeapi import TOKEN, FakeKubeApi
 
+from rdma_cni.kube.agent import main as agent_main
 from rdma_cni.kube.agent import netnsfit
 from rdma_cni.kube.agent import reconciler as agent
 from rdma_cni.kube.agent.kubeapi import KubeCluster, Reporter
 from rdma_cni.kube.exporter.agent import AgentCollector
-from rdma_cni.modes import Mode, RdmaNetnsMode
 from rdma_cni.store.core import Store
+from rdma_cni.vocab.modes import Mode, RdmaNetnsMode
 
 client = pytest.importorskip("kubernetes.client")
 SHARED, EXCLUSIVE = RdmaNetnsMode.SHARED.value, RdmaNetnsMode.EXCLUSIVE.value
@@ -104,9 +105,9 @@ def test_the_agent_checks_the_mode_of_its_config(tmp_path: Path) -> None:
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"type": "rdma-cni", "mode": "shared",
                                "dataDir": str(tmp_path / "data")}))
-    args = agent._parser().parse_args(["--config", str(cfg), "--status-file", "",
+    args = agent_main._parser().parse_args(["--config", str(cfg), "--status-file", "",
                                        "--cri-socket", ""])
-    ag = agent._agent(args, json.loads(cfg.read_text()))
+    ag = agent_main._agent(args, json.loads(cfg.read_text()))
     assert ag.mode == "shared" and ag.netns_mode is not None
 
 

@@ -18,7 +18,8 @@ from rdma_cni.datapath import session as session_mod
 from rdma_cni.datapath.teardown import marker_of
 from rdma_cni.errors import CheckMismatch
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import READY, make_state
+from rdma_cni.store.state import make_state
+from rdma_cni.vocab.kinds import READY
 
 BLOCKS: list[tuple[int, Any]] = [(0, {}), (1, {})]
 

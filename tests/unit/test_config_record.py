@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from rdma_cni.errors import ConfigError
 from rdma_cni.kube.exporter.configstate import ConfigCollector
-from rdma_cni.tools import configrecord
+from rdma_cni.store.run import configrecord
 from rdma_cni.tools.doctor_files import check_restart
 
 

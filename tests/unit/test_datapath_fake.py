@@ -11,9 +11,10 @@ from support.fakenode import EXCL, MARK, POD, PRIO, SHARED, Node, add, delete
 
 from rdma_cni import testhooks
 from rdma_cni.datapath import execute
-from rdma_cni.datapath.plan import SYSCTLS, IfacePlan
+from rdma_cni.datapath.plan import SYSCTLS
 from rdma_cni.datapath.session import Session
 from rdma_cni.errors import EnvError, IfNameInUse, IOFailure
+from rdma_cni.vocab.plan import IfacePlan
 
 
 def test_shared_add_makes_marked_configured_sub_links() -> None:

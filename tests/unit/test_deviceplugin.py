@@ -22,12 +22,12 @@ from support.fakes.sysfs import FakeSys
 from support.proc import wait_for
 
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.kube.deviceplugin import status
 from rdma_cni.kube.deviceplugin.devices import preferred_allocation
 from rdma_cni.kube.deviceplugin.inventory import Inventory, PluginSettings
 from rdma_cni.kube.deviceplugin.server import DevicePlugin, socket_name
 from rdma_cni.kube.exporter.deviceplugin import DevicePluginCollector
-from rdma_cni.node.discovery import Nic
+from rdma_cni.store.run import pluginstatus as status
+from rdma_cni.vocab.nic import Nic
 
 REPO = Path(__file__).resolve().parents[2]
 # netdev, pci, numa, ibdev, uverbs
@@ -117,7 +117,8 @@ def test_slot_cap_is_the_ipam_pool_size() -> None:
     from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
     from rdma_cni.ipam.allocator import RangeLimits
-    from rdma_cni.node.pools import HostNic, PoolSizes
+    from rdma_cni.node.pools import PoolSizes
+    from rdma_cni.vocab.nic import HostNic
 
     calls: list[tuple[str, ...]] = []
 

@@ -15,8 +15,9 @@ from rdma_cni.datapath.physical import (
     same_device,
     unprovable,
 )
-from rdma_cni.datapath.plan import IfacePlan, NicFacts, identity_of
-from rdma_cni.datapath.port import Link
+from rdma_cni.datapath.plan import identity_of
+from rdma_cni.vocab.netlink import Link
+from rdma_cni.vocab.plan import IfacePlan, NicFacts
 
 MAC = "02:00:00:00:00:01"
 MARK = "rdma-cni:abc"

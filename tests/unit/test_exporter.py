@@ -16,7 +16,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.fakes.sysfs import FakeSys
 
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import ConfigError
 from rdma_cni.ipam.allocator import build_pool
 from rdma_cni.kube.exporter import build_registry, load_config, parse_listen, serve
@@ -28,6 +27,7 @@ from rdma_cni.kube.exporter.storeview import StoreView
 from rdma_cni.store import metrics_file
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState
+from rdma_cni.vocab.attachment import AttachmentKey
 
 IB = "sys/class/infiniband"
 KEY = AttachmentKey("vpc-cni", "c0ffee" * 4, "eth0")
@@ -376,7 +376,7 @@ def _own_nic_kernel(default_via: str | None) -> Any:
     ``default_via``."""
     from support.fakes.netlink import FakeKernel
 
-    from rdma_cni.datapath.port import Route
+    from rdma_cni.vocab.netlink import Route
 
     kernel = FakeKernel()
     port = kernel.port(kernel.host)

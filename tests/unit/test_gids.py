@@ -10,7 +10,8 @@ import pytest
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import TryAgain
-from rdma_cni.node.gids import ROCE_V1, ROCE_V2, Gid, ipv4_of, roce_v2_ipv4, scan, wait_for_gids
+from rdma_cni.node.gids import ROCE_V1, ROCE_V2, roce_v2_ipv4, scan, wait_for_gids
+from rdma_cni.vocab.nic import Gid, ipv4_of
 
 sys.path.insert(0, str(Path(__file__).parent))
 from support.fakes.sysfs import FakeSys

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rdma_cni.adapters.netlink import Link, Route
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.node.hostinfo import _facts
-from rdma_cni.store.records import HostRoute, plan_from_dict, plan_to_dict
+from rdma_cni.store.records import plan_from_dict, plan_to_dict
+from rdma_cni.vocab.plan import HostRoute, IfacePlan
 
 
 def test_facts_keep_route_protocol_metric_and_onlink() -> None:
@@ -39,8 +39,8 @@ def test_old_state_without_host_routes_still_loads() -> None:
 
 # every family ------------------------------------------------------------------------
 def test_the_kernels_own_addresses_are_left_to_it() -> None:
-    from rdma_cni.datapath.port import Addr
     from rdma_cni.node.hostinfo import configured_addrs
+    from rdma_cni.vocab.netlink import Addr
 
     primary, secondary = Addr("198.51.100.3/26", 0x80), Addr("198.51.100.1/26", 0x81)
     static6 = Addr("2001:db8:7::5/64", 0x80)
@@ -58,8 +58,8 @@ def test_the_kernels_own_addresses_are_left_to_it() -> None:
 
 def test_lifetimes_are_kept_as_the_times_they_end() -> None:
     from rdma_cni.datapath.hostconfig import addr_at
-    from rdma_cni.datapath.port import FOREVER, Addr
     from rdma_cni.node.hostinfo import host_addr
+    from rdma_cni.vocab.netlink import FOREVER, Addr
 
     saved = host_addr(Addr("2001:db8:7::5/64", 0x202, 3600, 1800), now=1000.0)
     assert (saved.valid_until, saved.preferred_until) == (4600.0, 2800.0)
@@ -71,7 +71,7 @@ def test_lifetimes_are_kept_as_the_times_they_end() -> None:
 
 
 def test_every_family_round_trips_through_the_record() -> None:
-    from rdma_cni.store.records import HostAddr
+    from rdma_cni.vocab.plan import HostAddr
 
     plan = IfacePlan(k=0, name="eth1", tmp="t", nic="rnic0", kind="physical", mtu=1400,
                      table=100, routes=(("198.19.0.0/16", "198.51.100.62"),),

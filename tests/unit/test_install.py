@@ -304,7 +304,7 @@ def test_the_kubelet_dir_and_node_address_reach_the_entry(node: dict[str, Path])
 
 def test_write_config_records_what_the_entry_was_rendered_from(node: dict[str, Path]) -> None:
     """Issue 32 item 2: the ConfigMap file's digest and the node label, beside the entry,
-    for cni-watch to compare with later (``rdma_cni.tools.configrecord``)."""
+    for cni-watch to compare with later (``rdma_cni.store.run.configrecord``)."""
     assert install.main(_args(node, "--write-config", str(node["out"])), _label) == 0
     record = json.loads((node["out"].parent / "config-source.json").read_text())
     assert record["configFile"] == str(node["cfg"])

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError, Code, ConfigError, NetmaskError, NicUnavailable
 from rdma_cni.ipam.allocator import Pool, RangeLimits, build_pool, choose
 from rdma_cni.ipam.reserve import allocate
 from rdma_cni.store.core import Store
+from rdma_cni.vocab.attachment import AttachmentKey
 
 A = IPv4Address
 I = IPv4Interface  # noqa: E741

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from rdma_cni.cni.attachment import AttachmentKey
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import READY, make_state
+from rdma_cni.store.state import make_state
 from rdma_cni.tools import ls
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.kinds import READY
+from rdma_cni.vocab.plan import IfacePlan
 
 
 def _fill(store: Store) -> None:

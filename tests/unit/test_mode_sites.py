@@ -12,17 +12,18 @@ from typing import Any
 import pytest
 
 from rdma_cni.cni.commands.check import _reserved
-from rdma_cni.datapath.plan import IfacePlan, NicFacts, plan_interfaces
+from rdma_cni.datapath.plan import plan_interfaces
 from rdma_cni.errors import Code, ConfigError, NicUnavailable, UnsupportedField
 from rdma_cni.kube.deviceplugin.devices import build_devices
 from rdma_cni.models.blocks import validate_blocks
 from rdma_cni.models.netconf import load_netconf
-from rdma_cni.modes import Mode
 from rdma_cni.node.allocation import assign
-from rdma_cni.node.discovery import Nic
 from rdma_cni.node.pools import NodeSettings, slot_capacity
 from rdma_cni.node.rdma_mode import check_mode
 from rdma_cni.tools import doctor, install
+from rdma_cni.vocab.modes import Mode
+from rdma_cni.vocab.nic import Nic
+from rdma_cni.vocab.plan import IfacePlan, NicFacts
 
 NAMES = ("shared", "shared-multi", "shared-host", "exclusive")
 FACTS = [NicFacts(name=f"ens{i}", index=10 + i, mtu=9000, mac=f"02:00:00:00:00:0{i}",

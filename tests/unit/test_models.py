@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from rdma_cni.errors import Code, ConfigError
-from rdma_cni.models.blocks import Block, check_ifname, validate_blocks
+from rdma_cni.models.blocks import Block, validate_blocks
 from rdma_cni.models.netconf import NetConf, load_netconf
+from rdma_cni.vocab.names import check_ifname
 
 
 def netconf(**extra: Any) -> NetConf:

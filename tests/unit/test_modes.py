@@ -1,4 +1,4 @@
-"""The table of modes (rdma_cni/modes.py) against DESIGN.md §2, §3, §4 and §8, and
+"""The table of modes (rdma_cni/vocab/modes.py) against DESIGN.md §2, §3, §4 and §8, and
 the rule that no module but modes.py spells a mode name."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from rdma_cni import modes
 from rdma_cni.errors import Code, ConfigError
-from rdma_cni.modes import Capacity, Link, Mode, NicRule, RdmaNetnsMode
+from rdma_cni.vocab import modes
+from rdma_cni.vocab.kinds import LinkKind as Link
+from rdma_cni.vocab.modes import Capacity, Mode, NicRule, RdmaNetnsMode
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "rdma_cni"
@@ -96,12 +97,13 @@ def test_names_for_messages() -> None:
 
 
 def test_importing_the_table_is_cheap() -> None:
-    probe = ("import sys, json; import rdma_cni.modes; "
+    probe = ("import sys, json; import rdma_cni.vocab.modes; "
              "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rdma_cni') "
              "or m in ('pydantic', 'pydantic_core', 'pyroute2', 'grpc', 'netaddr'))))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=60, check=True, cwd=str(ROOT)).stdout
-    assert json.loads(out) == ["rdma_cni", "rdma_cni.errors", "rdma_cni.modes"]
+    assert json.loads(out) == ["rdma_cni", "rdma_cni.errors", "rdma_cni.vocab",
+                               "rdma_cni.vocab.kinds", "rdma_cni.vocab.modes"]
 
 
 # -- no mode name outside modes.py ------------------------------------------------
@@ -159,7 +161,7 @@ def test_no_mode_name_outside_modes_py() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel == "rdma_cni/modes.py" or rel.startswith("rdma_cni/proto/"):
+        if rel == "rdma_cni/vocab/modes.py" or rel.startswith("rdma_cni/proto/"):
             continue
         found += mode_literals(path.read_text(encoding="utf-8"), rel)
-    assert found == [], "mode names belong in rdma_cni/modes.py:\n" + "\n".join(found)
+    assert found == [], "mode names belong in rdma_cni/vocab/modes.py:\n" + "\n".join(found)

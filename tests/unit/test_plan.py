@@ -9,17 +9,11 @@ from typing import Any
 
 import pytest
 
-from rdma_cni.datapath.plan import (
-    IfacePlan,
-    NicFacts,
-    plan_interfaces,
-    pod_routes,
-    with_address,
-)
+from rdma_cni.datapath.plan import plan_interfaces, pod_routes, with_address
 from rdma_cni.errors import ConfigError, IfNameInUse, UnsupportedField
 from rdma_cni.models.blocks import Block, parse_block
 from rdma_cni.models.netconf import NetConf, load_netconf
-from rdma_cni.store.records import HostRoute
+from rdma_cni.vocab.plan import HostRoute, IfacePlan, NicFacts
 
 DIGEST = "0123456789abcdef"
 NIC = NicFacts(name="rnic0", index=3, mtu=9000, mac="02:00:00:00:00:01", up=True,

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from rdma_cni.kube.deviceplugin.status import ident
+from rdma_cni.store.run import heartbeat
+from rdma_cni.store.run.pluginstatus import ident
 from rdma_cni.tools import probe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: k8srender
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def health_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv(probe.HEALTH_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(heartbeat.HEALTH_DIR_ENV, str(tmp_path))
     return tmp_path
 
 
@@ -38,9 +39,9 @@ def _run(capsys: Any, *argv: str) -> tuple[int, str, str]:
 def test_agent_heartbeat_fresh_stale_missing(capsys: Any, health_dir: Path) -> None:
     rc, _, err = _run(capsys, "agent")
     assert rc == 1 and "has not finished a pass yet" in err and err.count("\n") == 1
-    probe.beat("agent", 30.0)
+    heartbeat.beat("agent", 30.0)
     assert _run(capsys, "agent", "-q") == (0, "", "")
-    beat = Path(probe.heartbeat_path("agent"))
+    beat = Path(heartbeat.heartbeat_path("agent"))
     doc = json.loads(beat.read_text())
     doc["time"] -= 3 * 30 + probe.GRACE + 1
     beat.write_text(json.dumps(doc))
@@ -54,7 +55,7 @@ def test_agent_heartbeat_fresh_stale_missing(capsys: Any, health_dir: Path) -> N
 def test_device_plugin_needs_socket_and_registration_with_the_current_kubelet(
         capsys: Any, tmp_path: Path) -> None:
     sock, kubelet = tmp_path / "rdma-cni-rdma.sock", tmp_path / "kubelet.sock"
-    probe.beat("device-plugin", 5.0, socket=str(sock), kubelet=str(kubelet), registered=None)
+    heartbeat.beat("device-plugin", 5.0, socket=str(sock), kubelet=str(kubelet), registered=None)
     rc, _, err = _run(capsys, "device-plugin")
     assert rc == 1 and f"device plugin socket {sock} is missing" in err
     sock.touch()
@@ -63,7 +64,7 @@ def test_device_plugin_needs_socket_and_registration_with_the_current_kubelet(
     kubelet.touch()
     rc, _, err = _run(capsys, "device-plugin")
     assert rc == 1 and "not registered" in err
-    probe.beat("device-plugin", 5.0, socket=str(sock), kubelet=str(kubelet),
+    heartbeat.beat("device-plugin", 5.0, socket=str(sock), kubelet=str(kubelet),
                registered=list(ident(str(kubelet)) or ()))
     assert _run(capsys, "device-plugin")[0] == 0
     fresh = tmp_path / "kubelet.new"

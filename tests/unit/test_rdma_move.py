@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from rdma_cni.datapath import execute, physical
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.errors import IOFailure
+from rdma_cni.vocab.plan import IfacePlan
 
 
 class FakeRdma:

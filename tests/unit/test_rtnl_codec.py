@@ -24,7 +24,7 @@ from rdma_cni.adapters.rtnlmsg import (
     route_request,
     rule_of,
 )
-from rdma_cni.datapath.port import Addr, Route
+from rdma_cni.vocab.netlink import Addr, Route
 
 MACVLAN = {"attrs": [("IFLA_INFO_KIND", "macvlan"),
                      ("IFLA_INFO_DATA", {"attrs": [("IFLA_MACVLAN_MODE", 4)]})]}

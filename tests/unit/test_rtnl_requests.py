@@ -18,7 +18,7 @@ from rdma_cni.adapters import rtnl
 from rdma_cni.adapters.netlink import Netlink
 from rdma_cni.adapters.rtnlanswer import Answer
 from rdma_cni.adapters.rtnlmsg import addr_of, inet6_mode_of, link_of, stats_of
-from rdma_cni.datapath.port import Addr, Link, Route
+from rdma_cni.vocab.netlink import Addr, Link, Route
 
 _HDR = struct.Struct("=IHHII")
 STATS = {"rx_bytes": 10, "tx_bytes": 20, "rx_packets": 3, "tx_packets": 4}

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 
 from rdma_cni import defaults
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.store.core import Store
 from rdma_cni.store.files import encode
-from rdma_cni.store.records import IfacePlan
-from rdma_cni.store.state import READY, AttachmentState, StateError, make_state
+from rdma_cni.store.state import AttachmentState, StateError, make_state
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.kinds import READY
+from rdma_cni.vocab.plan import IfacePlan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "state"
 RECORDS = sorted(FIXTURES.glob("*.json"))

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.errors import AddressError, Code, ConfigError, IOFailure, TryAgain
 from rdma_cni.ipam.allocator import Pool, RangeLimits, build_pool
 from rdma_cni.ipam.reserve import allocate
 from rdma_cni.store import claims, files
 from rdma_cni.store.core import UNKNOWN_OWNER, Store
 from rdma_cni.store.state import AttachmentState
+from rdma_cni.vocab.attachment import AttachmentKey
 
 S = AttachmentState.from_json  # a record from its JSON form
 

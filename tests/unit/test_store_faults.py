@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from rdma_cni.cni.attachment import AttachmentKey
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.errors import IOFailure
 from rdma_cni.ipam.allocator import build_pool
 from rdma_cni.ipam.reserve import allocate
 from rdma_cni.store import records
 from rdma_cni.store.core import MAX_RECORD, Store
 from rdma_cni.store.state import AttachmentState
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.plan import IfacePlan
 
 S = AttachmentState.from_json  # a record from its JSON form
 

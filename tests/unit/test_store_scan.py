@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.ipam.allocator import Pool, build_pool
 from rdma_cni.ipam.reserve import allocate
 from rdma_cni.store import claims
 from rdma_cni.store.core import Store
+from rdma_cni.vocab.attachment import AttachmentKey
 
 A = IPv4Address
 NEW = AttachmentKey("rdma-net", "sandbox-new", "eth0")

@@ -9,7 +9,8 @@ import pytest
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import AllocationError
-from rdma_cni.node.discovery import Nic, discover, missing, normalize_ids, resolve_device_id
+from rdma_cni.node.discovery import discover, missing, normalize_ids, resolve_device_id
+from rdma_cni.vocab.nic import Nic
 
 sys.path.insert(0, str(Path(__file__).parent))
 from support.fakes.sysfs import FakeSys

@@ -15,12 +15,12 @@ import pytest
 
 from rdma_cni.adapters.netlink import Link
 from rdma_cni.adapters.sysfs import Sysfs
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.cni.commands import delete
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.datapath.teardown import NicNotBack, _recover_on_host, hardware_of
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.plan import IfacePlan
 
 MARK = "rdma-cni:abc"
 PLAN = IfacePlan(k=0, name="eth1", tmp="t", nic="rnic0", kind="physical", mtu=1500,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rdma_cni.node.gids import Gid
 from rdma_cni.tools.verify_rails import (
     INDEX_DIFFERS,
     INDEX_WRONG,
@@ -16,6 +15,7 @@ from rdma_cni.tools.verify_rails import (
     pair_cause,
     route_cause,
 )
+from rdma_cni.vocab.nic import Gid
 
 V2 = "RoCE v2"
 

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdma_cni.cni import result, versions
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.errors import DecodeError, VersionError
+from rdma_cni.vocab.plan import IfacePlan
 
 RICH = {
     "cniVersion": "1.1.0",

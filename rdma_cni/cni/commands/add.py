@@ -26,7 +26,7 @@ from rdma_cni.cni import result
 from rdma_cni.cni.commands.owner import AddOwner, mine, new_token, take_over
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath.execute import apply, rollback, steps_for
-from rdma_cni.datapath.plan import IfacePlan, NicFacts, plan_interfaces, with_address
+from rdma_cni.datapath.plan import plan_interfaces, with_address
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.tables import choose_tables
 from rdma_cni.datapath.teardown import marker_of, teardown
@@ -42,7 +42,9 @@ from rdma_cni.node.origin import origin_of
 from rdma_cni.node.pools import ranges_of
 from rdma_cni.store.core import Store
 from rdma_cni.store.files import Identity
-from rdma_cni.store.state import PENDING, READY, AttachmentState, make_state
+from rdma_cni.store.state import AttachmentState, make_state
+from rdma_cni.vocab.kinds import PENDING, READY
+from rdma_cni.vocab.plan import IfacePlan, NicFacts
 
 log = logging.getLogger("rdma_cni")
 #: this ADD's state with a status, its plans and its result (see ``_states``)

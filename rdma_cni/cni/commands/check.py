@@ -7,13 +7,13 @@ from typing import Any
 
 from rdma_cni.cni.commands.delete import data_dir
 from rdma_cni.cni.request import Request
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.teardown import marker_of
 from rdma_cni.errors import CheckMismatch
-from rdma_cni.modes import parse
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import READY
+from rdma_cni.vocab.kinds import READY
+from rdma_cni.vocab.modes import parse
+from rdma_cni.vocab.plan import IfacePlan
 
 
 def cmd_check(req: Request, blocks: list[tuple[int, Any]]) -> None:

@@ -7,13 +7,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.cni.request import Request
 from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import ConfigError
 from rdma_cni.log import LazyLogger
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import PENDING, AttachmentState
+from rdma_cni.store.state import AttachmentState
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.kinds import PENDING
 
 #: DEL keeps failing (code 11) for an exclusive NIC the kernel has not returned for
 #: this long after the first such DEL; then it releases the attachment and logs it

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.cni.commands.delete import data_dir, release
 from rdma_cni.cni.request import Request
 from rdma_cni.errors import CniError, ConfigError
 from rdma_cni.node.origin import node_identity, recorded_node, same_node
 from rdma_cni.store.core import Store
+from rdma_cni.vocab.attachment import AttachmentKey
 
 log = logging.getLogger("rdma_cni")
 VALID = "cni.dev/valid-attachments"

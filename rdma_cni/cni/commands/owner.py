@@ -21,14 +21,15 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.datapath.execute import Superseded
 from rdma_cni.datapath.physical import with_index
-from rdma_cni.datapath.plan import IfacePlan
 from rdma_cni.store.core import Store
 from rdma_cni.store.files import Identity
 from rdma_cni.store.state import AttachmentState
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.kinds import LinkKind
+from rdma_cni.vocab.plan import IfacePlan
 
 
 def new_token() -> str:
@@ -77,7 +78,7 @@ class AddOwner:
     def plans(self) -> list[IfacePlan]:
         """The plans with the index each exclusive NIC has in the pod."""
         made = self.ctx.made
-        return [with_index(p, made[p.k]) if p.kind == "physical" and p.k in made else p
+        return [with_index(p, made[p.k]) if p.kind == LinkKind.PHYSICAL and p.k in made else p
                 for p in self.state.interfaces]
 
     def _record_moves(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from rdma_cni.kube.agent.podreport import PodInfo
 from rdma_cni.models.subconfig import core_v1_api
 from rdma_cni.store.state import AttachmentState
+from rdma_cni.vocab.kinds import Status
 
 log = logging.getLogger("rdma_cni.kube.agent.reconciler")
 REPEAT = 3600.0
@@ -45,7 +46,7 @@ def status_payloads(states: Sequence[AttachmentState]) -> dict[tuple[str, str, s
     pods: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for st in states:
         pod = st.pod
-        if st.status != "ready" or "/" not in pod:
+        if st.status != Status.READY or "/" not in pod:
             continue
         ns, name = pod.split("/", 1)
         pods.setdefault((ns, name, st.pod_uid), []).extend(_pod_entries(st))

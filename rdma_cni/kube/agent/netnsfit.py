@@ -18,8 +18,8 @@ from typing import Any
 
 from rdma_cni.errors import CniError
 from rdma_cni.kube.agent.kubeapi import Reporter
-from rdma_cni.modes import RdmaNetnsMode, parse
 from rdma_cni.node.rdma_mode import check_mode
+from rdma_cni.vocab.modes import RdmaNetnsMode, parse
 
 log = logging.getLogger("rdma_cni.kube.agent.reconciler")
 REASON = "RdmaNetnsModeMismatch"

@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rdma_cni.cni.attachment import AttachmentKey
 from rdma_cni.kube.agent.view import GONE, UNKNOWN, Evidence, Verdict, judge
 from rdma_cni.node.origin import recorded_node, same_node
+from rdma_cni.vocab.attachment import AttachmentKey
+from rdma_cni.vocab.kinds import Status
 
 if TYPE_CHECKING:
     from rdma_cni.store.state import AttachmentState
@@ -42,7 +43,7 @@ def _ripe(mark: dict[str, float], state: AttachmentState, now: float,
     waited = now - mark["first"]
     if mark["passes"] < PASSES or waited < 0.9 * interval:
         return False
-    return state.status != "pending" or waited >= PENDING_GRACE
+    return state.status != Status.PENDING or waited >= PENDING_GRACE
 
 
 def _label(state: AttachmentState) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from rdma_cni.errors import CniError
 from rdma_cni.models.annotation import ANNOTATION, parse_blocks
 from rdma_cni.store.state import AttachmentState
+from rdma_cni.vocab.kinds import Status
 
 SANDBOX_CONDITIONS = ("PodReadyToStartContainers", "PodHasNetwork")
 
@@ -56,7 +57,7 @@ def blocks_asked(pod: PodInfo, conf_name: str) -> int:
 def _served(states: Sequence[AttachmentState]) -> tuple[set[str], set[str]]:
     uids, refs = set(), set()
     for st in states:
-        if st.status != "ready" or not st.interfaces:
+        if st.status != Status.READY or not st.interfaces:
             continue
         if st.pod_uid:
             uids.add(st.pod_uid)

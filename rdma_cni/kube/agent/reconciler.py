@@ -21,28 +21,22 @@
    pass on: an Event on the node, ``netnsMode`` in the status file
    (:mod:`rdma_cni.kube.agent.netnsfit`).
 
-After every pass the status file (:mod:`rdma_cni.kube.agent.status`) says when it
+After every pass the status file (:mod:`rdma_cni.store.run.agentstatus`) says when it
 completed, for probes.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import socket
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rdma_cni.adapters.cri import CriClient, CriUnavailable, default_socket
-from rdma_cni.cni.attachment import AttachmentKey
+from rdma_cni.adapters.cri import CriClient, CriUnavailable
 from rdma_cni.confdefaults import DEFAULTS
-from rdma_cni.errors import CniError
 from rdma_cni.kube.agent import netnsfit
-from rdma_cni.kube.agent import status as agentstatus
 from rdma_cni.kube.agent.kubeapi import (
     STATUS_ANNOTATION,
     ClusterApi,
@@ -63,15 +57,14 @@ from rdma_cni.kube.agent.view import (
     read_mountinfo,
     runtime_dir,
 )
-from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, data_dir_of, in_cluster, load_config
-from rdma_cni.node.origin import node_identity
-from rdma_cni.node.rdma_mode import read_netns_mode
+from rdma_cni.models.subconfig import in_cluster
 from rdma_cni.store.core import Store
+from rdma_cni.store.run import agentstatus
 from rdma_cni.store.state import AttachmentState
-from rdma_cni.tools.probe import beat
+from rdma_cni.vocab.attachment import AttachmentKey
 
 log = logging.getLogger("rdma_cni.kube.agent.reconciler")
-__all__ = ["STATUS_ANNOTATION", "Agent", "KubePodApi", "PodApi", "gather", "main", "publish",
+__all__ = ["STATUS_ANNOTATION", "Agent", "KubePodApi", "PodApi", "gather", "publish",
            "reconcile", "run_once", "status_payloads"]
 MAX_REASONS = 20
 
@@ -250,7 +243,7 @@ def run_once(agent: Agent, now: float | None = None) -> dict[str, Any]:
     return doc
 
 
-def _kube(agent: Agent) -> None:
+def connect_kube(agent: Agent) -> None:
     if not in_cluster():
         log.info("not in a cluster (no KUBERNETES_SERVICE_HOST): pod annotations, pod "
                  "reports and Events skipped")
@@ -263,65 +256,3 @@ def _kube(agent: Agent) -> None:
     agent.pods = api
     agent.cluster = KubeCluster(api.api)
     agent.reporter = Reporter(agent.cluster)
-
-
-def _parser() -> argparse.ArgumentParser:
-    from rdma_cni.cliargs import parser
-
-    p = parser("rdma-cni agent", "Node reconciler: frees the state, addresses and NICs of "
-               "sandboxes the runtime no longer has; reports what it cannot prove.",
-               log_format=True)
-    p.add_argument("--interval", type=float, default=30.0,
-                   help="seconds between rounds (default 30)")
-    p.add_argument("--once", action="store_true", help="one round, then exit")
-    p.add_argument("--cri-socket", default=None,
-                   help="the runtime's CRI socket (default: containerd's "
-                        "/run/containerd/containerd.sock, else CRI-O's /var/run/crio/crio.sock "
-                        "when only that exists; \"\" disables)")
-    p.add_argument("--status-file", default=agentstatus.DEFAULT_PATH,
-                   help=f"where each pass is recorded (default {agentstatus.DEFAULT_PATH})")
-    p.add_argument("--node-name", default=os.environ.get("NODE_NAME") or socket.gethostname(),
-                   help="this node's Kubernetes name (default $NODE_NAME, else the hostname)")
-    return p
-
-
-def _agent(args: argparse.Namespace, config: dict[str, Any]) -> Agent:
-    cri_socket = default_socket() if args.cri_socket is None else args.cri_socket
-    previous = agentstatus.read(args.status_file) if args.status_file else None
-    marks = (previous or {}).get("marks")
-    agent = Agent(store=Store(data_dir_of(config)),
-                  conf_name=str(config.get("cniConfName") or DEFAULTS["cniConfName"]),
-                  status_path=args.status_file, node=node_identity(),
-                  node_name=args.node_name, interval=args.interval,
-                  cri=CriClient(cri_socket) if cri_socket else None,
-                  marks=marks if isinstance(marks, dict) else {},
-                  mode=str(config.get("mode") or ""), netns_mode=read_netns_mode)
-    _kube(agent)
-    agent.reporter.restore((previous or {}).get("eventsSent"))
-    for item in agentstatus.pods_without_rdma(previous):
-        if isinstance(item.get("since"), int | float):
-            agent.missing_since[str(item.get("uid") or item["pod"])] = float(item["since"])
-    return agent
-
-
-def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    from rdma_cni import logsetup
-
-    logsetup.daemon("%(asctime)s rdma-cni agent: %(message)s", log_format=args.log_format)
-    try:
-        agent = _agent(args, load_config(args.config, conf_dir))
-    except CniError as e:
-        log.error("%s", e.msg)
-        return 1
-    while True:
-        try:
-            run_once(agent)
-            beat("agent", args.interval)  # a pass that finished: what the probe checks
-        except CniError as e:
-            log.error("reconcile failed: %s", e.msg)
-            if args.once:
-                return 1
-        if args.once:
-            return 0
-        time.sleep(args.interval)

@@ -21,7 +21,7 @@ from typing import Any
 
 from rdma_cni import defaults
 from rdma_cni.errors import CniError
-from rdma_cni.kube.deviceplugin import status
+from rdma_cni.store.run import pluginstatus as status
 
 DEFAULT_NCCL_ENV = defaults.NCCL_ENV_HOST_PATH
 DEFAULT_CONF_DIR = defaults.CNI_CONF_DIR

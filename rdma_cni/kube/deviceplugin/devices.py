@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rdma_cni.modes import Capacity, Mode
-from rdma_cni.node.discovery import Nic
+from rdma_cni.vocab.modes import Capacity, Mode
+from rdma_cni.vocab.nic import Nic
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"

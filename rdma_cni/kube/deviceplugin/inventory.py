@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.kube.deviceplugin.devices import Device, build_devices, nic_healthy
-from rdma_cni.modes import Capacity
-from rdma_cni.node.discovery import Nic, discover
+from rdma_cni.node.discovery import discover
 from rdma_cni.node.pools import NodeSettings, host_slots, nic_slots
 from rdma_cni.node.primary import PrimaryReader, keep_off
+from rdma_cni.vocab.modes import Capacity
+from rdma_cni.vocab.nic import Nic
 
 PluginSettings = NodeSettings
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import grpc
 
-from rdma_cni.kube.deviceplugin import status
 from rdma_cni.kube.deviceplugin.devices import HEALTHY, UNHEALTHY, Device, container_allocation
 from rdma_cni.kube.deviceplugin.inventory import Inventory
 from rdma_cni.proto import deviceplugin_v1beta1_pb2 as pb
 from rdma_cni.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from rdma_cni.tools.probe import beat
+from rdma_cni.store.run import pluginstatus as status
+from rdma_cni.store.run.heartbeat import beat
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"

@@ -27,8 +27,6 @@ from prometheus_client import CollectorRegistry
 from rdma_cni import defaults
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import CniError, ConfigError, shown
-from rdma_cni.kube.agent import status as agentstatus
-from rdma_cni.kube.deviceplugin.status import DEFAULT_PATH as DEVICE_PLUGIN_STATUS
 from rdma_cni.kube.exporter.agent import AgentCollector
 from rdma_cni.kube.exporter.attachments import AttachmentCollector, StatsReader
 from rdma_cni.kube.exporter.capacity import CapacityCollector, HostReader, Settings
@@ -40,6 +38,8 @@ from rdma_cni.kube.exporter.ports import RdmaPortCollector
 from rdma_cni.kube.exporter.storeview import StoreView
 from rdma_cni.node.primary import PrimaryReader
 from rdma_cni.store import metrics_file
+from rdma_cni.store.run import agentstatus
+from rdma_cni.store.run.pluginstatus import DEFAULT_PATH as DEVICE_PLUGIN_STATUS
 
 DEFAULT_PORT = defaults.EXPORTER_PORT
 DEFAULT_HOST = "0.0.0.0"

@@ -1,4 +1,4 @@
-"""The agent's last pass, from its status file (:mod:`rdma_cni.kube.agent.status`): whether
+"""The agent's last pass, from its status file (:mod:`rdma_cni.store.run.agentstatus`): whether
 its view looks wrong, how many pods asked for RDMA and have none, when it last ran, whether
 the RDMA netns mode fits the node's mode (only once the agent could read it)."""
 
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from rdma_cni.kube.agent import status as agentstatus
 from rdma_cni.kube.exporter.common import number
+from rdma_cni.store.run import agentstatus
 
 
 class AgentCollector:

@@ -2,7 +2,7 @@
 per NIC, from the NICs (discovery), their host addresses (an injectable
 :class:`HostReader`) and the store's reservations and claims.
 
-Capacity by the mode's :class:`rdma_cni.modes.Capacity` rule: one slot per NIC
+Capacity by the mode's :class:`rdma_cni.vocab.modes.Capacity` rule: one slot per NIC
 (shared, exclusive); ``min(slotsPerNic, pool size)`` per NIC (shared-multi);
 ``min(hostSlots, smallest pool size)`` (shared-host). Allocated: claimed NICs,
 pod interfaces, attachments respectively.
@@ -20,10 +20,11 @@ from prometheus_client.metrics_core import Metric
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.ipam.allocator import Pool
 from rdma_cni.kube.exporter.storeview import StoreView
-from rdma_cni.modes import Capacity
 from rdma_cni.node.discovery import discover
-from rdma_cni.node.pools import HostNic, HostReader, NodeSettings, build_pools, slot_capacity
+from rdma_cni.node.pools import HostReader, NodeSettings, build_pools, slot_capacity
 from rdma_cni.node.primary import PrimaryReader
+from rdma_cni.vocab.modes import Capacity
+from rdma_cni.vocab.nic import HostNic
 
 log = logging.getLogger("rdma_cni.kube.exporter")
 __all__ = ["CapacityCollector", "HostNic", "HostReader", "Settings"]

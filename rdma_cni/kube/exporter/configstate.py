@@ -1,6 +1,6 @@
 """Whether the DaemonSet's pod runs the configuration the ConfigMap and the node label
 say now, from the record ``install`` writes and ``cni-watch`` keeps up to date
-(:mod:`rdma_cni.tools.configrecord`); nothing without a record."""
+(:mod:`rdma_cni.store.run.configrecord`); nothing without a record."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from rdma_cni.kube.exporter.common import number
-from rdma_cni.tools import configrecord
+from rdma_cni.store.run import configrecord
 
 
 class ConfigCollector:

@@ -1,6 +1,6 @@
 """Is the device plugin up and registered with the kubelet, as far as the exporter
 can see: its socket in the kubelet's device-plugins dir accepts a connection (up), and
-the status file the device plugin writes (``rdma_cni/kube/deviceplugin/status.py``)
+the status file the device plugin writes (``rdma_cni/store/run/pluginstatus.py``)
 records a registration on the kubelet socket that exists now (registered)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from rdma_cni.kube.deviceplugin import status
 from rdma_cni.kube.deviceplugin.server import KUBELET_SOCKET, socket_name
+from rdma_cni.store.run import pluginstatus as status
 
 
 def accepts(path: str, timeout: float = 0.5) -> bool:

@@ -1,4 +1,4 @@
-"""An in-memory kernel behind the netlink port (rdma_cni.datapath.port.NetlinkPort):
+"""An in-memory kernel behind the netlink port (rdma_cni.vocab.ports.NetlinkPort):
 links per netns, IPv4 addresses, routes and rules, with the kernel's errors for the
 cases the plugin handles. Held to the real adapter's behaviour by
 tests/integration/test_netlink_contract.py, which runs the same operations on both.
@@ -22,17 +22,17 @@ from ipaddress import IPv4Address, IPv4Interface
 from typing import Any
 
 from rdma_cni.adapters.netns import NetnsGone
-from rdma_cni.datapath.port import (
+from rdma_cni.vocab.netlink import (
     RT_TABLE_MAIN,
     SCOPE_LINK,
     Link,
     LinkStats,
-    NetlinkPort,
     Route,
     Rule,
     failure,
     not_found,
 )
+from rdma_cni.vocab.ports import NetlinkPort
 
 RTPROT_KERNEL = 2
 DEFAULT_RULES: tuple[Rule, ...] = ((0, 255, None), (32766, 254, None), (32767, 253, None))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from rdma_cni.errors import ConfigError, shown
+from rdma_cni.vocab.kinds import LinkKind
 
 RESOURCE_RDMA = "vke.volcengine.com/rdma"
 RESOURCE_RDMA_HOST = "vke.volcengine.com/rdma-host"
@@ -33,14 +34,6 @@ class RdmaNetnsMode(StrEnum):
 
     SHARED = "shared"
     EXCLUSIVE = "exclusive"
-
-
-class Link(StrEnum):
-    """What the pod gets on the host's RDMA NIC (the ``kind`` of a saved plan)."""
-
-    IPVLAN = "ipvlan"  # an IPVLAN L2 sub-interface; the NIC stays on the host
-    MACVLAN = "macvlan"  # a macvlan (bridge) sub-interface; the NIC stays on the host
-    PHYSICAL = "physical"  # the NIC's own netdev moves into the pod
 
 
 class NicRule(StrEnum):
@@ -63,7 +56,7 @@ class Capacity(StrEnum):
 
 @dataclass(frozen=True)
 class Traits:
-    link: Link
+    link: LinkKind
     nics: NicRule
     #: the pod's address comes from the NIC's subnet (IPAM, `deviceConf.ips`, the /30
     #: netmask rule); otherwise the pod gets the NIC's own addresses
@@ -97,7 +90,7 @@ class Traits:
 
     def moves_rdma_device(self, netns_mode: str | None) -> bool:
         """The NIC's RDMA device moves with its netdev (exclusive RDMA netns mode)."""
-        return self.link is Link.PHYSICAL and netns_mode == RdmaNetnsMode.EXCLUSIVE
+        return self.link is LinkKind.PHYSICAL and netns_mode == RdmaNetnsMode.EXCLUSIVE
 
 
 _SHARED_ONLY = (RdmaNetnsMode.SHARED,)
@@ -127,19 +120,19 @@ class Mode(StrEnum):
 
 TRAITS: dict[Mode, Traits] = {
     Mode.SHARED: Traits(
-        link=Link.IPVLAN, nics=NicRule.OWN, pod_ipam=True, one_block=False,
+        link=LinkKind.IPVLAN, nics=NicRule.OWN, pod_ipam=True, one_block=False,
         resource=RESOURCE_RDMA, capacity=Capacity.PER_NIC, custom_mac=False,
         rdma_netns=_SHARED_ONLY, topology_policy=True),
     Mode.SHARED_MULTI: Traits(
-        link=Link.MACVLAN, nics=NicRule.SPREAD, pod_ipam=True, one_block=False,
+        link=LinkKind.MACVLAN, nics=NicRule.SPREAD, pod_ipam=True, one_block=False,
         resource=RESOURCE_RDMA, capacity=Capacity.SLOTS_PER_NIC, custom_mac=True,
         rdma_netns=_SHARED_ONLY, topology_policy=True),
     Mode.SHARED_HOST: Traits(
-        link=Link.IPVLAN, nics=NicRule.EVERY, pod_ipam=True, one_block=True,
+        link=LinkKind.IPVLAN, nics=NicRule.EVERY, pod_ipam=True, one_block=True,
         resource=RESOURCE_RDMA_HOST, capacity=Capacity.HOST_SLOTS, custom_mac=False,
         rdma_netns=_SHARED_ONLY, topology_policy=False),
     Mode.EXCLUSIVE: Traits(
-        link=Link.PHYSICAL, nics=NicRule.OWN, pod_ipam=False, one_block=False,
+        link=LinkKind.PHYSICAL, nics=NicRule.OWN, pod_ipam=False, one_block=False,
         resource=RESOURCE_RDMA, capacity=Capacity.PER_NIC, custom_mac=False,
         rdma_netns=(RdmaNetnsMode.SHARED, RdmaNetnsMode.EXCLUSIVE), topology_policy=True),
 }

@@ -29,16 +29,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rdma_cni import defaults
-from rdma_cni.errors import CniError, ConfigError
-from rdma_cni.models.subconfig import read_json_object
-from rdma_cni.tools.installfiles import say, write_atomic
+from rdma_cni import defaults, jsondoc
+from rdma_cni.cliargs import say
+from rdma_cni.errors import CniError
+from rdma_cni.store.atomic import write_atomic
 
 NAME = os.path.basename(defaults.CONFIG_RECORD)
 SCHEMA = 1
 LABEL = defaults.MODE_LABEL
 #: seconds between two reads of the node label (one GET of the node per node)
 LABEL_EVERY = 300.0
+_MAX = 1 << 20  # as any config file
 
 
 def path_for(write_config: str) -> str:
@@ -87,14 +88,18 @@ def read(path: str) -> dict[str, Any] | None:
     if not os.path.exists(path):
         return None
     try:
-        doc = read_json_object(path)
-    except ConfigError:
+        with open(path, "rb") as f:
+            doc = jsondoc.decode(f.read(_MAX + 1), _MAX, dict)
+    except (OSError, jsondoc.JsonRefused):
         return None
     return doc if doc.get("schema") == SCHEMA else None
 
 
 def write(path: str, record: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(record, sort_keys=True).encode() + b"\n")
+    """Through a hidden temp file and a rename, then a directory fsync."""
+    d, base = os.path.split(path)
+    write_atomic(d or ".", base, json.dumps(record, sort_keys=True).encode() + b"\n",
+                 mode=0o644, suffix=".part", sync_dir=True)
 
 
 class Checker:

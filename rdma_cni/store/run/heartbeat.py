@@ -1,0 +1,31 @@
+"""Heartbeats: small JSON files a long-running component writes after each pass, in
+``RDMA_CNI_HEALTH_DIR`` (default ``/tmp``, the container's own), so ``rdma-cni probe``
+in the same container reads what the process did last (:mod:`rdma_cni.tools.probe`).
+Stdlib only."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from typing import Any
+
+HEALTH_DIR_ENV = "RDMA_CNI_HEALTH_DIR"
+
+
+def heartbeat_path(component: str) -> str:
+    return os.path.join(os.environ.get(HEALTH_DIR_ENV) or "/tmp", f"rdma-cni-{component}.health")
+
+
+def beat(component: str, period: float, **facts: Any) -> None:
+    """Record that ``component`` finished a pass now (best effort, atomic)."""
+    path = heartbeat_path(component)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"time": time.time(), "period": period, **facts}, f)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)

@@ -1,0 +1,114 @@
+"""The records of the netlink port (links, addresses, routes, rules, counters), its
+constants and its errors. Stdlib only; the protocols are in :mod:`rdma_cni.vocab.ports`.
+
+No pyroute2 name crosses the port. Errors are of the project's family:
+:class:`NetlinkFailure` (an ``IOFailure`` with the kernel's errno) names the action and
+the object; what is already absent on a delete, or already present on an add of an
+address, route or rule, is success.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from rdma_cni.errors import IOFailure
+
+RT_TABLE_MAIN = 254
+RT_TABLE_LOCAL = 255
+SCOPE_UNIVERSE = 0
+SCOPE_LINK = 253
+RTN_UNICAST = 1
+#: an address lifetime that never runs out (``forever``)
+FOREVER = 0xFFFFFFFF
+#: the destinations of a default route, IPv4 and IPv6
+DEFAULT_DSTS = ("0.0.0.0/0", "::/0")
+
+
+@dataclass(frozen=True)
+class Link:
+    index: int
+    name: str
+    mtu: int
+    mac: str
+    kind: str | None
+    up: bool
+    perm_mac: str | None = None
+    parent_dev: str | None = None  # the parent device's name on its bus
+    parent_bus: str | None = None  # that bus: "pci" (a PCI address), "virtio", ...
+    alias: str | None = None
+    #: IFLA_LINK: a veth's peer, a sub-link's lower device (its index in the netns
+    #: ``link_netnsid`` names: the id the reading netns gives it; None: the link's own)
+    iflink: int | None = None
+    link_netnsid: int | None = None
+
+
+@dataclass(frozen=True)
+class Addr:
+    """An address of any family as the kernel shows it: ``flags`` are its IFA_F_* bits,
+    ``valid``/``preferred`` its remaining lifetimes in seconds (:data:`FOREVER`: none),
+    ``proto`` who made it (IFA_PROTO; None when the kernel does not say)."""
+
+    cidr: str  # "198.51.100.1/26", "2001:db8::5/64"
+    flags: int = 0
+    valid: int = FOREVER
+    preferred: int = FOREVER
+    label: str | None = None  # IPv4 only
+    broadcast: str | None = None  # IPv4 only
+    proto: int | None = None
+
+    @property
+    def version(self) -> int:
+        return 6 if ":" in self.cidr else 4
+
+
+@dataclass(frozen=True)
+class Route:
+    dst: str  # CIDR
+    gateway: str | None
+    oif: int | None
+    table: int
+    onlink: bool = False
+    scope: int = 0
+    proto: int = 0  # 0: the default (static)
+    priority: int = 0  # the metric
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    prefsrc: str | None = None
+    type: int = RTN_UNICAST
+
+    @property
+    def version(self) -> int:
+        return 6 if ":" in self.dst else 4
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    rx_bytes: int
+    tx_bytes: int
+    rx_packets: int
+    tx_packets: int
+
+
+#: (priority, table, source CIDR or None) of an IPv4 policy rule
+Rule = tuple[int, int, str | None]
+
+
+class NetlinkFailure(IOFailure):
+    def __init__(self, msg: str, err: int) -> None:
+        super().__init__(msg)
+        self.errno = err
+
+
+def failure(action: str, err: int) -> NetlinkFailure:
+    """The error of a kernel refusal: "failed to <action>: <strerror>"."""
+    try:
+        reason = os.strerror(err).lower()
+    except (ValueError, OverflowError):
+        reason = f"error {err}"
+    return NetlinkFailure(f"failed to {action}: {reason}", err)
+
+
+def not_found(action: str, name: str, label: str) -> NetlinkFailure:
+    return NetlinkFailure(f"failed to {action}: {name} not found in {label}", errno.ENODEV)

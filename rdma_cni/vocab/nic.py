@@ -1,0 +1,66 @@
+"""The NIC facts that several layers share, as plain records: a RoCE NIC as discovery
+finds it in sysfs (:class:`Nic`), one entry of a RoCE GID table (:class:`Gid`) and a
+NIC's IPv4 configuration on the host (:class:`HostNic`). Stdlib only:
+:mod:`rdma_cni.node.discovery`, :mod:`rdma_cni.node.gids` and
+:mod:`rdma_cni.node.pools` read them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Interface, IPv6Address
+
+
+@dataclass(frozen=True)
+class Nic:
+    netdev: str
+    ibdev: str | None = None
+    port: int | None = None
+    pci: str | None = None
+    numa: int | None = None
+    link_layer: str | None = None
+    state: str | None = None
+    uverbs: str | None = None
+
+    @property
+    def device_id(self) -> str:
+        """The device-plugin ID: PCI address, else netdev name (DESIGN §8)."""
+        return self.pci or self.netdev
+
+
+@dataclass(frozen=True)
+class Gid:
+    ibdev: str
+    port: int
+    index: int
+    gid: str
+    type: str
+    ndev: str | None
+
+    @property
+    def ipv4(self) -> IPv4Address | None:
+        return ipv4_of(self.gid)
+
+    @property
+    def link_local(self) -> bool:
+        addr = parse_gid(self.gid)
+        return addr is not None and addr.is_link_local
+
+
+def parse_gid(gid: str) -> IPv6Address | None:
+    try:
+        return IPv6Address(gid)
+    except ValueError:
+        return None
+
+
+def ipv4_of(gid: str | Gid) -> IPv4Address | None:
+    """The IPv4 address of a ``::ffff:a.b.c.d`` GID, else None."""
+    text = gid.gid if isinstance(gid, Gid) else gid
+    addr = parse_gid(text)
+    return addr.ipv4_mapped if addr is not None else None
+
+
+@dataclass(frozen=True)
+class HostNic:
+    addresses: tuple[IPv4Interface, ...]
+    gateway: IPv4Address | None = None
