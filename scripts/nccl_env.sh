@@ -136,12 +136,14 @@ _ne_candidates() {
     IFS=' 	
 '
     [ -n "$_ne_a" ] || set +f
+    _ne_b=
     for _ne_a in "$@"; do
         [ -n "$_ne_a" ] || continue
-        _ne_isname "$_ne_a" || { _ne_err "failed to find pod interface $_ne_a: not present"; return 1; }
+        _ne_isname "$_ne_a" || { _ne_b="$_ne_b, $_ne_a" && continue; }
         _ne_list="$_ne_list$_ne_a
 "
     done
+    [ -z "$_ne_b" ] || _ne_err "failed to find pod interface(s) ${_ne_b#, }: not present" || return 1
     if [ -z "$_ne_list" ]; then
         _ne_f=$_ne_root/proc/net/route
         if [ -f "$_ne_f" ]; then

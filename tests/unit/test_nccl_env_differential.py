@@ -1,5 +1,6 @@
 """scripts/nccl_env.sh (what pods run) and `rdma-cni nccl-env` on the same generated GID
-tables (tests/unit/nccl_tables.py): the same export lines, or both fail with one line."""
+tables (tests/unit/nccl_tables.py): the same export lines, or both fail with one line
+that names the same failure for the same interface."""
 
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ def _script(shell: str, root: Path, env: dict[str, str]) -> tuple[int, str, str]
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def _failure(err: str) -> str:
+    """What failed, for which interface: the message up to its first colon (the details
+    after it, such as lists of GIDs, are worded for each reader)."""
+    return err.split(": ")[1]
+
+
 def _outcome(rc: int, out: str) -> str:
     if rc:
         return "error"
@@ -59,6 +66,7 @@ def test_script_and_subcommand_agree(tmp_path: Path, seed: int, monkeypatch: pyt
         if rc:
             assert out == "" and len(err.splitlines()) == 1, what
             assert sh_err.startswith("nccl_env.sh: ") and len(sh_err.splitlines()) == 1, what
+            assert _failure(sh_err) == _failure(err), f"{shell}, {what}\nsh: {sh_err}py: {err}"
 
 
 def test_the_tables_reach_every_outcome(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -137,7 +137,7 @@ def test_pinned_names_are_never_file_patterns(tmp_path: Path, shell: str) -> Non
         (cwd / name).write_text("")
     res = subprocess.run([shell, str(SCRIPT)], env=_env(root, NCCL_ENV_IFACES="eth*"), cwd=cwd,
                          capture_output=True, text=True, check=False)
-    assert res.returncode != 0 and "pod interface eth*: not present" in res.stderr, res.stderr
+    assert res.returncode != 0 and "pod interface(s) eth*: not present" in res.stderr, res.stderr
     assert _python(root, NCCL_ENV_IFACES="eth*").returncode == 1
     body = 'case $- in *f*) echo "-f";; *) echo "+f";; esac; echo e*'
     for flag, expected in (("-c", "+f\neth1 eth2\n"), ("-fc", "-f\ne*\n")):
