@@ -7,7 +7,10 @@
 #          eval "$(sh nccl_env.sh)"   # prints "export K=V" lines (exit 1 on error)
 #
 # POSIX sh (dash, bash, busybox ash); reads only sysfs and /proc/net, needs no ip
-# and no python (only `sort`). Same algorithm as `rdma-cni nccl-env`:
+# and no python (only `sort`). `rdma-cni nccl-env` (rdma_cni/tools/nccl_env.py, also
+# used by `rdma-cni verify`) is the same algorithm in Python: tests/unit/
+# test_nccl_env_differential.py runs both on generated GID tables and requires the
+# same output. The algorithm:
 #  1. The pod's IPv4 addresses: "/32 host LOCAL" entries of /proc/net/fib_trie.
 #  2. Scan every GID slot of /sys/class/infiniband/*/ports/*: keep type "RoCE v2"
 #     with a GID ::ffff:a.b.c.d; a slot whose attributes fail to read (EINVAL:
@@ -18,12 +21,16 @@
 #     local address). Each must own such a GID, else error. Several addresses:
 #     the lowest. Without a readable fib_trie the GID's own address is used and
 #     an interface with GIDs of several addresses is an error.
-#     NCCL_ENV_IFACES="eth1 eth2" pins the interface list.
+#     NCCL_ENV_IFACES="eth1 eth2" pins the interface list (comma or white space
+#     separated; no name in it: discovered as above).
 #  4. NCCL_IB_HCA="=ibdev:port,..." (exact match) in natural interface order;
 #     equal GID indices -> NCCL_IB_GID_INDEX; differing -> NCCL_IB_ADDR_RANGE =
 #     the smallest CIDR covering the pod GIDs, only if no other RoCE v2 IPv4 GID
 #     on those HCA ports is inside it (every wider range contains it), else
 #     error. NCCL_SOCKET_IFNAME = $NCCL_ENV_SOCKET_IFNAME (default eth0).
+#  5. Executed, a value that is not plain ([A-Za-z0-9_@%+=:,./-]) is single-quoted
+#     for sh, so eval never runs part of a device name.
+# Names are the kernel's: any but '/', ':' and white space (dot names included).
 # Environment: NCCL_ENV_SYSFS_ROOT (default /: prefix of sys/ and proc/, for
 # tests), NCCL_ENV_SOCKET_IFNAME, NCCL_ENV_IFACES, NCCL_ENV_SOURCED=0|1 (force the
 # sourced/executed detection; by default bash uses BASH_SOURCE, other shells
@@ -57,7 +64,9 @@ _ne_ip4() {
 # Records "ibdev port index ndev ipint ip" of every RoCE v2 IPv4 GID, in _ne_gids.
 _ne_scan() {
     _ne_gids=
-    for _ne_pp in "$_ne_root"/sys/class/infiniband/*/ports/*; do
+    for _ne_pp in "$_ne_root"/sys/class/infiniband/*/ports/* \
+        "$_ne_root"/sys/class/infiniband/.[!.]*/ports/* \
+        "$_ne_root"/sys/class/infiniband/..?*/ports/*; do
         _ne_port=${_ne_pp##*/}
         case $_ne_port in '' | *[!0-9]*) continue ;; esac
         _ne_ib=${_ne_pp%/ports/*}
@@ -103,7 +112,8 @@ _ne_islocal() {
 # Netdev names of this netns except lo and the socket interface, in _ne_names.
 _ne_netdevs() {
     _ne_names=' '
-    for _ne_p in "$_ne_root"/sys/class/net/*; do
+    for _ne_p in "$_ne_root"/sys/class/net/* "$_ne_root"/sys/class/net/.[!.]* \
+        "$_ne_root"/sys/class/net/..?*; do
         [ -e "$_ne_p" ] || [ -L "$_ne_p" ] || continue
         _ne_a=${_ne_p##*/}
         [ "$_ne_a" = lo ] || [ "$_ne_a" = "$_ne_sock" ] || _ne_names="$_ne_names$_ne_a "
@@ -118,17 +128,23 @@ _ne_isname() {
 # Candidate interfaces, naturally sorted, in _ne_cands (newline separated).
 _ne_candidates() {
     _ne_list=
-    if [ -n "${NCCL_ENV_IFACES:-}" ]; then
-        IFS=', '
-        set -- $NCCL_ENV_IFACES
-        IFS=' 	
-'
-        for _ne_a in "$@"; do
-            _ne_isname "$_ne_a" || { _ne_err "failed to find pod interface $_ne_a: not present"; return 1; }
-            _ne_list="$_ne_list$_ne_a
+    case $- in *f*) _ne_a=1 ;; *) _ne_a= ;; esac
+    set -f
+    IFS="$(printf ', \t\r\v\f')
 "
-        done
-    else
+    set -- ${NCCL_ENV_IFACES:-}
+    IFS=' 	
+'
+    [ -n "$_ne_a" ] || set +f
+    _ne_b=
+    for _ne_a in "$@"; do
+        [ -n "$_ne_a" ] || continue
+        _ne_isname "$_ne_a" || { _ne_b="$_ne_b, $_ne_a" && continue; }
+        _ne_list="$_ne_list$_ne_a
+"
+    done
+    [ -z "$_ne_b" ] || _ne_err "failed to find pod interface(s) ${_ne_b#, }: not present" || return 1
+    if [ -z "$_ne_list" ]; then
         _ne_f=$_ne_root/proc/net/route
         if [ -f "$_ne_f" ]; then
             while read -r _ne_a _ne_b; do
@@ -147,7 +163,7 @@ EOF
     _ne_cands=$(printf '%s' "$_ne_list" | while read -r _ne_a; do
         [ -n "$_ne_a" ] || continue
         _ne_b=${_ne_a##*[!0-9]}
-        printf '%s\t%s\t%s\n' "${_ne_a%"$_ne_b"}" "${_ne_b:--1}" "$_ne_a"
+        printf 'n%s\t%s\t%s\n' "${_ne_a%"$_ne_b"}" "${_ne_b:--1}" "$_ne_a"
     done | LC_ALL=C sort -u -t "$_ne_tab" -k1,1 -k2,2n -k3,3)
 }
 
@@ -254,6 +270,29 @@ NCCL_IB_ADDR_RANGE=$_ne_range"
 NCCL_SOCKET_IFNAME=$_ne_sock"
 }
 
+# _ne_q VALUE: VALUE in _ne_v, quoted for sh when it needs it (as Python's shlex.quote).
+_ne_q() {
+    case $1 in
+    '') _ne_v="''" ;;
+    *[!ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_@%+=:,./-]*)
+        _ne_v=\' _ne_r=$1
+        while :; do
+            case $_ne_r in
+            *\'*)
+                _ne_v="$_ne_v${_ne_r%%\'*}'\"'\"'"
+                _ne_r=${_ne_r#*\'}
+                ;;
+            *)
+                _ne_v="$_ne_v$_ne_r'"
+                break
+                ;;
+            esac
+        done
+        ;;
+    *) _ne_v=$1 ;;
+    esac
+}
+
 # _ne_main MODE: MODE=export exports into this shell, MODE=print prints lines.
 _ne_main() {
     _ne_root=${NCCL_ENV_SYSFS_ROOT:-}
@@ -262,13 +301,20 @@ _ne_main() {
     _ne_ifs=$IFS
     IFS=' 	
 '
+    _ne_fg=  # bash's failglob would abort the scan at a pattern matching nothing
+    if [ -n "${BASH_VERSION:-}" ] && shopt -q failglob; then
+        _ne_fg=1
+        shopt -u failglob
+    fi
     _ne_compute
     _ne_rc=$?
+    [ -z "$_ne_fg" ] || shopt -s failglob
     IFS=$_ne_ifs
     [ "$_ne_rc" = 0 ] || return 1
     while read -r _ne_a; do
         if [ "$1" = print ]; then
-            printf 'export %s\n' "$_ne_a"
+            _ne_q "${_ne_a#*=}"
+            printf 'export %s=%s\n' "${_ne_a%%=*}" "$_ne_v"
         else
             case $_ne_a in
             NCCL_IB_GID_INDEX=*) unset NCCL_IB_ADDR_RANGE ;;
@@ -286,9 +332,9 @@ _ne_cleanup() {
         _ne_haslocal _ne_f _ne_last _ne_a _ne_b _ne_c _ne_d _ne_e _ne_names _ne_p _ne_list \
         _ne_tab _ne_cands _ne_sel _ne_cnt _ne_m _ne_chosen _ne_first _ne_prefix _ne_s _ne_ok \
         _ne_net _ne_range _ne_hcas _ne_idx _ne_same _ne_x _ne_y _ne_if _ne_hca _ne_out \
-        _ne_root _ne_sock _ne_ifs _ne_sourced
+        _ne_root _ne_sock _ne_ifs _ne_sourced _ne_r _ne_fg
     unset -f _ne_err _ne_rd _ne_ip4 _ne_scan _ne_local _ne_islocal _ne_netdevs _ne_isname \
-        _ne_candidates _ne_addr _ne_pick _ne_range _ne_compute _ne_main _ne_cleanup
+        _ne_candidates _ne_addr _ne_pick _ne_range _ne_compute _ne_q _ne_main _ne_cleanup
 }
 
 _ne_sourced=0

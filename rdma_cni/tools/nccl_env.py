@@ -1,6 +1,10 @@
 """NCCL environment for the RDMA interfaces of a pod (DESIGN §5).
 
-Algorithm (``scripts/nccl_env.sh`` implements the same one in POSIX sh):
+Pods run ``scripts/nccl_env.sh`` (POSIX sh, mounted at ``/usr/local/bin/nccl_env.sh``);
+this module is the same algorithm for ``rdma-cni nccl-env`` and for ``verify``'s view of
+in-memory GID tables. ``tests/unit/test_nccl_env_differential.py`` runs the subcommand
+and the script on generated GID tables and requires the same output, so a change to one
+that the other does not make fails there. The algorithm:
 
 1. The pod's IPv4 addresses are the ``/32 host LOCAL`` entries of
    ``/proc/net/fib_trie`` (per netns, needs no iproute2).
@@ -211,7 +215,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--verify", action="store_true", help="cross-check GIDs with pyverbs")
     p.add_argument("--json", action="store_true",
                    help="print a JSON object (an {\"error\": ...} object on failure)")
-    p.add_argument("--socket-ifname", default=os.environ.get("NCCL_ENV_SOCKET_IFNAME", "eth0"),
+    p.add_argument("--socket-ifname", default=os.environ.get("NCCL_ENV_SOCKET_IFNAME") or "eth0",
                    help="NCCL_SOCKET_IFNAME, the pod's primary interface (default eth0; "
                         "env NCCL_ENV_SOCKET_IFNAME)")
     p.add_argument(
