@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import subprocess
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 from types import FrameType
@@ -141,15 +139,7 @@ def main() -> int:
     args = p.parse_args()
     if args.prefix:
         return inner(args)
-    names = lab.Names(f"rcw{os.getpid() % 100000}")
-    tmp = tempfile.mkdtemp(prefix="rdma-cni-walk.")
-    try:
-        lab.make_node(names)
-        return subprocess.call(["ip", "netns", "exec", names.node, sys.executable, __file__,
-                                *sys.argv[1:], "--prefix", names.prefix, "--tmp", tmp])
-    finally:
-        lab.destroy(names)
-        subprocess.run(["rm", "-rf", tmp], check=False)
+    return lab.rerun_in_node("rcw", __file__)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,3 +170,18 @@ def node_strays(expected_nics: int) -> list[str]:
     names = [lk["ifname"] for lk in ip_json(None, "link", "show")]
     ok = {"lo", *(nic(k) for k in range(expected_nics))}
     return [n for n in names if n not in ok and not n.startswith("vb")]
+
+
+def rerun_in_node(tag: str, script: str) -> int:
+    """Run ``script`` again, with this process's arguments plus ``--prefix`` and
+    ``--tmp``, inside a throwaway node netns (:func:`make_node`) named after ``tag``;
+    the netns and the temp dir are removed when it ends."""
+    names = Names(f"{tag}{os.getpid() % 100000}")
+    tmp = tempfile.mkdtemp(prefix="rdma-cni-bench.")
+    try:
+        make_node(names)
+        return subprocess.call(["ip", "netns", "exec", names.node, sys.executable, script,
+                                *sys.argv[1:], "--prefix", names.prefix, "--tmp", tmp])
+    finally:
+        destroy(names)
+        subprocess.run(["rm", "-rf", tmp], check=False)

@@ -20,9 +20,7 @@ import io
 import json
 import os
 import pstats
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -106,15 +104,7 @@ def main() -> int:
     args.cmds = args.cmds or ["ADD", "DEL"]
     if args.prefix:
         return inner(args)
-    names = lab.Names(f"rcp{os.getpid() % 100000}")
-    tmp = tempfile.mkdtemp(prefix="rdma-cni-prof.")
-    try:
-        lab.make_node(names)
-        return subprocess.call(["ip", "netns", "exec", names.node, sys.executable, __file__,
-                                *sys.argv[1:], "--prefix", names.prefix, "--tmp", tmp])
-    finally:
-        lab.destroy(names)
-        subprocess.run(["rm", "-rf", tmp], check=False)
+    return lab.rerun_in_node("rcp", __file__)
 
 
 if __name__ == "__main__":
