@@ -17,7 +17,7 @@ Runtime values (network name, container ID, CNI_IFNAME) never become path
 components: state files are named by the key's digest, pool directories are
 re-rendered from a parsed IPv4 network, netdev names are validated.
 
-Crash safety: every file is written to a temp file (``.tmp-<pid>-...``) in the
+Crash safety: every file is written to a temp file (``.tmp-<pidns>.<pid>-...``) in the
 same directory, fsynced, then renamed over (state) or hard-linked to its final
 name (reservations and claims: ``link`` fails if the name exists, which gives
 O_EXCL semantics with the full content in place). The directory is fsynced.
