@@ -1,6 +1,6 @@
 """iproute2 in a network namespace: ``ns`` is a netns name (``ip -n``), a path to one
 (``nsenter --net``, e.g. the runtime's /var/run/netns/cni-... or /proc/PID/ns/net), or
-None for this process's own."""
+None or "" for this process's own."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from support.proc import sh
 
 
 def _in(ns: str | None, argv: list[str]) -> list[str]:
-    if ns is None:
+    if not ns:
         return argv
     if ns.startswith("/"):
         return ["nsenter", f"--net={ns}", *argv]
