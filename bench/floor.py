@@ -207,24 +207,17 @@ class Store:
         os.close(fd)
 
     def write_tmp(self, sub: str, name: str, size: int) -> str:
-        """A temp file in ``sub``: created exclusively, flocked, written, fsynced, closed."""
+        """A temp file in ``sub``: created exclusively, flocked, written, closed (the store
+        writes its records without an fsync: rdma_cni/store/boot.py)."""
         path = os.path.join(self.root, sub, f".tmp-{os.getpid()}-{name}")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.write(fd, b"{" + b"x" * (size - 2) + b"}")
-            os.fsync(fd)
         finally:
             os.close(fd)
         return path
-
-    def fsync_dir(self, sub: str) -> None:
-        fd = os.open(os.path.join(self.root, sub), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def count(self, offset: int) -> None:
         """The metrics file's counter update: flock, read it whole, write one 128-byte slot."""
@@ -386,9 +379,7 @@ def floor_del(a: Attachment, store: Store) -> None:
 
     def release() -> None:
         os.unlink(os.path.join(store.root, "addrs", a.addr))
-        store.fsync_dir("addrs")
         os.unlink(os.path.join(store.root, "state", f"{a.key}.json"))
-        store.fsync_dir("state")
     _locked(store, release)
     store.say(f"INFO DEL of vpc-cni/{a.key} released 1 interface(s)")
     store.count(136)

@@ -36,21 +36,20 @@ def fsync_dir(path: str) -> None:
 
 def entry_written(directory: str) -> None:
     """After a record's rename or link into ``directory``: its directory entry is left
-    to the kernel's writeback (no fsync of the directory, which was half the fsyncs of
-    an ADD). A process crash at any point cannot lose it: it is in the page cache. A
-    power loss can, but only together with everything the record describes: pod
-    netns, sub-interfaces, rules and routes do not survive a reboot and an exclusive NIC
-    boots in the host netns, so a record lost that way names nothing that still exists.
-    The record's data is still fsynced before the rename or link (:func:`write_temp`), so
-    a record that does survive is whole. Removals keep their directory fsync: a removal
-    lost by a power loss would bring back a stale record."""
+    to the kernel's writeback (no fsync of the directory). A process crash at any point
+    cannot lose it: it is in the page cache. A power loss can, but only together with
+    everything the record describes; the store writes its records' data without an
+    fsync too, and removes what a power loss cuts at the next boot
+    (:mod:`rdma_cni.store.boot`, where the whole argument is). Files outside the store
+    (the install tools' ``write_atomic(..., sync_dir=True)``) keep both fsyncs."""
     del directory
 
 
 def write_temp(directory: str, name: str, data: bytes, *, mode: int = 0o600,
-               suffix: str = "") -> str:
-    """A complete, fsynced temp file for ``directory/name``; ``suffix`` ends its name
-    (a file in a watched directory must not end in an extension the watcher reads)."""
+               suffix: str = "", sync: bool = True) -> str:
+    """A complete temp file for ``directory/name``, fsynced unless ``sync`` is False (the
+    store's records: :mod:`rdma_cni.store.boot`); ``suffix`` ends its name (a file in a
+    watched directory must not end in an extension the watcher reads)."""
     tag = f"{_writer_tag()}-{secrets.token_hex(4)}"
     tmp = os.path.join(directory, f"{TMP}{tag}-{name}{suffix}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -63,7 +62,8 @@ def write_temp(directory: str, name: str, data: bytes, *, mode: int = 0o600,
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except OSError as e:
@@ -99,9 +99,9 @@ def put_in_place(directory: str, name: str, tmp: str, *, sync_dir: bool = False)
         entry_written(directory)
 
 
-def create_exclusive(directory: str, name: str, data: bytes) -> bool:
+def create_exclusive(directory: str, name: str, data: bytes, *, sync: bool = True) -> bool:
     """Create ``directory/name`` with ``data`` unless it exists; False if it does."""
-    tmp = write_temp(directory, name, data)
+    tmp = write_temp(directory, name, data, sync=sync)
     try:
         return link_exclusive(directory, name, tmp)
     finally:

@@ -16,7 +16,6 @@ from rdma_cni.errors import AddressError, ConfigError, IOFailure, shown
 from rdma_cni.log import LazyLogger
 from rdma_cni.store.atomic import (
     create_exclusive,
-    fsync_dir,
     link_exclusive,
     unlink_quietly,
     write_temp,
@@ -132,7 +131,7 @@ class Claims:
         prepared = self._prepared.get((directory, data))
         for _ in range(8):
             if link_exclusive(directory, name, prepared) if prepared else \
-                    create_exclusive(directory, name, data):
+                    create_exclusive(directory, name, data, sync=False):
                 return True
             owner = self._owner_at(os.path.join(directory, name))
             if owner is not None:
@@ -141,13 +140,14 @@ class Claims:
 
     # -- records written ahead of the lock --------------------------------
     def prepare_ip(self, pool: str, key: AttachmentKey, ifname: str) -> None:
-        """Write (and fsync) the record a reservation in ``pool`` for (key, ifname) links
+        """Write the record a reservation in ``pool`` for (key, ifname) links
         into place, before the caller takes the lock: under it, :meth:`reserve_ip` only
         links that file to the address's name. :meth:`drop_prepared` removes it."""
         self._ensure(self.addrs_dir)
         data = _claim_record(key, ifname, {"pool": pool})
         if (self.addrs_dir, data) not in self._prepared:
-            self._prepared[(self.addrs_dir, data)] = write_temp(self.addrs_dir, "claim", data)
+            self._prepared[(self.addrs_dir, data)] = write_temp(self.addrs_dir, "claim", data,
+                                                                sync=False)
 
     def drop_prepared(self) -> None:
         for tmp in self._prepared.values():
@@ -244,8 +244,7 @@ class Claims:
         with self.lock():
             for _, _, owner, path in list(self._ip_entries(key)):
                 mine = owner[0] == key and (ifname is None or owner[1] == ifname)
-                if mine and remove(path):
-                    fsync_dir(os.path.dirname(path))
+                if mine and remove(path):  # no fsync: rdma_cni.store.boot
                     freed += 1
         return freed
 

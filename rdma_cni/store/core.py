@@ -18,9 +18,11 @@ components: state files are named by the key's digest, pool directories are
 re-rendered from a parsed IPv4 network, netdev names are validated.
 
 Crash safety: every file is written to a temp file (``.tmp-<pidns>.<pid>-...``) in the
-same directory, fsynced, then renamed over (state) or hard-linked to its final
+same directory, then renamed over (state) or hard-linked to its final
 name (reservations and claims: ``link`` fails if the name exists, which gives
-O_EXCL semantics with the full content in place). The directory is fsynced.
+O_EXCL semantics with the full content in place). Nothing is fsynced: a crash of a
+process cannot lose what is in the page cache, and what a crash of the node can do to
+records of pods that died with it is handled by :mod:`rdma_cni.store.boot`.
 Readers skip temp files and delete orphans: no writer holds the temp file's
 flock (the writer holds it while writing) and it is older than a minute.
 
@@ -63,7 +65,8 @@ from contextlib import contextmanager
 from rdma_cni import defaults
 from rdma_cni.errors import IOFailure
 from rdma_cni.log import LazyLogger
-from rdma_cni.store.atomic import fsync_dir, ioerr, put_in_place, unlink_quietly, write_temp
+from rdma_cni.store.atomic import ioerr, put_in_place, unlink_quietly, write_temp
+from rdma_cni.store.boot import check_boot
 from rdma_cni.store.claims import UNKNOWN_OWNER, Owner, key_of, pool_dirname
 from rdma_cni.store.files import (
     MAX_READ,
@@ -122,9 +125,10 @@ class Store(NicClaims):
                 depth[self.lock_path] -= 1
             return
         self._ensure(None)
-        with FileLock(self.lock_path, self.lock_timeout if timeout is None else timeout):
+        with FileLock(self.lock_path, self.lock_timeout if timeout is None else timeout) as fl:
             depth[self.lock_path] = 1
             try:
+                check_boot(self.root, fl.fd)
                 yield
             finally:
                 depth[self.lock_path] = 0
@@ -132,7 +136,7 @@ class Store(NicClaims):
     def usable(self) -> None:
         """Raise :class:`IOFailure` unless the data dir can be created and written."""
         self._ensure(None)
-        tmp = write_temp(self.root, "probe", b"{}")
+        tmp = write_temp(self.root, "probe", b"{}", sync=False)
         unlink_quietly(tmp)
         try:
             os.close(os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
@@ -183,7 +187,7 @@ class Store(NicClaims):
                 f"failed to save the state of {key.container_id[:12]}: the record would be "
                 f"{len(data)} bytes, over the {MAX_RECORD >> 10} KiB bound")
         self._ensure(self.state_dir)
-        return write_temp(self.state_dir, key.digest() + ".json", data)
+        return write_temp(self.state_dir, key.digest() + ".json", data, sync=False)
 
     def commit_state(self, key: AttachmentKey, prepared: str) -> None:
         put_in_place(self.state_dir, key.digest() + ".json", prepared)
@@ -193,8 +197,7 @@ class Store(NicClaims):
         unlink_quietly(prepared)
 
     def delete_state(self, key: AttachmentKey) -> None:
-        if remove(self._state_path(key)):
-            fsync_dir(self.state_dir)
+        remove(self._state_path(key))  # no fsync: rdma_cni.store.boot
 
     def list_states(self) -> list[AttachmentState]:
         out = []

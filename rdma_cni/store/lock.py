@@ -49,6 +49,13 @@ class FileLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    @property
+    def fd(self) -> int:
+        """The locked file's descriptor, while held."""
+        if self._fd is None:
+            raise IOFailure(f"failed to use {self.path}: the lock is not held")
+        return self._fd
+
     def acquire(self) -> None:
         if self._fd is not None:
             raise IOFailure(f"failed to lock {self.path}: this FileLock is already held")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 
 from rdma_cni.errors import ConfigError, shown
-from rdma_cni.store.atomic import fsync_dir
 from rdma_cni.store.claims import UNKNOWN_OWNER, Claims, Owner
 from rdma_cni.store.files import remove, scan
 from rdma_cni.vocab.attachment import AttachmentKey
@@ -48,7 +47,5 @@ class NicClaims(Claims):
         with self.lock():
             for netdev, (k, ifn) in self.nic_claims().items():
                 if k == key and (ifname is None or ifn == ifname):
-                    freed += remove(os.path.join(self.nics_dir, netdev))
-            if freed:
-                fsync_dir(self.nics_dir)
+                    freed += remove(os.path.join(self.nics_dir, netdev))  # no fsync: boot.py
         return freed

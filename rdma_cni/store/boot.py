@@ -1,0 +1,96 @@
+"""The boot a store was last opened in, and what a power loss can leave of its records.
+
+The store writes its records without an fsync (:func:`rdma_cni.store.atomic.write_temp`
+with ``sync=False``): a crash of the plugin, or of the server, cannot lose a record, which
+is in the page cache the moment its rename or link returns. Only the node's own crash
+can, and then everything a record describes went with it: pod netns, sub-interfaces,
+rules and routes do not survive a reboot, and an exclusive NIC boots in the host netns.
+What such a crash can leave of a record written without an fsync is the record, nothing
+(the write or the removal lost), or a cut file (created, its data never written back:
+ext4 and XFS leave it empty). The first two are whole records of dead pods, which the
+runtime's DEL of their old sandboxes, or the agent's reconciliation, releases as it
+always has. The cut ones carry no key: nothing would ever release them.
+
+So the store's lock file holds the kernel's boot ID of the last locked open by this
+release (its content was unused: earlier releases leave it empty). The first locked
+open in another boot removes every record that does not parse, which only a power loss
+of a store written without an fsync leaves, and then stamps the boot, with an fsync:
+that is once per boot. A store without a stamp (written by an earlier release, which
+fsynced every record, or new) is adopted as this boot's.
+Whole records are never removed here: an earlier release, after a rollback, may have
+written them in this very boot for pods that still run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from rdma_cni.log import LazyLogger
+from rdma_cni.store.atomic import ioerr
+from rdma_cni.store.files import Corrupt, read_record, remove, scan
+
+__all__ = ["BOOT_ID", "check_boot"]
+
+log = LazyLogger(__name__)
+
+#: where the kernel gives this boot's ID
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+#: record directories of the layout (see :mod:`rdma_cni.store.core`); ips/ has a level of pools
+RECORD_DIRS = ("state", "addrs", "nics")
+_checked: dict[str, str] = {}  # data dir -> the boot it was checked in, by this process
+
+
+def this_boot() -> str:
+    """The kernel's boot ID; "" when it cannot be read (then nothing is swept)."""
+    try:
+        with open(BOOT_ID, "rb") as f:
+            return f.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+
+
+def check_boot(root: str, lock_fd: int) -> None:
+    """With the store's lock file ``lock_fd`` locked: sweep what a power loss cut, once
+    per boot (see the module docstring)."""
+    boot = this_boot()
+    if not boot or _checked.get(root) == boot:
+        return
+    path = os.path.join(root, "lock")
+    try:
+        stamp = os.pread(lock_fd, 64, 0).decode("ascii", "replace").strip()
+        if stamp != boot:
+            if stamp:
+                swept = sweep_cut_records(root)
+                log.warning("data dir %s was last opened in boot %s, this is boot %s: "
+                            "removed %d record(s) a power loss cut", root,
+                            ascii(stamp)[1:-1], boot, swept)
+            os.ftruncate(lock_fd, 0)
+            os.pwrite(lock_fd, boot.encode() + b"\n", 0)
+            os.fsync(lock_fd)
+    except OSError as e:
+        raise ioerr("stamp the boot in", path, e) from e
+    _checked[root] = boot
+
+
+def sweep_cut_records(root: str) -> int:
+    """Remove the records under ``root`` that do not parse; how many."""
+    swept = 0
+    for path in _records(root):
+        try:
+            read_record(path)
+        except Corrupt as e:
+            if remove(path):
+                log.warning("removed %s, cut by a power loss: %s", path, e)
+                swept += 1
+    return swept
+
+
+def _records(root: str) -> Iterator[str]:
+    for sub in RECORD_DIRS:
+        d = os.path.join(root, sub)
+        yield from (os.path.join(d, n) for n in scan(d))
+    pools = os.path.join(root, "ips")
+    for pool in scan(pools):
+        d = os.path.join(pools, pool)
+        if os.path.isdir(d):
+            yield from (os.path.join(d, n) for n in scan(d))
