@@ -54,6 +54,11 @@ from rdma_cni.vocab.ports import NetlinkPort
 AF_INET = socket.AF_INET
 AF_INET6 = socket.AF_INET6
 FR_ACT_TO_TBL = 1
+#: rtm_flags of a route lookup: answer with the FIB entry matched (not the cached route
+#: made from it; Linux >= 4.13), and name the table it is in (IPv4; an IPv6 entry names
+#: its table itself, and the kernel refuses the flag there)
+RTM_F_LOOKUP_TABLE = 0x1000
+RTM_F_FIB_MATCH = 0x2000
 NEW = NLM_F_CREATE | NLM_F_EXCL
 #: the errnos that mean "it is not there" (a delete of it is done)
 ABSENT = (errno.ENODEV, errno.ENOENT, errno.ESRCH, errno.EADDRNOTAVAIL)
@@ -155,8 +160,24 @@ class Layer3(NetlinkPort):
                                      table=RT_TABLE_MAIN)
             out += [r for r in (route_of(m) for m in msgs)
                     if r.dst in DEFAULT_DSTS and r.table == RT_TABLE_MAIN
-                    and r.type == RTN_UNICAST and (oif is None or r.oif == oif)]
+                    and r.type == RTN_UNICAST and (oif is None or oif in r.devices)]
         return out
+
+    def route_match(self, dst: str) -> Route | None:
+        """The route the kernel's lookup of ``dst`` matches (``ip route get fibmatch
+        dst``), through the policy rules as this process's packets see them: the FIB
+        entry with its table, prefix, type, metric and every nexthop's link; None when
+        nothing routes ``dst`` (or the kernel has no IPv6). A reject route (unreachable,
+        prohibit, blackhole) is the kernel's refusal: a NetlinkFailure."""
+        v6 = ":" in dst
+        msgs: Any = ()
+        with filtered(f"look up the route to {dst} in {self.label}",
+                      (errno.ENETUNREACH, errno.EAFNOSUPPORT)):
+            msgs = self._nl.request(
+                rtmsg, RTM_GETROUTE, 0, [("RTA_DST", dst)], family=AF_INET6 if v6 else AF_INET,
+                dst_len=128 if v6 else 32,
+                flags=RTM_F_FIB_MATCH if v6 else RTM_F_FIB_MATCH | RTM_F_LOOKUP_TABLE)
+        return route_of(msgs[0]) if msgs else None
 
     def route_oif(self, dst: str, src: str) -> int | None:
         """The link the kernel routes ``src -> dst`` through (``ip route get dst from

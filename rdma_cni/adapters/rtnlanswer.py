@@ -83,6 +83,16 @@ class _Attrs:
     def get_attr(self, name: str) -> Any:
         return self.attr(name)
 
+    def payload(self, name: str) -> bytes | None:
+        """The undecoded payload of the first attribute called ``name`` (None: absent)."""
+        prime = self._lay.by_name.get(name)
+        index = self._index if self._index is not None else self._attr_index()
+        at = index.get(prime["type"]) if prime is not None else None
+        if at is None:
+            return None
+        off, length, _ = at
+        return self._data[off + _NLA.size: off + length]
+
     def items(self, until: int | None = None) -> list[tuple[str, Any]]:
         """(name, value) of every attribute in order (of those before offset ``until``;
         "UNKNOWN" and its bytes for a type the layout has not)."""

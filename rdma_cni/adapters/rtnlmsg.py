@@ -4,6 +4,7 @@ values, and the reverse for a route. Imports nothing of pyroute2."""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from rdma_cni.vocab.netlink import FOREVER, Addr, Link, LinkStats, Route
@@ -15,6 +16,8 @@ RT_TABLE_COMPAT = 252
 #: the scope of a delete that matches a route of any scope (as ``ip route del`` sends)
 RT_SCOPE_NOWHERE = 255
 AF_INET, AF_INET6 = 2, 10
+#: struct rtnexthop: length (with its attributes), flags, hops, link index
+_RTNH = struct.Struct("=HBBi")
 
 
 def link_of(msg: Any) -> Link:
@@ -69,7 +72,22 @@ def route_of(m: Any) -> Route:
         priority=a("RTA_PRIORITY") or 0,
         prefsrc=a("RTA_PREFSRC"),
         type=m["type"],
+        nexthops=nexthops_of(m.payload("RTA_MULTIPATH")),
     )
+
+
+def nexthops_of(data: bytes | None) -> tuple[int, ...]:
+    """The link of every nexthop in an RTA_MULTIPATH payload (whatever its flags: dead,
+    linkdown), in the kernel's order."""
+    out: list[int] = []
+    off = 0
+    while data and off + _RTNH.size <= len(data):
+        length, _flags, _hops, index = _RTNH.unpack_from(data, off)
+        if length < _RTNH.size:
+            break
+        out.append(index)
+        off += (length + 3) & ~3
+    return tuple(out)
 
 
 def address_of(m: Any) -> tuple[int, str]:

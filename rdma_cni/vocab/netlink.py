@@ -21,6 +21,10 @@ RT_TABLE_LOCAL = 255
 SCOPE_UNIVERSE = 0
 SCOPE_LINK = 253
 RTN_UNICAST = 1
+RTN_LOCAL = 2
+#: the routes the kernel learns from IPv6 router advertisements (one per NIC that hears
+#: them, all of the same metric)
+RTPROT_RA = 9
 #: an address lifetime that never runs out (``forever``)
 FOREVER = 0xFFFFFFFF
 #: the destinations of a default route, IPv4 and IPv6
@@ -77,10 +81,17 @@ class Route:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     prefsrc: str | None = None
     type: int = RTN_UNICAST
+    #: the links of a multipath route's nexthops (its ``oif`` is None then)
+    nexthops: tuple[int, ...] = ()
 
     @property
     def version(self) -> int:
         return 6 if ":" in self.dst else 4
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """Every link the route leads through: its ``oif``, or each nexthop's."""
+        return (self.oif,) if self.oif else self.nexthops
 
 
 @dataclass(frozen=True)

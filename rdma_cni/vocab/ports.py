@@ -116,6 +116,12 @@ class L3View(Bound, Protocol):
         ``::/0``), through link ``oif`` if given."""
         return [r for r in self.routes(RT_TABLE_MAIN, oif=oif) if r.dst in DEFAULT_DSTS]
 
+    def route_match(self, dst: str) -> Route | None:
+        """The route the kernel's lookup of ``dst`` matches (``ip route get fibmatch``):
+        the table entry itself (table, prefix, type, metric, every nexthop's link); None
+        when nothing routes ``dst``; a reject route: a NetlinkFailure."""
+        ...
+
     def rules(self) -> Sequence[Rule]: ...
     def inet6_mode(self, name: str) -> int | None:
         """The IPv6 address generation mode of ``name`` (None: unknown, or no IPv6)."""

@@ -57,9 +57,16 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
         index = w.host.require(oif).index if oif else None
         return [(r.dst, r.gateway, r.priority) for r in w.host.default_routes(oif=index)]
 
+    def match(w: World, dst: str) -> tuple[Any, ...] | None:
+        r = w.host.route_match(dst)
+        names = {lk.index: lk.name for lk in w.host.links()}
+        return None if r is None else (r.dst, r.gateway, r.table, r.type,
+                                       r.priority, [names[i] for i in r.devices])
+
     return [
         ("look up a missing link", lambda w: w.host.link("nope")),
         ("no default route", defaults),
+        ("the route to a probe, without a default route", lambda w: match(w, "240.0.0.1")),
         ("a default route through rnic0",
          lambda w: w.host.add_route(Route("0.0.0.0/0", "198.51.100.62",
                                           w.host.require("rnic0").index, 254, onlink=True,
@@ -67,6 +74,15 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
         ("the default routes", defaults),
         ("the default routes through rnic0", lambda w: defaults(w, "rnic0")),
         ("the default routes through rnic1", lambda w: defaults(w, "rnic1")),
+        ("the route to a probe", lambda w: match(w, "240.0.0.1")),
+        ("the route to an address of rnic1", lambda w: match(w, "198.51.100.65")),
+        ("the route into rnic0's subnet", lambda w: match(w, "198.51.100.9")),
+        ("a rule on the host", lambda w: w.host.add_rule("198.51.100.1", TABLE, PRIO)),
+        ("the route to an address of rnic1 (local table apart)",
+         lambda w: match(w, "198.51.100.65")),
+        ("delete the host's rule", lambda w: w.host.del_rule("198.51.100.1", TABLE, PRIO)),
+        ("the route to an address of rnic1 (no rule left)",
+         lambda w: match(w, "198.51.100.65")),
         ("create a macvlan into the pod", sub("rdtx0", 1400, "02:00:00:00:00:aa")),
         ("create it again", sub("rdtx0", 1400)),
         ("create one above the parent's MTU", sub("rdtx1", 9000)),

@@ -7,12 +7,12 @@ pyroute2's attribute classes. The socket is a stand-in that answers as the kerne
 from __future__ import annotations
 
 import socket
-import struct
 from ipaddress import IPv4Interface
 from typing import Any
 
 import pytest
 from support.rtnl_oracle import pyroute2_encoded
+from support.rtnl_standin import StandIn
 
 from rdma_cni.adapters import rtnl
 from rdma_cni.adapters.netlink import Netlink
@@ -20,7 +20,6 @@ from rdma_cni.adapters.rtnlanswer import Answer
 from rdma_cni.adapters.rtnlmsg import addr_of, inet6_mode_of, link_of, stats_of
 from rdma_cni.vocab.netlink import Addr, Link, Route
 
-_HDR = struct.Struct("=IHHII")
 STATS = {"rx_bytes": 10, "tx_bytes": 20, "rx_packets": 3, "tx_packets": 4}
 ETH1 = [("IFLA_IFNAME", "eth1"), ("IFLA_MTU", 1500), ("IFLA_ADDRESS", "02:aa:bb:cc:dd:ee"),
         ("IFLA_LINKINFO", {"attrs": [("IFLA_INFO_KIND", "veth")]}),
@@ -34,33 +33,13 @@ def _link_answer(seq: int) -> bytes:
                             0, seq)
 
 
-class KernelStandIn:
+class KernelStandIn(StandIn):
     """A netlink socket that records each request and answers it: a link for a lookup,
     nothing for a dump, an ACK for a change."""
 
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-        self.queue: list[bytes] = []
-
-    def send(self, data: bytes) -> int:
-        self.sent.append(data)
-        _len, kind, flags, seq, _pid = _HDR.unpack_from(data)
-        if flags & rtnl.NLM_F_DUMP == rtnl.NLM_F_DUMP:
-            self.queue.append(_HDR.pack(20, rtnl.NLMSG_DONE, 2, seq, 0) + b"\0" * 4)
-            return len(data)
-        if kind == rtnl.RTM_GETLINK:
+    def answer(self, data: bytes, kind: int, seq: int, dump: bool) -> None:
+        if not dump and kind == rtnl.RTM_GETLINK:
             self.queue.append(_link_answer(seq))
-        self.queue.append(_HDR.pack(20, rtnl.NLMSG_ERROR, 0x100, seq, 0) + b"\0" * 4)
-        return len(data)
-
-    def recv_into(self, buf: bytearray, n: int, flags: int) -> int:
-        return len(self.queue[0])
-
-    def recv(self, size: int) -> bytes:
-        return self.queue.pop(0)
-
-    def close(self) -> None:
-        pass
 
 
 def _every_request(nl: Netlink) -> None:
@@ -84,6 +63,7 @@ def _every_request(nl: Netlink) -> None:
         nl.put_addr("eth1", addr)
     nl.routes_via(7), nl.routes(), nl.routes(1001, 7), nl.default_routes()
     nl.default_routes(7), nl.route_oif("198.51.100.9", "198.51.100.1")
+    nl.route_match("240.0.0.1"), nl.route_match("2001:db8:ffff:ffff::1")
     for route in (Route("198.51.100.0/26", "198.51.100.1", 7, 100),
                   Route("0.0.0.0/0", "198.51.100.1", 7, 1001, onlink=True),
                   Route("2001:db8::/64", None, 7, 1001, scope=253, proto=2, priority=7)):

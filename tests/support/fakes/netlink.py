@@ -9,7 +9,9 @@ ENETDOWN (route through a link that is down), ENETUNREACH (gateway outside every
 connected subnet, not onlink); a move to another netns sets the link down and drops
 its addresses and routes; setting a link down flushes its routes; deleting a link
 deletes its sub-links; the main table shows the connected route of every address on
-a link that is up (proto kernel); a rename of a link that is up is allowed (6.x).
+a link that is up (proto kernel); a rename of a link that is up is allowed (6.x); a
+route lookup (``route_match``) follows the default rules: an address's local route,
+then the main table.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import errno
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from ipaddress import IPv4Address, IPv4Interface
+from ipaddress import IPv4Address, IPv4Interface, ip_address, ip_network
 from typing import Any
 
 from rdma_cni.adapters.netns import NetnsGone
 from rdma_cni.vocab.netlink import (
+    RT_TABLE_LOCAL,
     RT_TABLE_MAIN,
+    RTN_LOCAL,
     SCOPE_LINK,
     Link,
     LinkStats,
@@ -35,6 +39,7 @@ from rdma_cni.vocab.netlink import (
 from rdma_cni.vocab.ports import NetlinkPort
 
 RTPROT_KERNEL = 2
+SCOPE_HOST = 254
 DEFAULT_RULES: tuple[Rule, ...] = ((0, 255, None), (32766, 254, None), (32767, 253, None))
 
 
@@ -47,6 +52,8 @@ class FakeNetns:
     addrs: list[tuple[int, IPv4Interface]] = field(default_factory=list)
     routes: list[Route] = field(default_factory=list)
     rules: list[Rule] = field(default_factory=lambda: list(DEFAULT_RULES))
+    #: a rule was ever added: IPv4's local table has a trie of its own from then on
+    unmerged: bool = False
 
     def by_name(self, name: str) -> Link | None:
         return next((lk for lk in self.links.values() if lk.name == name), None)
@@ -266,6 +273,24 @@ class FakeNetlink(NetlinkPort):
         every = (self._connected() if table == RT_TABLE_MAIN else []) + self.ns.routes
         return [r for r in every if r.table == table and (oif is None or r.oif == oif)]
 
+    def route_match(self, dst: str) -> Route | None:
+        """The kernel's lookup under the default rules (local, then main): an address's
+        local route (the link holding it; in the table IPv4 names for it: main until a
+        rule is added, the two tables sharing one trie), else main's longest prefix
+        covering ``dst``, of the lowest metric, the first added of equals; None when
+        nothing covers it."""
+        ip = ip_address(dst)
+        local = RT_TABLE_LOCAL if self.ns.unmerged else RT_TABLE_MAIN
+        for i, a in self.ns.addrs:
+            if a.ip == ip:
+                return Route(dst=f"{ip}/32", gateway=None, oif=i, table=local,
+                             scope=SCOPE_HOST, proto=RTPROT_KERNEL, prefsrc=str(ip),
+                             type=RTN_LOCAL)
+        covering = [r for r in self.routes() if ip in ip_network(r.dst)]
+        if not covering:
+            return None
+        return min(covering, key=lambda r: (-ip_network(r.dst).prefixlen, r.priority))
+
     def add_route(self, route: Route) -> None:
         action = f"add route {route.dst} to table {route.table} in {self.label}"
         link = self.ns.links.get(route.oif or 0)
@@ -292,6 +317,7 @@ class FakeNetlink(NetlinkPort):
 
     def add_rule(self, src: str, table: int, priority: int) -> None:
         rule = (priority, table, f"{src}/32")
+        self.ns.unmerged = True
         if rule not in self.ns.rules:
             self.ns.rules.append(rule)
 
