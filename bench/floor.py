@@ -93,7 +93,12 @@ IFLA_INFO_KIND, IFLA_INFO_DATA, IFLA_MACVLAN_MODE, MACVLAN_MODE_BRIDGE = 1, 2, 1
 IFA_ADDRESS, IFA_LOCAL = 1, 2
 RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_TABLE = 1, 4, 5, 15
 FRA_SRC, FRA_PRIORITY, FRA_TABLE = 2, 6, 15
-RT_TABLE_MAIN, TABLE, PRIORITY, ENODEV = 254, 100, 20000, 19
+RT_TABLE_MAIN, TABLE, PRIORITY, ENODEV, ENETUNREACH = 254, 100, 20000, 19, 101
+#: the node's own NIC check (rdma_cni/node/primary.py): per family, the kernel's lookup
+#: (RTM_F_FIB_MATCH, and RTM_F_LOOKUP_TABLE for IPv4) of a destination only a default
+#: route covers
+PROBES = ((socket.AF_INET, "240.0.0.1", 0x3000), (socket.AF_INET6, "2001:db8:ffff:ffff::1",
+                                                  0x2000))
 SOL_NETLINK, NETLINK_GET_STRICT_CHK, CLONE_NEWNET = 270, 12, 0x40000000
 IFF_UP = 1
 #: the sizes of the store's records as `serve` writes them for one interface (bytes)
@@ -314,8 +319,10 @@ def floor_add(a: Attachment, store: Store) -> None:
         link = node.request(RTM_GETLINK, NLM_F_ACK, _ifinfo() + _name(IFLA_IFNAME, a.nic))
         nic_index = struct.unpack_from("=i", link, 4)[0]
         main = _u32(RTA_TABLE, RT_TABLE_MAIN) + _u32(RTA_OIF, nic_index)
-        for family in (socket.AF_INET, socket.AF_INET6):
-            node.request(RTM_GETROUTE, NLM_F_DUMP, _rtmsg(family, 0, RT_TABLE_MAIN) + main)
+        for family, probe, flags in PROBES:  # the node's default route: none in this netns
+            raw = socket.inet_pton(family, probe)
+            node.request(RTM_GETROUTE, 0, _rtmsg(family, len(raw) * 8, 0, flags=flags)
+                         + _attr(RTA_DST, raw), ENETUNREACH)
         store.say("INFO no kubelet allocation source on this node: NICs taken from config "
                   "order; GPU/NIC NUMA alignment is not guaranteed")
         Store.unlock(store.lock())

@@ -38,15 +38,21 @@ BOOT_ID = "/proc/sys/kernel/random/boot_id"
 #: record directories of the layout (see :mod:`rdma_cni.store.core`); ips/ has a level of pools
 RECORD_DIRS = ("state", "addrs", "nics")
 _checked: dict[str, str] = {}  # data dir -> the boot it was checked in, by this process
+_boot: list[str] = []  # [the file read, the boot ID it gave]
 
 
 def this_boot() -> str:
-    """The kernel's boot ID; "" when it cannot be read (then nothing is swept)."""
+    """The kernel's boot ID (read once per process: a process lives in one boot); ""
+    when it cannot be read (then nothing is swept)."""
+    if _boot and _boot[0] == BOOT_ID:
+        return _boot[1]
     try:
         with open(BOOT_ID, "rb") as f:
-            return f.read(64).decode("ascii", "replace").strip()
+            boot = f.read(64).decode("ascii", "replace").strip()
     except OSError:
         return ""
+    _boot[:] = [BOOT_ID, boot]
+    return boot
 
 
 def check_boot(root: str, lock_fd: int) -> None:

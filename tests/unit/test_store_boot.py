@@ -30,12 +30,14 @@ def boot_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     path.write_text(BOOT_A + "\n")
     monkeypatch.setattr(boot, "BOOT_ID", str(path))
     monkeypatch.setattr(boot, "_checked", {})
+    monkeypatch.setattr(boot, "_boot", [])
     yield path
 
 
 def reboot(boot_id: Path, to: str = BOOT_B) -> None:
     boot_id.write_text(to + "\n")
     boot._checked.clear()  # a new boot is a new process too
+    boot._boot.clear()
 
 
 def records(store: Store) -> set[str]:
@@ -159,5 +161,6 @@ def test_a_store_of_an_earlier_release_is_adopted_as_it_is(tmp_path: Path,
 def test_no_boot_id_sweeps_nothing_and_stamps_nothing(tmp_path: Path, boot_id: Path) -> None:
     store, before = populated_and_opened(tmp_path)
     boot_id.unlink()
+    boot._boot.clear()
     open_again(store)
     assert records(store) == before and stamp(store) == BOOT_A
