@@ -273,7 +273,18 @@ def _floor_line(fl: dict[str, Any] | None) -> list[str]:
         f"requests, the records removed) {cmd['del_ms']:.2f} ms, medians of {cmd['n']} "
         "(bench/floor.py)")
     return ["", f"Physical floor on this machine, same run: {t}; one netlink round trip "
-                f"(RTM_GETLINK) {fl['netlink']['rtt_ms'] * 1e3:.0f} us{kernel}."]
+                f"(RTM_GETLINK) {fl['netlink']['rtt_ms'] * 1e3:.0f} us{kernel}."
+                + _busy_floor(fl.get("add_del_busy"), cmd)]
+
+
+def _busy_floor(busy: dict[str, Any] | None, none: dict[str, Any] | None) -> str:
+    """Figure 7's floor: figure 2's floor ADD made with the attachments of figure 7 on
+    the node, against the same with none (the run's own floor, made after they went)."""
+    if not busy or not none:
+        return ""
+    return (f" With figure 7's {busy['attachments']} attachments on the node, the same floor "
+            f"ADD took {busy['add_ms']:.2f} ms ({busy['add_ms'] / none['add_ms']:.2f}x the "
+            f"floor without them) and its DEL {busy['del_ms']:.2f} ms, medians of {busy['n']}.")
 
 
 def write(record: dict[str, Any], out: str) -> str:

@@ -246,10 +246,13 @@ def busy_figure(args: argparse.Namespace, paths: list[str], tmp: str,
                       budget_s=max(budget - (time.monotonic() - start), 0.0))
     try:
         figures.run(loaded, pods, args.settle, lab.N_NICS)
+        # the kernel's floor of the same ADD with the attachments still on the node
+        busy_floor = floor.add_del_floor(tmp, pods, args.rounds)
     finally:
         busy.remove(made, pods, data)
     return {"s7-0": base, "s7": loaded}, {"attachments": n, "setup_s": round(made.setup_s, 1),
-                                          "teardown_s": round(made.teardown_s, 1)}
+                                          "teardown_s": round(made.teardown_s, 1),
+                                          "floor": busy_floor}
 
 
 def flood_figure(args: argparse.Namespace, tmp: str, daemon: resident.Daemon,
@@ -319,6 +322,9 @@ def driver_main(args: argparse.Namespace) -> int:
         record["resident_cycles"] = cycles
         record.update(extra)
         record["floor"] = floor.measure(tmp, pods=pods, rounds=args.rounds)
+        if record.get("busy_node", {}).get("floor"):
+            record["floor"]["add_del_busy"] = {**record["busy_node"]["floor"],
+                                               "attachments": record["busy_node"]["attachments"]}
         record["measurer"] = measurer is not None
         record["figures"] += report.cycle_rows(cycles)
         report.add_floor(record["figures"], record["floor"])

@@ -81,3 +81,15 @@ def test_the_reference_cell_of_a_figure_against_itself_says_what_it_is() -> None
     row = _row("7", 14.0) | {"reference": "none"}
     assert "| rdma-cni, none: 14.0 ms (14.0) |" in report._line(row)
     assert "| 14.0 ms (14.0) |" in report._line(_row("2", 14.0))
+
+
+def test_figure_7s_floor_is_said_against_the_floor_without_the_attachments() -> None:
+    fl = {"static_true": None, "netlink": {"rtt_ms": 0.008},
+          "add_del": {"add_ms": 2.0, "del_ms": 20.0, "n": 5, "add_requests": 15,
+                      "del_requests": 4},
+          "add_del_busy": {"add_ms": 3.0, "del_ms": 24.0, "n": 5, "attachments": 512}}
+    (line,) = [t for t in report._floor_line(fl) if t]
+    assert ("With figure 7's 512 attachments on the node, the same floor ADD took 3.00 ms "
+            "(1.50x the floor without them) and its DEL 24.00 ms, medians of 5.") in line
+    del fl["add_del_busy"]
+    assert "figure 7" not in "".join(report._floor_line(fl))
