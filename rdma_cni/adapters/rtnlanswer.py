@@ -66,17 +66,23 @@ class _Attrs:
         self._index = index
         return index
 
+    def _first(self, name: str) -> tuple[Any, tuple[int, int, int]] | None:
+        """The layout of the attribute called ``name`` and (offset, length, flags) of its
+        first occurrence; None when the layout has no such name or the message no such
+        attribute."""
+        prime = self._lay.by_name.get(name)
+        if prime is None:
+            return None
+        index = self._index if self._index is not None else self._attr_index()
+        at = index.get(prime["type"])
+        return None if at is None else (prime, at)
+
     def attr(self, name: str) -> Any:
         """The value of the first attribute called ``name`` (pyroute2's value), or None."""
         if name in self._cache:
             return self._cache[name]
-        prime = self._lay.by_name.get(name)
-        value = None
-        if prime is not None:
-            index = self._index if self._index is not None else self._attr_index()
-            at = index.get(prime["type"])
-            if at is not None:
-                value = self._read(prime, *at)
+        found = self._first(name)
+        value = None if found is None else self._read(found[0], *found[1])
         self._cache[name] = value
         return value
 
@@ -85,12 +91,10 @@ class _Attrs:
 
     def payload(self, name: str) -> bytes | None:
         """The undecoded payload of the first attribute called ``name`` (None: absent)."""
-        prime = self._lay.by_name.get(name)
-        index = self._index if self._index is not None else self._attr_index()
-        at = index.get(prime["type"]) if prime is not None else None
-        if at is None:
+        found = self._first(name)
+        if found is None:
             return None
-        off, length, _ = at
+        off, length, _ = found[1]
         return self._data[off + _NLA.size: off + length]
 
     def items(self, until: int | None = None) -> list[tuple[str, Any]]:

@@ -38,21 +38,19 @@ BOOT_ID = "/proc/sys/kernel/random/boot_id"
 #: record directories of the layout (see :mod:`rdma_cni.store.core`); ips/ has a level of pools
 RECORD_DIRS = ("state", "addrs", "nics")
 _checked: dict[str, str] = {}  # data dir -> the boot it was checked in, by this process
-_boot: list[str] = []  # [the file read, the boot ID it gave]
+_boot: list[str] = []  # the boot ID, once read
 
 
 def this_boot() -> str:
     """The kernel's boot ID (read once per process: a process lives in one boot); ""
     when it cannot be read (then nothing is swept)."""
-    if _boot and _boot[0] == BOOT_ID:
-        return _boot[1]
-    try:
-        with open(BOOT_ID, "rb") as f:
-            boot = f.read(64).decode("ascii", "replace").strip()
-    except OSError:
-        return ""
-    _boot[:] = [BOOT_ID, boot]
-    return boot
+    if not _boot:
+        try:
+            with open(BOOT_ID, "rb") as f:
+                _boot.append(f.read(64).decode("ascii", "replace").strip())
+        except OSError:
+            return ""
+    return _boot[0]
 
 
 def check_boot(root: str, lock_fd: int) -> None:
