@@ -7,12 +7,20 @@ forgets a thread once it ends (``serve`` gives each request a thread). A control
 ``cpuacct.usage`` (cgroup v1) or ``cpu.stat`` ``usage_usec`` (v2) counts every task that
 was ever in it, in ns (us on v2). Without a usable hierarchy (no root, no controller) the
 caller falls back to ``/proc`` and says so.
+
+``ip netns exec`` (the benchmark runs inside a node netns) mounts a sysfs of the netns
+over ``/sys`` in a mount namespace of its own, which hides ``/sys/fs/cgroup``. There the
+group's hierarchy is mounted on a temp directory of that mount namespace (cgroup v1's
+cpuacct is the same hierarchy as the host's, v2's the same tree) and unmounted with the
+group; never in the host's own mount namespace.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import tempfile
 
 V1 = "/sys/fs/cgroup/cpuacct"
 V2 = "/sys/fs/cgroup"
@@ -22,13 +30,23 @@ class CpuGroup:
     """A control group made for one process tree; :meth:`seconds` is its CPU so far."""
 
     def __init__(self, name: str) -> None:
-        if os.path.isfile(os.path.join(V1, "cpuacct.usage")):
-            self.path, self.v2 = os.path.join(V1, name), False
-        elif os.path.isfile(os.path.join(V2, "cgroup.controllers")):
-            self.path, self.v2 = os.path.join(V2, name), True
+        self.mount: str | None = None
+        v1, v2 = V1, V2
+        if not _hierarchy(v1, v2):
+            self.mount = _private_mount()
+            v1 = v2 = self.mount
+        if os.path.isfile(os.path.join(v1, "cpuacct.usage")):
+            self.path, self.v2 = os.path.join(v1, name), False
+        elif os.path.isfile(os.path.join(v2, "cgroup.controllers")):
+            self.path, self.v2 = os.path.join(v2, name), True
         else:
+            self._unmount()
             raise OSError("no cgroup CPU accounting here (cgroup v1 cpuacct or v2)")
-        os.makedirs(self.path, exist_ok=True)
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except OSError:
+            self._unmount()
+            raise
 
     def add(self, pid: int) -> None:
         with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
@@ -56,3 +74,34 @@ class CpuGroup:
                         open(os.path.join(parent, "cgroup.procs"), "w") as out:
                     out.write(pid)
             os.rmdir(self.path)
+        self._unmount()
+
+    def _unmount(self) -> None:
+        if self.mount is None:
+            return
+        subprocess.run(["umount", self.mount], check=False, capture_output=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.mount)
+        self.mount = None
+
+
+def _hierarchy(v1: str, v2: str) -> bool:
+    return os.path.isfile(os.path.join(v1, "cpuacct.usage")) or \
+        os.path.isfile(os.path.join(v2, "cgroup.controllers"))
+
+
+def _private_mount() -> str:
+    """A cgroup hierarchy with CPU accounting mounted on a temp directory, in this
+    process's own mount namespace only, one its parent (the benchmark's driver, which
+    ran ``ip netns exec``) is not in: OSError otherwise, or when none mounts."""
+    if os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{os.getppid()}/ns/mnt").st_ino:
+        raise OSError("no cgroup hierarchy visible, and no mount namespace of our own")
+    where = tempfile.mkdtemp(prefix="rdma-cni-bench-cgroup.")
+    for argv in (["mount", "-t", "cgroup", "-o", "cpuacct", "none", where],
+                 ["mount", "-t", "cgroup2", "none", where]):
+        if subprocess.run(argv, check=False, capture_output=True).returncode == 0:
+            if _hierarchy(where, where):
+                return where
+            subprocess.run(["umount", where], check=False, capture_output=True)
+    os.rmdir(where)
+    raise OSError("no cgroup hierarchy with CPU accounting could be mounted")

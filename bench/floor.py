@@ -69,12 +69,27 @@ def netlink_rtt_ms(n: int) -> dict[str, float]:
     return {"rtt_ms": round(statistics.median(times), 4), "n": n}
 
 
+def file_create_us(tmp: str, n: int) -> dict[str, float]:
+    """Creating (and closing) a new file in the run's temp dir, where both sides' stores
+    are, then removing it: the median in us. Every record either side writes pays one
+    create; on some machines' ext4 it costs 20 us in one directory and 800 in another."""
+    times = []
+    for i in range(n):
+        path = os.path.join(tmp, f".create-{i}")
+        start = time.perf_counter_ns()
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        times.append((time.perf_counter_ns() - start) / 1e3)
+        os.unlink(path)
+    return {"create_us": round(statistics.median(times), 1), "n": n}
+
+
 def measure(tmp: str, n: int = 50, pods: Any = None, rounds: int = 15) -> dict[str, Any]:
     """The floor; with ``pods`` (bench/lab.py's Pods, inside the node netns) also the
     ADD's and DEL's (``rounds`` of each)."""
     true = static_true(tmp)
     return {"static_true": exec_ms([true], n) if true else None,
             "netlink": netlink_rtt_ms(n * 20),
+            "file_create": file_create_us(tmp, n * 4),
             "add_del": add_del_floor(tmp, pods, rounds) if pods is not None else None}
 
 

@@ -272,8 +272,11 @@ def _floor_line(fl: dict[str, Any] | None) -> list[str]:
         f"no exec) {cmd['add_ms']:.2f} ms and of figure 2b's DEL ({cmd['del_requests']} "
         f"requests, the records removed) {cmd['del_ms']:.2f} ms, medians of {cmd['n']} "
         "(bench/floor.py)")
+    made = fl.get("file_create")
+    create = f"; a new file in the run's temp dir, where both sides' stores are, " \
+        f"{made['create_us']:.0f} us" if made else ""
     return ["", f"Physical floor on this machine, same run: {t}; one netlink round trip "
-                f"(RTM_GETLINK) {fl['netlink']['rtt_ms'] * 1e3:.0f} us{kernel}."
+                f"(RTM_GETLINK) {fl['netlink']['rtt_ms'] * 1e3:.0f} us{create}{kernel}."
                 + _busy_floor(fl.get("add_del_busy"), cmd)]
 
 

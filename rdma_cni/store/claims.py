@@ -6,6 +6,7 @@ claims are owned records too (:mod:`rdma_cni.store.nics`). See
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -40,14 +41,17 @@ Owner = tuple[AttachmentKey, str]
 Entry = tuple[Owner, str]  # owner, and the pool recorded with it ("" when none)
 
 #: This process's reading of each reservation file a scan went through, by directory and
-#: path: the file's identity then and what it held. A record is never rewritten in place
-#: (created by linking a complete file, removed whole), so while a file shows the same
-#: identity it holds the same owner, and a scan reads only the files it has not seen;
-#: an ADD's scan looks only at its pool's addresses (``ip_owners``: a node with hundreds
-#: of reservations over several NICs). A decision about the caller's own records (its
-#: address is already held, these are its to free) reads the file again all the same.
+#: file name: the file's identity then and what it held. A record is never rewritten in
+#: place (created by linking a complete file, removed whole), so while a file shows the
+#: same identity it holds the same owner, and a scan reads only the files it has not
+#: seen; an ADD's scan looks only at its pool's addresses (``ip_owners``: a node with
+#: hundreds of reservations over several NICs). A decision about the caller's own
+#: records (its address is already held, these are its to free) reads the file again
+#: all the same.
 _seen: dict[str, dict[str, tuple[Identity, Entry]]] = {}
-_parsed: dict[str, IPv4Address] = {}  # file names already parsed as addresses
+#: file names already parsed: the address and its integer (None for a stray name)
+_parsed: dict[str, tuple[IPv4Address, int] | None] = {}
+_strays: set[str] = set()  # the names in ``_parsed`` that are not addresses
 
 
 def pool_dirname(pool: str) -> str:
@@ -182,7 +186,7 @@ class Claims:
         those held by ``mine`` read from their files (see ``_dir_owners``)."""
         pool_dirname(pool)
         net = IPv4Network(pool)
-        return {ip: owner for _, ip, owner, _ in self._ip_entries(mine, net) if ip in net}
+        return {ip: owner for _, ip, owner, _ in self._ip_entries(mine, net)}
 
     def _dir_owners(self, directory: str, mine: AttachmentKey | None = None,
                     within: IPv4Network | None = None
@@ -192,33 +196,32 @@ class Claims:
         by an earlier scan and unchanged since are not read again, except those that the
         earlier reading gave to ``mine``: the caller acts on its own (see ``_seen``)."""
         before = _seen.get(directory, {})
-        now: dict[str, tuple[Identity, Entry]] = {}
+        names = scan(directory)
+        listed = set(names)
+        now = dict(before)
+        for gone in before.keys() - listed:
+            del now[gone]
         prefix = os.path.join(directory, "")
-        for name in scan(directory):
-            ip = _address(prefix, name)
-            if ip is None:
-                continue
+        for name, ip in _addresses(prefix, names, listed, within):
             path = prefix + name
-            if within is not None and ip not in within:
-                if path in before:
-                    now[path] = before[path]  # checked by the scan that uses it
-                continue
-            entry = self._scanned(path, before.get(path), now, mine)
+            entry = self._scanned(path, before.get(name), mine)
+            if entry is None or entry[1] is None:
+                now.pop(name, None)
+            else:
+                now[name] = (entry[1], entry[0])
             if entry is not None:
-                yield entry[1], ip, entry[0], path
+                yield entry[0][1], ip, entry[0][0], path
         _seen[directory] = now
 
     @classmethod
     def _scanned(cls, path: str, known: tuple[Identity, Entry] | None,
-                 now: dict[str, tuple[Identity, Entry]], mine: AttachmentKey | None
-                 ) -> Entry | None:
+                 mine: AttachmentKey | None) -> tuple[Entry, Identity | None] | None:
+        """The record at ``path`` and the identity to remember it by (None: not to be
+        remembered), from ``known`` while the file is unchanged; None when missing."""
         if known is not None and known[1][0][0] != mine and identity_of(path) == known[0]:
-            now[path] = known
-            return known[1]
+            return known[1], known[0]
         entry, ident = cls._read_entry(path)
-        if entry is not None and ident is not None:
-            now[path] = (ident, entry)
-        return entry
+        return None if entry is None else (entry, ident)
 
     def _ip_entries(self, mine: AttachmentKey | None = None,
                     within: IPv4Network | None = None
@@ -249,19 +252,48 @@ class Claims:
         return freed
 
 
-def _address(prefix: str, name: str) -> IPv4Address | None:
-    """The address a reservation file's name is (parsed once); None for a stray file."""
-    ip = _parsed.get(name)
-    if ip is None:
+def _addresses(prefix: str, names: list[str], listed: set[str],
+               within: IPv4Network | None) -> list[tuple[str, IPv4Address]]:
+    """(name, address) of the reservation files ``names`` (sorted; ``listed``: the same
+    as a set) of the directory ``prefix`` whose address is inside ``within`` (every one
+    when None); a stray name is logged and skipped. Each name is parsed once per process,
+    and a network's names are found by their text (a /24's all start with its first
+    three numbers): a scan of one pool on a node with hundreds of reservations over
+    several NICs looks at that pool's names alone."""
+    new = listed.difference(_parsed)
+    if len(_parsed) + len(new) > 1 << 16:
+        _parsed.clear()
+        _strays.clear()
+        new = listed
+    for name in new:
         try:
             ip = IPv4Address(name)
         except ValueError:
-            log.warning("ignoring stray file %s", prefix + name)
-            return None
-        if len(_parsed) >= 1 << 16:
-            _parsed.clear()
-        _parsed[name] = ip
-    return ip
+            _parsed[name] = None
+            _strays.add(name)
+        else:
+            _parsed[name] = ip, int(ip)
+    for name in sorted(listed & _strays):
+        log.warning("ignoring stray file %s", prefix + name)
+    if within is None:
+        return [(name, known[0]) for name in names if (known := _parsed[name]) is not None]
+    lo, hi = int(within.network_address), int(within.broadcast_address)
+    text = _text_of(within)
+    first = bisect.bisect_left(names, text) if text else 0
+    end = bisect.bisect_left(names, text[:-1] + "/") if text else len(names)
+    return [(name, known[0]) for name in names[first:end]
+            if (known := _parsed[name]) is not None and lo <= known[1] <= hi]
+
+
+def _text_of(net: IPv4Network) -> str:
+    """What the text of every address of ``net`` starts with: its whole leading numbers
+    and their dots ("198.51.100." for a /24 or longer, "" for a /7 or shorter). The
+    sorted names of these addresses lie together, between this and the same with "/",
+    the character after ".", in its place."""
+    whole = net.prefixlen // 8
+    if whole == 0:
+        return ""
+    return ".".join(str(net.network_address).split(".")[:min(whole, 3)]) + "."
 
 
 def _claim_record(key: AttachmentKey, ifname: str, extra: dict[str, Any] | None) -> bytes:

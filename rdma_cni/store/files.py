@@ -6,6 +6,7 @@ and the crash-safety argument."""
 
 from __future__ import annotations
 
+import bisect
 import errno
 import json
 import os
@@ -103,17 +104,17 @@ def read_identified(path: str) -> tuple[dict[str, Any] | None, Identity | None]:
 
 
 def scan(directory: str) -> list[str]:
-    """Entry names of ``directory`` (missing: none), minus temp files; orphans are removed."""
+    """Entry names of ``directory``, sorted (missing: none), minus temp files; orphans
+    are removed. Temp files share a prefix, so they sit together in the sorted names."""
     try:
-        names = os.listdir(directory)
+        names = sorted(os.listdir(directory))
     except FileNotFoundError:
         return []
     except OSError as e:
         raise ioerr("list", directory, e) from e
-    out = []
-    for name in sorted(names):
-        if not name.startswith(TMP):
-            out.append(name)
-        else:
-            drop_if_orphan(directory, name)
-    return out
+    first = end = bisect.bisect_left(names, TMP)
+    while end < len(names) and names[end].startswith(TMP):
+        drop_if_orphan(directory, names[end])
+        end += 1
+    del names[first:end]
+    return names

@@ -93,3 +93,13 @@ def test_figure_7s_floor_is_said_against_the_floor_without_the_attachments() -> 
             "(1.50x the floor without them) and its DEL 24.00 ms, medians of 5.") in line
     del fl["add_del_busy"]
     assert "figure 7" not in "".join(report._floor_line(fl))
+
+
+def test_the_cost_of_a_new_file_where_the_stores_are_is_said_with_the_floor() -> None:
+    fl = {"static_true": None, "netlink": {"rtt_ms": 0.008},
+          "file_create": {"create_us": 412.4, "n": 200}}
+    (line,) = [t for t in report._floor_line(fl) if t]
+    assert "a new file in the run's temp dir, where both sides' stores are, 412 us" in line
+    del fl["file_create"]
+    assert "new file" not in "".join(report._floor_line(fl))
+

@@ -239,14 +239,14 @@ def test_a_stale_reading_never_gives_an_address_to_a_second_owner(store: Store) 
     store.ip_owners(POOL)
     seen = claims._seen[store.addrs_dir]
     path = os.path.join(store.addrs_dir, "192.0.2.2")
-    ident, (_, pool) = seen[path]
-    seen[path] = (ident, ((NEW, "eth1"), pool))
+    ident, (_, pool) = seen["192.0.2.2"]
+    seen["192.0.2.2"] = (ident, ((NEW, "eth1"), pool))
     assert store.ip_owners(POOL)[A("192.0.2.2")] == (NEW, "eth1")  # the remembered reading
     assert store.ip_owners(POOL, mine=NEW)[A("192.0.2.2")] == (OLD, "eth1")
     assert store.ips_of(NEW) == []
     assert store.release_ips(NEW) == 0 and os.path.exists(path)
     seen = claims._seen[store.addrs_dir]
-    seen[path] = (seen[path][0], ((NEW, "eth1"), pool))
+    seen["192.0.2.2"] = (seen["192.0.2.2"][0], ((NEW, "eth1"), pool))
     with store.lock():
         got = allocate(store, _pool("192.0.2.1/28"), NEW, "eth1")
     assert got != A("192.0.2.2")

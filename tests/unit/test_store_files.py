@@ -29,6 +29,19 @@ def test_temp_names_end_with_the_suffix_and_are_skipped_by_scans(tmp_path: Path)
     os.unlink(tmp)
 
 
+def test_a_scan_skips_only_temp_files_and_removes_only_orphans(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names that sort next to the temp prefix stay; every temp file is looked at."""
+    names = [".a", ".tmp", ".tmp-", ".tmq", ".tmp-1-x", ".tmp-2-y", "1.2.3.4", "zz", "-"]
+    for name in names:
+        (tmp_path / name).write_text("{}")
+    looked: list[str] = []
+    monkeypatch.setattr(files, "drop_if_orphan", lambda d, n: looked.append(n))
+    assert files.scan(str(tmp_path)) == ["-", ".a", ".tmp", ".tmq", "1.2.3.4", "zz"]
+    assert looked == [".tmp-", ".tmp-1-x", ".tmp-2-y"]
+    assert files.scan(str(tmp_path / "missing")) == []
+
+
 def test_a_write_into_a_missing_directory_is_an_io_failure(tmp_path: Path) -> None:
     with pytest.raises(IOFailure, match="failed to write"):
         write_atomic(str(tmp_path / "missing" / "x.conflist"), b"{}")

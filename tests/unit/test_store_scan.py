@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from ipaddress import IPv4Address, IPv4Interface
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path
 from typing import Any
 
@@ -84,18 +84,65 @@ def test_what_a_scan_left_unlooked_at_is_checked_when_used(tmp_path: Path) -> No
     assert store.release_ips(_key(1000)) == 1
     assert store.reserve_ip(other, ip, NEW, "eth1")
     store.ip_owners(_pool(0).name)
-    path = os.path.join(store.addrs_dir, str(ip))
-    assert claims._seen[store.addrs_dir][path][1][0] == (_key(1000), "eth1")  # kept
+    # pool 1's earlier reading is kept (pool 0's scan did not look at it)
+    assert claims._seen[store.addrs_dir][str(ip)][1][0] == (_key(1000), "eth1")
     assert store.ip_owners(other)[ip] == (NEW, "eth1")
     with store.lock():
         assert allocate(store, _pool(1), NEW, "eth1") == ip  # already held: no second
     assert store.ips_of(NEW) == [(other, ip, "eth1")]
 
 
-def test_stray_names_are_skipped_and_names_parsed_once(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stray_names_are_skipped_and_names_parsed_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
     store = _busy(str(tmp_path / "data"), 1)
     Path(store.addrs_dir, "not-an-address").write_text("{}")
-    parsed = len(claims._parsed)
-    assert set(store.ip_owners(_pool(0).name)) == {A("198.18.0.2")}
-    assert len(claims._parsed) == parsed
+    parsed: list[str] = []
+    real = claims.IPv4Address
+
+    def counted(name: str) -> IPv4Address:
+        parsed.append(name)
+        return real(name)
+
+    monkeypatch.setattr(claims, "IPv4Address", counted)
+    for _ in range(2):
+        caplog.clear()
+        assert set(store.ip_owners(_pool(0).name)) == {A("198.18.0.2")}
+        # the stray is said at every scan, whichever pool it looks at
+        assert [r.getMessage() for r in caplog.records if "stray" in r.getMessage()] == \
+            [f"ignoring stray file {store.addrs_dir}/not-an-address"]
+    assert parsed == ["not-an-address"]  # every other name was parsed by earlier scans
+
+
+def test_a_scan_of_all_pools_and_of_one_see_the_same_records(tmp_path: Path) -> None:
+    """Each network scanned keeps its own reading: an owner changed after one pool's scan
+    shows in every scan that covers its address, with or without a network."""
+    store = _busy(str(tmp_path / "data"), 3)
+    assert len(store.ip_owners(_pool(2).name)) == 3
+    ip = A("198.18.2.3")
+    assert store.release_ips(_key(2001)) == 1
+    assert store.reserve_ip(_pool(2).name, ip, NEW, "eth1")
+    assert store.ip_owners(_pool(2).name)[ip] == (NEW, "eth1")
+    assert store.ips_of(NEW) == [(_pool(2).name, ip, "eth1")]
+    assert {o for _, _, o, _ in store._ip_entries()} >= {(NEW, "eth1")}
+    wide = store.ip_owners("198.18.0.0/21")  # every NIC's pool at once
+    assert len(wide) == NICS * 3 + 1 - 1 and wide[ip] == (NEW, "eth1")
+
+
+@pytest.mark.parametrize("pool", ["198.18.1.0/24", "198.18.1.128/25", "198.18.1.4/30",
+                                  "198.18.0.0/23", "198.18.0.0/20", "198.18.10.0/24",
+                                  "198.16.0.0/14", "198.0.0.0/8", "192.0.0.0/4", "0.0.0.0/0"])
+def test_a_pools_scan_finds_exactly_its_addresses_among_their_neighbours(
+        tmp_path: Path, pool: str) -> None:
+    """Names that share leading text with the pool's ("198.18.1" and "198.18.10", "198.18.100")
+    are told apart; every pool size finds what a check of every address finds."""
+    store = Store(str(tmp_path / "data"))
+    held = [A(f"198.18.{c}.{d}") for c in (0, 1, 10, 11, 15, 16, 100, 200)
+            for d in (0, 1, 5, 6, 7, 128, 200, 255)] + [A("198.19.1.1"), A("10.1.1.1")]
+    for i, ip in enumerate(held):
+        assert store.reserve_ip("0.0.0.0/0", ip, _key(i), "eth1")
+    Path(store.addrs_dir, "198.18.1.x").write_text("{}")  # a stray among the pool's names
+    net = IPv4Network(pool)
+    want = {ip: (_key(i), "eth1") for i, ip in enumerate(held) if ip in net}
+    assert store.ip_owners(pool) == want
+    assert store.ip_owners(pool, mine=_key(0)) == want
