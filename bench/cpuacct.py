@@ -31,17 +31,13 @@ class CpuGroup:
 
     def __init__(self, name: str) -> None:
         self.mount: str | None = None
-        v1, v2 = V1, V2
-        if not _hierarchy(v1, v2):
+        found = _accounting(V1, V2)
+        if found is None:
             self.mount = _private_mount()
-            v1 = v2 = self.mount
-        if os.path.isfile(os.path.join(v1, "cpuacct.usage")):
-            self.path, self.v2 = os.path.join(v1, name), False
-        elif os.path.isfile(os.path.join(v2, "cgroup.controllers")):
-            self.path, self.v2 = os.path.join(v2, name), True
-        else:
-            self._unmount()
-            raise OSError("no cgroup CPU accounting here (cgroup v1 cpuacct or v2)")
+            found = _accounting(self.mount, self.mount)
+        assert found is not None  # _private_mount returns only a hierarchy that has it
+        base, self.v2 = found
+        self.path = os.path.join(base, name)
         try:
             os.makedirs(self.path, exist_ok=True)
         except OSError:
@@ -85,22 +81,28 @@ class CpuGroup:
         self.mount = None
 
 
-def _hierarchy(v1: str, v2: str) -> bool:
-    return os.path.isfile(os.path.join(v1, "cpuacct.usage")) or \
-        os.path.isfile(os.path.join(v2, "cgroup.controllers"))
+def _accounting(v1: str, v2: str) -> tuple[str, bool] | None:
+    """Where groups with CPU accounting are made, and whether it is cgroup v2: cgroup v1's
+    cpuacct at ``v1``, else v2 at ``v2``; None when neither is there."""
+    if os.path.isfile(os.path.join(v1, "cpuacct.usage")):
+        return v1, False
+    if os.path.isfile(os.path.join(v2, "cgroup.controllers")):
+        return v2, True
+    return None
 
 
 def _private_mount() -> str:
     """A cgroup hierarchy with CPU accounting mounted on a temp directory, in this
     process's own mount namespace only, one its parent (the benchmark's driver, which
-    ran ``ip netns exec``) is not in: OSError otherwise, or when none mounts."""
+    ran ``ip netns exec``) is not in: OSError otherwise, or when none mounts (the
+    caller then falls back to ``/proc``)."""
     if os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{os.getppid()}/ns/mnt").st_ino:
         raise OSError("no cgroup hierarchy visible, and no mount namespace of our own")
     where = tempfile.mkdtemp(prefix="rdma-cni-bench-cgroup.")
     for argv in (["mount", "-t", "cgroup", "-o", "cpuacct", "none", where],
                  ["mount", "-t", "cgroup2", "none", where]):
         if subprocess.run(argv, check=False, capture_output=True).returncode == 0:
-            if _hierarchy(where, where):
+            if _accounting(where, where) is not None:
                 return where
             subprocess.run(["umount", where], check=False, capture_output=True)
     os.rmdir(where)

@@ -6,7 +6,6 @@ claims are owned records too (:mod:`rdma_cni.store.nics`). See
 
 from __future__ import annotations
 
-import bisect
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -15,6 +14,7 @@ from typing import Any
 
 from rdma_cni.errors import AddressError, ConfigError, IOFailure, shown
 from rdma_cni.log import LazyLogger
+from rdma_cni.store.addrnames import addresses
 from rdma_cni.store.atomic import (
     create_exclusive,
     link_exclusive,
@@ -49,9 +49,6 @@ Entry = tuple[Owner, str]  # owner, and the pool recorded with it ("" when none)
 #: records (its address is already held, these are its to free) reads the file again
 #: all the same.
 _seen: dict[str, dict[str, tuple[Identity, Entry]]] = {}
-#: file names already parsed: the address and its integer (None for a stray name)
-_parsed: dict[str, tuple[IPv4Address, int] | None] = {}
-_strays: set[str] = set()  # the names in ``_parsed`` that are not addresses
 
 
 def pool_dirname(pool: str) -> str:
@@ -202,15 +199,19 @@ class Claims:
         for gone in before.keys() - listed:
             del now[gone]
         prefix = os.path.join(directory, "")
-        for name, ip in _addresses(prefix, names, listed, within):
+        for name, ip in addresses(prefix, names, listed, within):
             path = prefix + name
-            entry = self._scanned(path, before.get(name), mine)
-            if entry is None or entry[1] is None:
+            found = self._scanned(path, before.get(name), mine)
+            if found is None:
+                now.pop(name, None)
+                continue
+            entry, ident = found
+            if ident is None:
                 now.pop(name, None)
             else:
-                now[name] = (entry[1], entry[0])
-            if entry is not None:
-                yield entry[0][1], ip, entry[0][0], path
+                now[name] = (ident, entry)
+            owner, pool = entry
+            yield pool, ip, owner, path
         _seen[directory] = now
 
     @classmethod
@@ -250,50 +251,6 @@ class Claims:
                 if mine and remove(path):  # no fsync: rdma_cni.store.boot
                     freed += 1
         return freed
-
-
-def _addresses(prefix: str, names: list[str], listed: set[str],
-               within: IPv4Network | None) -> list[tuple[str, IPv4Address]]:
-    """(name, address) of the reservation files ``names`` (sorted; ``listed``: the same
-    as a set) of the directory ``prefix`` whose address is inside ``within`` (every one
-    when None); a stray name is logged and skipped. Each name is parsed once per process,
-    and a network's names are found by their text (a /24's all start with its first
-    three numbers): a scan of one pool on a node with hundreds of reservations over
-    several NICs looks at that pool's names alone."""
-    new = listed.difference(_parsed)
-    if len(_parsed) + len(new) > 1 << 16:
-        _parsed.clear()
-        _strays.clear()
-        new = listed
-    for name in new:
-        try:
-            ip = IPv4Address(name)
-        except ValueError:
-            _parsed[name] = None
-            _strays.add(name)
-        else:
-            _parsed[name] = ip, int(ip)
-    for name in sorted(listed & _strays):
-        log.warning("ignoring stray file %s", prefix + name)
-    if within is None:
-        return [(name, known[0]) for name in names if (known := _parsed[name]) is not None]
-    lo, hi = int(within.network_address), int(within.broadcast_address)
-    text = _text_of(within)
-    first = bisect.bisect_left(names, text) if text else 0
-    end = bisect.bisect_left(names, text[:-1] + "/") if text else len(names)
-    return [(name, known[0]) for name in names[first:end]
-            if (known := _parsed[name]) is not None and lo <= known[1] <= hi]
-
-
-def _text_of(net: IPv4Network) -> str:
-    """What the text of every address of ``net`` starts with: its whole leading numbers
-    and their dots ("198.51.100." for a /24 or longer, "" for a /7 or shorter). The
-    sorted names of these addresses lie together, between this and the same with "/",
-    the character after ".", in its place."""
-    whole = net.prefixlen // 8
-    if whole == 0:
-        return ""
-    return ".".join(str(net.network_address).split(".")[:min(whole, 3)]) + "."
 
 
 def _claim_record(key: AttachmentKey, ifname: str, extra: dict[str, Any] | None) -> bytes:

@@ -14,7 +14,7 @@ import pytest
 
 from rdma_cni.ipam.allocator import Pool, build_pool
 from rdma_cni.ipam.reserve import allocate
-from rdma_cni.store import claims
+from rdma_cni.store import addrnames, claims
 from rdma_cni.store.core import Store
 from rdma_cni.vocab.attachment import AttachmentKey
 
@@ -98,13 +98,13 @@ def test_stray_names_are_skipped_and_names_parsed_once(
     store = _busy(str(tmp_path / "data"), 1)
     Path(store.addrs_dir, "not-an-address").write_text("{}")
     parsed: list[str] = []
-    real = claims.IPv4Address
+    real = addrnames.IPv4Address
 
     def counted(name: str) -> IPv4Address:
         parsed.append(name)
         return real(name)
 
-    monkeypatch.setattr(claims, "IPv4Address", counted)
+    monkeypatch.setattr(addrnames, "IPv4Address", counted)
     for _ in range(2):
         caplog.clear()
         assert set(store.ip_owners(_pool(0).name)) == {A("198.18.0.2")}
