@@ -14,7 +14,9 @@ Packed here: the integer, text and address attribute classes below, a struct att
 attribute whose class pyroute2 picks with a function of the message (IFLA_AF_SPEC by
 family, IFLA_INFO_DATA by IFLA_INFO_KIND) gets the class it picks. Anything else is
 refused (:class:`Unsupported`), never sent. The unit tests hold every request the
-adapter sends byte for byte against pyroute2's own encoding.
+adapter sends byte for byte against pyroute2's own encoding, but one that pyroute2
+cannot pack: an interface's IPv4 settings (IFLA_AF_SPEC's AF_INET, see
+:func:`_inet_conf`), held against the kernel's own reading of them.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ _TARGET = _atoms.target  # family from the message
 _FIXED_IP = {_atoms.ip4addr: (socket.AF_INET, 4), _atoms.ip6addr: (socket.AF_INET6, 16)}
 _HEX = _atoms.hex
 _NETNS_FD = ifinfbase.netns_fd  # an int is the descriptor itself (a name: pyroute2 opens it)
+#: IFLA_AF_SPEC's AF_INET, which pyroute2 maps to the settings array an answer carries
+_INET = ifinfbase.af_spec_inet.inet
+IFLA_INET_CONF = 1
+_U32 = struct.Struct("=I")
 #: a fixed field packed here: an integer, or padding (``3x``: rtgenmsg's)
 _FIELD = re.compile(r"\d*x|[BHIiQqbh]")
 
@@ -169,7 +175,25 @@ def _payload(prime: dict[str, Any], value: Any, family: int) -> bytes:
         return socket.inet_pton(socket.AF_INET6 if ":" in value else socket.AF_INET, value)
     if cls is _TARGET and family in (socket.AF_INET, socket.AF_INET6):
         return socket.inet_pton(family, value)
+    if cls is _INET and isinstance(value, dict) and set(value) == {"conf"}:
+        return _inet_conf(value["conf"])
     return _compound(prime, layout(cls), value, family)
+
+
+def _inet_conf(conf: Sequence[tuple[int, int]]) -> bytes:
+    """AF_INET's payload on a request setting an interface's IPv4 settings: IFLA_INET_CONF
+    nesting one u32 attribute per setting, of type its ``IPV4_DEVCONF_*`` index, as the
+    kernel reads it (net/ipv4/devinet.c: inet_validate_link_af, inet_set_link_af). An
+    answer carries the same settings as one array instead (pyroute2's ``inet`` struct,
+    which is all pyroute2 packs), so this request is not pyroute2's."""
+    inner = bytearray()
+    for index, value in conf:
+        if not isinstance(index, int) or not 0 < index < 0x4000 or not isinstance(value, int):
+            raise Unsupported(f"IFLA_INET_CONF: setting {index!r}")
+        inner += _NLA.pack(_NLA.size + _U32.size, index) + _U32.pack(value)
+    if not inner:
+        raise Unsupported("IFLA_INET_CONF: no setting")
+    return _NLA.pack(_NLA.size + len(inner), IFLA_INET_CONF | NLA_F_NESTED) + bytes(inner)
 
 
 def _compound(prime: dict[str, Any], lay: _Layout, value: Any, family: int) -> bytes:

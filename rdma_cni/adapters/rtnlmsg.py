@@ -5,6 +5,7 @@ values, and the reverse for a route. Imports nothing of pyroute2."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from rdma_cni.vocab.netlink import FOREVER, Addr, Link, LinkStats, Route
@@ -147,6 +148,12 @@ def inet6_mode_attrs(mode: int) -> list[Any]:
     """The RTM_SETLINK attributes that set the IPv6 address generation mode."""
     return [("IFLA_AF_SPEC", {"attrs": [
         ("AF_INET6", {"attrs": [("IFLA_INET6_ADDR_GEN_MODE", mode)]})]})]
+
+
+def ipv4_conf_attrs(conf: Sequence[tuple[int, int]]) -> list[Any]:
+    """The RTM_SETLINK attributes that set IPv4 settings, as (``IPV4_DEVCONF_*`` index,
+    value) pairs (packed by :func:`rdma_cni.adapters.rtnlcodec._inet_conf`)."""
+    return [("IFLA_AF_SPEC", {"attrs": [("AF_INET", {"conf": list(conf)})]})]
 
 
 def rule_of(m: Any) -> tuple[int, int, str | None]:

@@ -1,18 +1,16 @@
 """What every datapath step is given: the netlink ports of the host and the pod,
-their netns fds, our mark and rule priority, and the few netns effects that are not
-netlink (a private netns for moving a NIC, sysctl writes), behind :class:`NetnsOps`
+their netns fds, our mark and rule priority, and the netns effects that are not
+netlink (a private netns for moving a NIC), behind :class:`NetnsOps`
 so that unit tests run the steps over the in-memory fake."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rdma_cni import defaults
 from rdma_cni.adapters import netns
 from rdma_cni.adapters.rdmanl import RdmaNetlink
-from rdma_cni.errors import IOFailure
 from rdma_cni.vocab.ports import NetlinkPort
 
 
@@ -46,18 +44,6 @@ class NetnsOps:
 
     def release(self, fd: int) -> None:
         os.close(fd)
-
-    def write_sysctls(self, pod_fd: int, host_fd: int, ifname: str,
-                      pairs: Sequence[tuple[str, str]]) -> None:
-        with netns.entered(pod_fd, host_fd):
-            for key, value in pairs:
-                path = f"/proc/sys/net/ipv4/conf/{ifname}/{key}"
-                try:
-                    with open(path, "w") as fh:
-                        fh.write(value)
-                except OSError as exc:
-                    raise IOFailure(f"failed to set {key}={value} on {ifname}: "
-                                    f"{exc.strerror or exc}") from None
 
 
 @dataclass

@@ -21,7 +21,10 @@ from rdma_cni.vocab.plan import IfacePlan, NicFacts
 if TYPE_CHECKING:  # the executor and teardown (DEL) import this module: no pydantic here
     from rdma_cni.models.blocks import Block
     from rdma_cni.models.netconf import NetConf
-SYSCTLS = (("arp_ignore", "1"), ("arp_announce", "2"), ("rp_filter", "2"), ("arp_notify", "1"))
+#: the IPv4 settings of every pod interface (its ``/proc/sys/net/ipv4/conf`` keys), which
+#: multi-NIC RoCE needs: ARP answered and announced only for the interface's own address,
+#: loose reverse-path filtering, a gratuitous ARP when it comes up
+SYSCTLS = (("arp_ignore", 1), ("arp_announce", 2), ("rp_filter", 2), ("arp_notify", 1))
 
 
 def interface_names(nc: NetConf, blocks: Sequence[tuple[int, Block]], n_nics: int) -> list[str]:

@@ -19,7 +19,8 @@ log = logging.getLogger("rdma_cni")
 
 
 def sysctls(ctx: Ctx, p: IfacePlan) -> None:
-    ctx.ops.write_sysctls(ctx.pod_fd, ctx.host_fd, p.name, SYSCTLS)
+    settings = " ".join(f"{key}={value}" for key, value in SYSCTLS)
+    ctx.pod.set_ipv4_conf(p.name, SYSCTLS, f"set {settings} on {p.name} in {ctx.pod_path}")
 
 
 def addresses(ctx: Ctx, p: IfacePlan) -> None:

@@ -29,6 +29,10 @@ RTPROT_RA = 9
 FOREVER = 0xFFFFFFFF
 #: the destinations of a default route, IPv4 and IPv6
 DEFAULT_DSTS = ("0.0.0.0/0", "::/0")
+#: an interface's IPv4 settings (``/proc/sys/net/ipv4/conf/<name>/<key>``) by their index
+#: in the kernel's ``ipv4_devconf`` (``IPV4_DEVCONF_*``, include/uapi/linux/ip.h): what
+#: RTM_SETLINK sets through IFLA_AF_SPEC (the ones the plugin sets)
+IPV4_DEVCONF = {"rp_filter": 8, "arp_announce": 18, "arp_ignore": 19, "arp_notify": 22}
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,9 @@ class L3Changes(Bound, Protocol):
     def del_rule(self, src: str, table: int, priority: int) -> None: ...
     def set_inet6_mode(self, name: str, mode: int, action: str) -> None:
         """Set the IPv6 address generation mode of ``name``."""
+    def set_ipv4_conf(self, name: str, values: Sequence[tuple[str, int]], action: str) -> None:
+        """Set IPv4 settings of ``name`` (keys of :data:`~rdma_cni.vocab.netlink.IPV4_DEVCONF`,
+        as ``/proc/sys/net/ipv4/conf/<name>/<key>`` names them) in one request."""
 
 
 class NetlinkPort(LinkView, LinkChanges, L3View, L3Changes, Protocol):

@@ -20,6 +20,7 @@ from support.netns import ip
 
 from rdma_cni.adapters import netns
 from rdma_cni.adapters.netlink import Netlink
+from rdma_cni.datapath.plan import SYSCTLS
 from rdma_cni.errors import CniError
 from rdma_cni.vocab.netlink import SCOPE_LINK, NetlinkFailure, Route
 from rdma_cni.vocab.ports import NetlinkPort
@@ -91,6 +92,9 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
         ("route through a link that is down",
          lambda w: route(w, Route("198.51.100.0/26", None, None, TABLE, scope=SCOPE_LINK))),
         ("bring it up with its MTU", lambda w: w.pod.set_up("eth1", "up", mtu=1300)),
+        ("set its IPv4 settings", lambda w: w.pod.set_ipv4_conf("eth1", SYSCTLS, "conf")),
+        ("set a missing link's IPv4 settings",
+         lambda w: w.pod.set_ipv4_conf("nope", SYSCTLS, "conf")),
         ("rename a link that is up", lambda w: w.pod.rename("eth1", "eth9", MARK, "rename")),
         ("rename it back", lambda w: w.pod.rename("eth9", "eth1", MARK, "rename")),
         ("rename onto a taken name", lambda w: w.pod.rename("eth1", "lo", MARK, "rename")),
@@ -203,11 +207,19 @@ def test_the_fake_behaves_as_the_kernel(real: World) -> None:
         assert st_fake == st_real, what
 
 
+def _ipv4_settings(attrs: list[tuple[str, Any]]) -> bool:
+    """A request setting IPv4 settings (IFLA_AF_SPEC's AF_INET): the one pyroute2 cannot
+    pack (it maps AF_INET to the array an answer carries)."""
+    return any(name == "IFLA_AF_SPEC" and any(af == "AF_INET" for af, _ in value["attrs"])
+               for name, value in attrs)
+
+
 def test_requests_and_answers_are_pyroute2s_own(real: World,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Every request the adapter sends in the sequence above is byte for byte what
-    pyroute2 encodes, and every attribute of every answer the kernel gives reads as
-    pyroute2 decodes it (the codec packs and reads without pyroute2's objects)."""
+    pyroute2 encodes (but the IPv4 settings', see :func:`_ipv4_settings`), and every
+    attribute of every answer the kernel gives reads as pyroute2 decodes it (the codec
+    packs and reads without pyroute2's objects)."""
     from support.rtnl_oracle import pyroute2_encoded
 
     from rdma_cni.adapters import rtnl
@@ -219,6 +231,8 @@ def test_requests_and_answers_are_pyroute2s_own(real: World,
     def checked_encode(cls: type, kind: int, flags: int, seq: int, fields: dict[str, Any],
                        attrs: list[tuple[str, Any]]) -> bytes | None:
         ours = encode(cls, kind, flags, seq, fields, attrs)
+        if _ipv4_settings(attrs):
+            return ours  # pyroute2 cannot pack them: see test_rtnl_codec.py
         sent.append((ours, pyroute2_encoded(cls, attrs, fields, kind, flags, seq)))
         return ours
 

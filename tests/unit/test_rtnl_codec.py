@@ -1,9 +1,12 @@
 """The rtnetlink codec (rdma_cni/adapters/rtnlcodec.py) against pyroute2 itself: every
-request shape the adapter sends packs to pyroute2's bytes, and answers read as
-pyroute2 decodes them. (Against the kernel: tests/integration/test_netlink_contract.py.)"""
+request shape the adapter sends packs to pyroute2's bytes (but the IPv4 settings', which
+pyroute2 cannot pack: held to the kernel's format here, and to the kernel itself by
+tests/integration/test_procsys_readonly.py), and answers read as pyroute2 decodes them.
+(Against the kernel: tests/integration/test_netlink_contract.py.)"""
 
 from __future__ import annotations
 
+import socket
 import struct
 from dataclasses import replace
 from typing import Any
@@ -18,6 +21,7 @@ from rdma_cni.adapters.rtnlmsg import (
     addr_request,
     address_of,
     inet6_mode_attrs,
+    ipv4_conf_attrs,
     link_of,
     nsid_of,
     route_of,
@@ -98,6 +102,30 @@ def test_every_request_packs_to_pyroute2s_bytes(cls: Any, fields: dict[str, Any]
 def test_what_the_codec_cannot_pack_is_refused(attrs: list[tuple[str, Any]]) -> None:
     with pytest.raises(Unsupported):
         encode(rtnl.ifinfmsg, 16, 5, 1, {}, attrs)
+
+
+def _nla(kind: int, payload: bytes) -> bytes:
+    return struct.pack("=HH", 4 + len(payload), kind) + payload
+
+
+def test_ipv4_settings_pack_as_the_kernel_reads_them() -> None:
+    """IFLA_AF_SPEC holds AF_INET holds IFLA_INET_CONF (nested), one u32 attribute per
+    setting of type its IPV4_DEVCONF_* index (net/ipv4/devinet.c, inet_set_link_af)."""
+    name = [("IFLA_IFNAME", "eth1")]
+    got = encode(rtnl.ifinfmsg, rtnl.RTM_SETLINK, 5, 3, {}, [*name, *ipv4_conf_attrs(
+        [(19, 1), (18, 2), (8, 2), (22, 1)])])
+    settings = b"".join(_nla(index, struct.pack("=I", value))
+                        for index, value in ((19, 1), (18, 2), (8, 2), (22, 1)))
+    spec = _nla(26, _nla(socket.AF_INET, _nla(1 | 0x8000, settings)))
+    plain = encode(rtnl.ifinfmsg, rtnl.RTM_SETLINK, 5, 3, {}, name)
+    assert got == struct.pack("=I", len(plain) + len(spec)) + plain[4:] + spec
+
+
+@pytest.mark.parametrize("conf", [[], [(0, 1)], [("arp_ignore", 1)], [(19, "1")],
+                                  [(19, 1 << 32)]])
+def test_ipv4_settings_the_kernel_would_refuse_are_not_packed(conf: list[Any]) -> None:
+    with pytest.raises(Unsupported):
+        encode(rtnl.ifinfmsg, rtnl.RTM_SETLINK, 5, 3, {}, ipv4_conf_attrs(conf))
 
 
 def answer(cls: Any, fields: dict[str, Any], attrs: list[tuple[str, Any]]) -> Answer:

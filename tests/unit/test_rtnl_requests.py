@@ -1,8 +1,10 @@
 """Every request the kernel adapter (rdma_cni/adapters/netlink.py, netlink_l3.py) sends
 is packed by the codec (rdma_cni/adapters/rtnlcodec.py), in every process, to pyroute2's
-own bytes: no request is left to pyroute2. And the nested and struct attributes the
-adapter reads (IFLA_LINKINFO, IFLA_AF_SPEC, IFLA_STATS64, IFA_CACHEINFO) are read without
-pyroute2's attribute classes. The socket is a stand-in that answers as the kernel would."""
+own bytes (but the IPv4 settings', which pyroute2 cannot pack: their names here, their
+bytes in test_rtnl_codec.py): no request is left to pyroute2. And the nested and struct
+attributes the adapter reads (IFLA_LINKINFO, IFLA_AF_SPEC, IFLA_STATS64, IFA_CACHEINFO)
+are read without pyroute2's attribute classes. The socket is a stand-in that answers as
+the kernel would."""
 
 from __future__ import annotations
 
@@ -105,6 +107,19 @@ def test_every_request_of_the_adapter_is_packed_by_the_codec(
     for ours, theirs in packed:
         assert ours is not None
         assert ours == theirs
+
+
+def test_ipv4_settings_are_sent_by_their_kernel_index_in_one_request() -> None:
+    from rdma_cni.adapters.rtnlmsg import ipv4_conf_attrs
+    from rdma_cni.datapath.plan import SYSCTLS
+
+    kernel = KernelStandIn()
+    Netlink(rtnl.Channel(kernel), "stand-in").set_ipv4_conf(  # type: ignore[arg-type]
+        "eth1", SYSCTLS, "set")
+    (sent,) = kernel.sent
+    by_index = [(19, 1), (18, 2), (8, 2), (22, 1)]  # include/uapi/linux/ip.h: IPV4_DEVCONF_*
+    assert sent == rtnl.encode(rtnl.ifinfmsg, rtnl.RTM_SETLINK, 5, 1, {},
+                               [("IFLA_IFNAME", "eth1"), *ipv4_conf_attrs(by_index)])
 
 
 def test_nested_and_struct_attributes_are_read_without_pyroute2s_classes(

@@ -61,14 +61,15 @@ class FakeNetns:
 
 class FakeKernel:
     """Every netns of the fake node; also the datapath's NetnsOps (opening a pod netns by
-    its path, ports into each netns, private netns, sysctls)."""
+    its path, ports into each netns, private netns); ``sysctls``: the IPv4 settings
+    its ports set."""
 
     def __init__(self) -> None:
         self._fds = itertools.count(1000)
         self._indexes = itertools.count(2)
         self._macs = itertools.count(0x10)
         self.spaces: dict[int, FakeNetns] = {}
-        self.sysctls: dict[tuple[int, str, str], str] = {}
+        self.sysctls: dict[tuple[int, str, str], int] = {}  # (netns fd, link, key): value
         self.released: list[int] = []
         self.paths: dict[str, int] = {}
         self.hardware: set[int] = set()  # indexes of physical NICs (they outlive a netns)
@@ -140,11 +141,6 @@ class FakeKernel:
 
     def release(self, fd: int) -> None:
         self.released.append(fd)
-
-    def write_sysctls(self, pod_fd: int, host_fd: int, ifname: str,
-                      pairs: Sequence[tuple[str, str]]) -> None:
-        for key, value in pairs:
-            self.sysctls[(pod_fd, ifname, key)] = value
 
 
 class FakeNetlink(NetlinkPort):
@@ -236,6 +232,11 @@ class FakeNetlink(NetlinkPort):
     def set_alias(self, name: str, alias: str, action: str) -> None:
         link = self._get(name, action)
         self.ns.links[link.index] = replace(link, alias=alias or None)
+
+    def set_ipv4_conf(self, name: str, values: Sequence[tuple[str, int]], action: str) -> None:
+        self._get(name, action)
+        for key, value in values:
+            self.kernel.sysctls[(self.ns.fd, name, key)] = value
 
     def delete_link(self, name: str) -> bool:
         link = self.link(name)
