@@ -134,12 +134,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--ifaces", type=int, default=1)
     p.add_argument("--list", action="store_true", help="print every stop")
-    p.add_argument("--prefix", help=argparse.SUPPRESS)
-    p.add_argument("--tmp", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.prefix:
-        return inner(args)
-    return lab.rerun_in_node("rcw", __file__)
+    return lab.node_main(p, "rcw", __file__, inner)
 
 
 if __name__ == "__main__":

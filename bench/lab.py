@@ -13,12 +13,13 @@ live in that driver's mount namespace only: they vanish with it, and
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,3 +186,14 @@ def rerun_in_node(tag: str, script: str) -> int:
     finally:
         destroy(names)
         subprocess.run(["rm", "-rf", tmp], check=False)
+
+
+def node_main(p: argparse.ArgumentParser, tag: str, script: str,
+              inner: Callable[[argparse.Namespace], int]) -> int:
+    """A tool's entry: its arguments parsed (with the hidden ``--prefix`` and ``--tmp``);
+    ``inner`` run inside the node netns, or ``script`` run again in one first
+    (:func:`rerun_in_node`)."""
+    p.add_argument("--prefix", help=argparse.SUPPRESS)
+    p.add_argument("--tmp", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    return inner(args) if args.prefix else rerun_in_node(tag, script)

@@ -51,7 +51,7 @@ def inner(args: argparse.Namespace) -> int:
             for cmd in ("ADD", "DEL"):
                 out, err = io.StringIO(), io.StringIO()
                 t0 = time.process_time()
-                if r and cmd in args.cmds:
+                if r and cmd in (args.cmds or ("ADD", "DEL")):
                     prof.enable()
                 rc = dispatch.run(inv.environ(cmd), inv.stdin(cmd), out, err)
                 prof.disable()
@@ -98,13 +98,7 @@ def main() -> int:
     p.add_argument("--busy", type=int, default=0,
                    help="attachments made on the node first (not profiled; pods and store "
                         "removed with the rest)")
-    p.add_argument("--prefix", help=argparse.SUPPRESS)
-    p.add_argument("--tmp", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    args.cmds = args.cmds or ["ADD", "DEL"]
-    if args.prefix:
-        return inner(args)
-    return lab.rerun_in_node("rcp", __file__)
+    return lab.node_main(p, "rcp", __file__, inner)
 
 
 if __name__ == "__main__":
