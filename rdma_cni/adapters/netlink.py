@@ -233,6 +233,7 @@ class Netlink(Layer3):
         self._set(name, action, inet6_mode_attrs(mode))
 
     def set_ipv4_conf(self, name: str, values: Sequence[tuple[str, int]], action: str) -> None:
-        # through netlink, not /proc/sys: a lookup there walks every netns's entries of
-        # the same name (0.6 ms for four settings with 512 pods' on the node)
+        # through netlink, not /proc/sys: a lookup there grows with the netns that have
+        # had one (four writes: 0.14 ms on a quiet node, 0.67 ms with 512 such pods,
+        # bench/floor_steps.py), and /proc/sys is read-only in a container's view
         self._set(name, action, ipv4_conf_attrs([(IPV4_DEVCONF[k], v) for k, v in values]))
