@@ -11,8 +11,8 @@ in-process as figure 7's are (bench/profile_server.py ``--busy``).
 settings written under ``/proc/sys/net/ipv4/conf/eth1/`` from inside the pod netns (how
 the plugin set them before it sent one ``RTM_SETLINK``). ``--touch-proc-sys`` reads one
 entry under ``/proc/sys/net/ipv4/conf/`` in every busy pod's netns, as a primary CNI or
-a container's sysctls do on a real node (each netns looked up there leaves entries that
-a later lookup in any netns walks). ``--sync`` flushes the file systems before each
+a container's sysctls do on a real node (a lookup there grows with the netns that have
+had one). ``--sync`` flushes the file systems before each
 half (a store's writes just after 512 ADDs wait on the writeback of theirs). Prints one
 line per step: microseconds quiet, busy, and the difference, largest growth first.
 Everything made here is deleted at the end.
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import ctypes
 import hashlib
 import os
 import statistics
@@ -41,7 +40,6 @@ import lab  # noqa: E402
 
 #: the settings as the plugin wrote them under /proc/sys until it set them by netlink
 PROC_SYS = (("arp_ignore", "1"), ("arp_announce", "2"), ("rp_filter", "2"), ("arp_notify", "1"))
-LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 class Steps:
@@ -74,13 +72,10 @@ def instrument(steps: Steps) -> None:
 
     @contextlib.contextmanager
     def timed_channels(path: str) -> Iterator[Any]:
-        with steps.timed("sockets (node, pod via setns)"):
-            cm = channels(path)
-            got = cm.__enter__()
-        try:
+        with contextlib.ExitStack() as stack:
+            with steps.timed("sockets (node, pod via setns)"):
+                got = stack.enter_context(channels(path))
             yield got
-        finally:
-            cm.__exit__(None, None, None)
 
     floor._channels = timed_channels
 
@@ -99,14 +94,13 @@ def _wrapped(steps: Steps, name: str, fn: Callable[..., Any]) -> Callable[..., A
 
 @contextlib.contextmanager
 def inside(path: str) -> Iterator[None]:
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    """This thread in the netns at ``path`` for the block (the plugin's own helpers)."""
+    from rdma_cni.adapters import netns
+
+    home, target = netns.host_fd(), netns.open_netns(path)
     try:
-        floor._setns(target)
-        try:
+        with netns.entered(target, home):
             yield
-        finally:
-            floor._setns(home)
     finally:
         os.close(target)
         os.close(home)

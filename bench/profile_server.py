@@ -42,6 +42,7 @@ def inner(args: argparse.Namespace) -> int:
     pods_api = lab.Pods(names)
     side = RdmaCni("rdma-cni", os.path.join(args.tmp, "data"), lab.N_NICS, socket="")
     prof = cProfile.Profile()
+    cmds = args.cmds or ("ADD", "DEL")
     cpu = {"ADD": 0.0, "DEL": 0.0}
     try:
         _make_busy(dispatch.run, side.data_dir, pods_api, args.busy)
@@ -51,7 +52,7 @@ def inner(args: argparse.Namespace) -> int:
             for cmd in ("ADD", "DEL"):
                 out, err = io.StringIO(), io.StringIO()
                 t0 = time.process_time()
-                if r and cmd in (args.cmds or ("ADD", "DEL")):
+                if r and cmd in cmds:
                     prof.enable()
                 rc = dispatch.run(inv.environ(cmd), inv.stdin(cmd), out, err)
                 prof.disable()
