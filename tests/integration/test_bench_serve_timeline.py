@@ -1,0 +1,51 @@
+"""bench/serve_timeline.py, serve's request path timed from inside it, runs end to end
+through the built front (one pod at a time, and 3 pods at once) and leaves nothing
+behind: every ADD and DEL is seen by serve with its CPU, its dispatch and its store
+locks, and the batches with the share of their wall the lock was held."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.root
+REPO = Path(__file__).resolve().parents[2]
+FRONT = REPO / "dist" / "rdma-cni-host" / "rdma-cni-front"
+
+
+def _netns() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return sorted(line.split()[0] for line in out.splitlines() if line.startswith("rtl"))
+
+
+@pytest.mark.parametrize("at_once", [0, 3])
+def test_serve_requests_are_timed_from_inside_and_nothing_is_left(tmp_path: Path,
+                                                                  at_once: int) -> None:
+    if not FRONT.exists():
+        pytest.fail(f"{FRONT} is missing: ./scripts/build.sh first")
+    before = _netns()
+    out = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "serve_timeline.py"),
+                           "--rounds", "2", "--at-once", str(at_once), "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("serve's request path, "), proc.stdout
+    report = json.loads(out.read_text())
+    pods = at_once or 1
+    for cmd in ("ADD", "DEL"):
+        cols = report["per_request_us"][cmd]
+        assert cols["requests"] == 2 * pods, cols
+        assert 0 < cols["dispatch CPU"] <= cols["request CPU"], cols
+        assert cols["store locks"] >= 1, cols
+        assert any(k.startswith("lock held by ") for k in cols), cols
+    if at_once:
+        assert [b["cmd"] for b in report["batches"]] == ["ADD", "DEL"] * 2
+        assert all(b["requests"] == at_once and 0 < b["lock_held_share"] < 1
+                   for b in report["batches"]), report["batches"]
+    else:
+        assert "batches" not in report
+    assert _netns() == before
