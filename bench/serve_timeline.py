@@ -40,6 +40,8 @@ import lab  # noqa: E402
 import resident  # noqa: E402
 from sides import RdmaCni, rdma_blocks  # noqa: E402
 
+from rdma_cni.resident.workers import default_count  # noqa: E402
+
 FRONT = HERE.parent / "dist" / "rdma-cni-host" / "rdma-cni-front"
 
 #: run as `rdma-cni serve` would be: the timers, then serve's own main. Each process
@@ -120,7 +122,7 @@ def _leave(self, *exc):
     rec = getattr(local, "rec", None)
     site, w0, held = self._timeline
     if rec is not None:
-        rec["locks"].append((site, held - w0, now() - held, held))
+        rec["locks"].append((site, held - w0, now() - held))
     return leave(self, *exc)
 lock.FileLock.__enter__, lock.FileLock.__exit__ = _enter, _leave
 
@@ -164,6 +166,14 @@ def us(ns: float) -> float:
     return round(ns / 1e3, 1)
 
 
+def held_by(r: dict[str, Any]) -> dict[str, float]:
+    """ns the store lock was held during request ``r``, by the function that took it."""
+    sites: dict[str, float] = defaultdict(float)
+    for site, _wait, held in r["locks"]:
+        sites[site] += held
+    return sites
+
+
 def per_request(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Medians (µs) of each measure, per command."""
     out: dict[str, dict[str, float]] = {}
@@ -181,11 +191,9 @@ def per_request(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
                 cols[f"{k} wall"].append(r.get(k, 0))
                 cols[f"{k} CPU"].append(r.get(f"{k}_cpu", 0))
             cols["store locks"].append(len(r["locks"]))
-            cols["lock wait, all"].append(sum(w for _, w, _, _ in r["locks"]))
-            cols["lock held, all"].append(sum(h for _, _, h, _ in r["locks"]))
-            sites: dict[str, float] = defaultdict(float)
-            for site, _, held, _ in r["locks"]:
-                sites[site] += held
+            sites = held_by(r)
+            cols["lock wait, all"].append(sum(w for _, w, _ in r["locks"]))
+            cols["lock held, all"].append(sum(sites.values()))
             for site, held in sites.items():
                 cols[f"lock held by {site}"].append(held)
         out[cmd] = {k: statistics.median(v) if k == "store locks" else us(statistics.median(v))
@@ -206,7 +214,7 @@ def batches(records: list[dict[str, Any]], windows: list[tuple[str, int, int]]
         sites: dict[str, float] = defaultdict(float)
         for r in inside:
             per_pid[r["pid"]] += r["cpu"]
-            for site, _, held, _ in r["locks"]:
+            for site, held in held_by(r).items():
                 sites[site] += held
         out.append({"cmd": cmd, "requests": len(inside), "wall_ms": round(wall / 1e6, 1),
                     "process_cpu_share": sorted(round(c / wall, 2) for c in per_pid.values()),
@@ -224,7 +232,6 @@ def inner(args: argparse.Namespace) -> int:
     side = RdmaCni(str(args.front), os.path.join(args.tmp, "data"), lab.N_NICS,
                    socket=serve.socket)
     windows: list[tuple[str, int, int]] = []
-    records: list[dict[str, Any]] = []
     try:
         warm = pods_api.create(1)
         (inv,) = side.invocations(warm[0], rdma_blocks(1))
@@ -279,7 +286,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=40)
     p.add_argument("--at-once", type=int, default=0,
                    help="pods ADDed (then DELeted) at once per round (default: one pod)")
-    p.add_argument("--workers", type=int, default=2, help="serve's processes (default 2)")
+    p.add_argument("--workers", type=int, default=default_count(),
+                   help=f"serve's processes (default: serve's own, {default_count()} here)")
     p.add_argument("--settle", type=float, default=0.05,
                    help="seconds after making a round's pods (not timed)")
     p.add_argument("--front", type=Path, default=FRONT)
