@@ -1,5 +1,6 @@
 """The physical floor on this machine, measured in the same run: an exec of a static
-C ``true`` (the least any exec'd plugin costs), one netlink round trip (the least
+C ``true`` built as the front is (the least any exec'd plugin costs; and built against
+glibc, for comparison), one netlink round trip (the least
 one kernel request costs), and the kernel's floor of figure 2's ADD and figure 2b's DEL
 (the same netlink requests and store writes `serve` makes, in the same
 order, with nothing else), so the table shows how close each figure is to the limit."""
@@ -23,13 +24,15 @@ from typing import Any
 RTM_GETLINK, NLM_F_REQUEST = 18, 1
 
 
-def static_true(tmp: str) -> str | None:
-    """Build a static ``true`` with the system's gcc (None when there is none)."""
-    src, out = os.path.join(tmp, "true.c"), os.path.join(tmp, "true-static")
+def static_true(tmp: str, cc: str = "musl-gcc") -> str | None:
+    """Build a static ``true`` with ``cc`` (None when there is none): musl-gcc, the
+    front's toolchain (scripts/build.sh), or gcc, glibc's, whose static start-up probes
+    the CPU (CPUID) before ``main``: what the front's exec cost before it moved to musl."""
+    src, out = os.path.join(tmp, "true.c"), os.path.join(tmp, f"true-static-{cc}")
     with open(src, "w") as f:
         f.write("int main(void) { return 0; }\n")
     try:
-        subprocess.run(["gcc", "-O2", "-static", "-s", "-o", out, src], check=True,
+        subprocess.run([cc, "-O2", "-static", "-s", "-o", out, src], check=True,
                        capture_output=True, timeout=120)
     except (OSError, subprocess.SubprocessError):
         return None
@@ -86,8 +89,9 @@ def file_create_us(tmp: str, n: int) -> dict[str, float]:
 def measure(tmp: str, n: int = 50, pods: Any = None, rounds: int = 15) -> dict[str, Any]:
     """The floor; with ``pods`` (bench/lab.py's Pods, inside the node netns) also the
     ADD's and DEL's (``rounds`` of each)."""
-    true = static_true(tmp)
+    true, glibc = static_true(tmp), static_true(tmp, "gcc")
     return {"static_true": exec_ms([true], n) if true else None,
+            "static_true_glibc": exec_ms([glibc], n) if glibc else None,
             "netlink": netlink_rtt_ms(n * 20),
             "file_create": file_create_us(tmp, n * 4),
             "add_del": add_del_floor(tmp, pods, rounds) if pods is not None else None}

@@ -262,9 +262,11 @@ def _line(r: dict[str, Any]) -> str:
 def _floor_line(fl: dict[str, Any] | None) -> list[str]:
     if not fl:
         return []
-    true = fl.get("static_true")
-    t = f"exec of a static C `true` {true['wall_ms']:.2f} ms wall ({true['cpu_ms']:.2f} ms " \
-        "CPU)" if true else "no gcc for a static `true`"
+    true, glibc = fl.get("static_true"), fl.get("static_true_glibc")
+    t = f"exec of a static C `true` built as the front is (musl) {true['wall_ms']:.2f} ms " \
+        f"wall ({true['cpu_ms']:.2f} ms CPU)" if true else "no musl-gcc for a static `true`"
+    if glibc:
+        t += f", against glibc {glibc['wall_ms']:.2f} ms wall ({glibc['cpu_ms']:.2f} ms CPU)"
     cmd = fl.get("add_del")
     kernel = "" if not cmd else (
         f"; the kernel's floor of figure 2's ADD ({cmd['add_requests']} netlink requests, "

@@ -22,7 +22,9 @@ fi
 rm -f "$stamp"
 .venv/bin/pyinstaller --noconfirm --log-level WARN build.spec >/dev/null 2>.build.log || { cat .build.log >&2; exit 1; }
 rm -f .build.log
-gcc -O2 -Wall -Wextra -Werror -static -s -o dist/rdma-cni-front front/rdma-cni-front.c
+# the front against musl, static: no glibc start-up (CPUID probes) in every CNI call
+command -v musl-gcc >/dev/null || { echo "build: musl-gcc is missing (./scripts/setup.sh installs musl-tools)" >&2; exit 1; }
+musl-gcc -O2 -Wall -Wextra -Werror -static -s -o dist/rdma-cni-front front/rdma-cni-front.c
 .venv/bin/python scripts/host_tree.py dist/rdma-cni-host --front dist/rdma-cni-front
 rm -f dist/rdma-cni-front
 .venv/bin/python scripts/bundle_versions.py dist/rdma-cni dist/rdma-cni-host

@@ -46,6 +46,7 @@ need_file ".venv/checkov/bin/checkov" "$SETUP (own venv: its pins clash with the
 need_cmd ip "apt-get install iproute2" "netns, veth, macvlan in every root tier"
 need_cmd nsenter "apt-get install util-linux" "containerd e2e"
 need_cmd modprobe "apt-get install kmod" "integration (macvlan, veth)"
+need_cmd musl-gcc "apt-get install musl-tools" "the build of the static front (scripts/build.sh)"
 need_cmd strace "apt-get install strace" "security faults (serve's socket window)"
 need_cmd unshare "apt-get install util-linux" "security faults (serve in a private mount namespace)"
 need_cmd setpriv "apt-get install util-linux" "security faults (a client of another user)"

@@ -12,7 +12,8 @@ export DEBIAN_FRONTEND=noninteractive
 PKGS="python3 python3-venv python3-pip python3-dev gcc libc6-dev iproute2 procps kmod
       containernetworking-plugins rdma-core ibverbs-utils python3-pyverbs containerd runc
       podman buildah catatonit debootstrap openssl strace util-linux curl
-      golang-go golang-github-appc-cni-dev"
+      golang-go golang-github-appc-cni-dev musl-tools"
+# musl-tools: musl-gcc, which builds the static front (scripts/build.sh)
 # strace: the security tests widen serve's socket window with a delayed listen(2);
 # util-linux: unshare, setpriv and prlimit (serve in a private mount namespace, a
 # client of another user, a descriptor limit)

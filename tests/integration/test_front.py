@@ -158,3 +158,17 @@ def test_a_request_through_the_front_logs_to_its_config_s_log_file(  # type: ign
     assert "DEL of vpc-cni/c1 released" in text, text
     own = serve.log.read_text()
     assert "released" not in own and "resident ADD" in own, own
+
+
+def test_front_is_a_static_musl_binary(bin_dir: Path) -> None:
+    """Every CNI call execs the front: it is static (no loader, no host library) and built
+    against musl, not glibc, whose static start-up probes the CPU with dozens of CPUID
+    instructions, each a trap to the hypervisor on a virtual machine (bench/README.md,
+    "The front's exec")."""
+    data = (bin_dir / "rdma-cni").resolve().read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2  # 64-bit
+    phoff, phentsize, phnum = (struct.unpack_from("<Q", data, 0x20)[0],
+                               *struct.unpack_from("<HH", data, 0x36))
+    types = {struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range(phnum)}
+    assert 3 not in types and 2 not in types  # PT_INTERP, PT_DYNAMIC: nothing to load
+    assert b"glibc" not in data.lower() and b"GLIBC_" not in data

@@ -103,3 +103,14 @@ def test_the_cost_of_a_new_file_where_the_stores_are_is_said_with_the_floor() ->
     del fl["file_create"]
     assert "new file" not in "".join(report._floor_line(fl))
 
+
+
+def test_the_exec_floor_is_the_front_s_toolchain_s_with_glibc_s_beside_it() -> None:
+    fl = {"static_true": {"wall_ms": 0.154, "cpu_ms": 0.112, "n": 50},
+          "static_true_glibc": {"wall_ms": 0.653, "cpu_ms": 0.577, "n": 50},
+          "netlink": {"rtt_ms": 0.008}}
+    (line,) = [t for t in report._floor_line(fl) if t]
+    assert ("exec of a static C `true` built as the front is (musl) 0.15 ms wall (0.11 ms "
+            "CPU), against glibc 0.65 ms wall (0.58 ms CPU);") in line
+    fl["static_true_glibc"] = None
+    assert "glibc" not in "".join(report._floor_line(fl))
