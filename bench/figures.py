@@ -69,14 +69,16 @@ def _expect_links(pod: Pod, n_rdma: int, when: str) -> None:
 
 def _serial_sample(c: Contender, pod: Pod) -> dict[str, float]:
     invs, n_rdma = c.build(pod)
+    # the server's CPU is read after the check of the pod's links that follows each
+    # command, so what it does once the answer is out (the exporter's count) is counted
     helper0 = c.helper_s()
     adds = [cni.run(inv, "ADD") for inv in invs]
-    helper_add = c.helper_s() - helper0
     _expect_links(pod, n_rdma, f"{c.label} ADD")
     helper1 = c.helper_s()
+    helper_add = helper1 - helper0
     dels = [cni.run(inv, "DEL") for inv in reversed(invs)]
-    helper_del = c.helper_s() - helper1
     _expect_links(pod, 0, f"{c.label} DEL")
+    helper_del = c.helper_s() - helper1
     add_ms = sum(ms(e.wall_ns) for e in adds)
     del_ms = sum(ms(e.wall_ns) for e in dels)
     return {"add_ms": add_ms, "del_ms": del_ms, "total_ms": add_ms + del_ms,
@@ -95,11 +97,11 @@ def _parallel_sample(c: Contender, pods: Sequence[Pod]) -> tuple[dict[str, float
     invs = [inv for b in built for inv in b[0]]
     helper0 = c.helper_s()
     wall, adds = cni.run_parallel(invs, "ADD")
-    helper_add = c.helper_s() - helper0
     addrs: list[str] = []
     for pod, (_, n_rdma) in zip(pods, built, strict=True):
         _expect_links(pod, n_rdma, f"{c.label} parallel ADD")
         addrs += pod.extra_addrs()
+    helper_add = c.helper_s() - helper0  # as in _serial_sample: after the checks
     dups = len(addrs) - len(set(addrs))
     dwall, _ = cni.run_parallel(list(reversed(invs)), "DEL")
     left = lab.leftovers(pods)

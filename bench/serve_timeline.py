@@ -5,11 +5,13 @@ ADDed and DELeted at once (figure 4's), with ``serve`` run from this source tree
 timers around its request path.
 
     sudo .venv/bin/python bench/serve_timeline.py [--rounds 40] [--at-once 32]
-                                                  [--workers 2] [--json FILE]
+                                                  [--interfaces 0] [--workers 2] [--json FILE]
 
 Per request (medians, ADD and DEL apart): the intake's latency (connection accepted to
-the request's thread starting), the request thread's wall and CPU, the dispatcher's,
-the view check's and the frame's decoding, and each store lock: the wait for it and
+the request's thread starting), the request thread's wall and CPU, the answer's (the
+request up to its reply, what the caller waits for; the thread goes on with what
+``serve`` does after it), the dispatcher's, the view check's, the frame's decoding, the
+choice of the request's log file, and each store lock: the wait for it and
 how long it was held, by the function that took it. With ``--at-once``, also per round:
 the wall of the whole batch, each process's request CPU against that wall (how much of
 its one interpreter it used), and the share of the wall the store lock was held.
@@ -50,7 +52,7 @@ SERVE = r"""
 import json, os, sys, threading, time
 sys.path.insert(0, os.environ["TIMELINE_REPO"])
 from rdma_cni.cni import dispatch
-from rdma_cni.resident import intake, main, protocol, server, view
+from rdma_cni.resident import intake, main, protocol, requestlog, server, view
 from rdma_cni.store import lock
 
 now, cpu = time.perf_counter_ns, time.thread_time_ns
@@ -111,6 +113,8 @@ server.Server._handle_in = _handle_in
 timed(dispatch, "run", "dispatch")
 timed(view, "mismatch", "view")
 timed(protocol, "decode_request", "decode")
+timed(server.Server, "_answer", "answer")
+timed(requestlog.RequestLog, "_target", "log routing")
 
 enter, leave = lock.FileLock.__enter__, lock.FileLock.__exit__
 def _enter(self):
@@ -187,7 +191,7 @@ def per_request(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
                 cols["intake to thread"].append(r["start"] - r["accepted"])
             cols["request wall"].append(r["end"] - r["start"])
             cols["request CPU"].append(r["cpu"])
-            for k in ("dispatch", "view", "decode"):
+            for k in ("answer", "dispatch", "view", "decode", "log routing"):
                 cols[f"{k} wall"].append(r.get(k, 0))
                 cols[f"{k} CPU"].append(r.get(f"{k}_cpu", 0))
             cols["store locks"].append(len(r["locks"]))
@@ -234,13 +238,13 @@ def inner(args: argparse.Namespace) -> int:
     windows: list[tuple[str, int, int]] = []
     try:
         warm = pods_api.create(1)
-        (inv,) = side.invocations(warm[0], rdma_blocks(1))
+        (inv,) = side.invocations(warm[0], rdma_blocks(args.interfaces))
         cni.run(inv, "ADD")
         cni.run(inv, "DEL")
         pods_api.delete(warm)
         for _ in range(args.rounds):
             pods = pods_api.create(args.at_once or 1)
-            invs = [side.invocations(p, rdma_blocks(1))[0] for p in pods]
+            invs = [side.invocations(p, rdma_blocks(args.interfaces))[0] for p in pods]
             time.sleep(args.settle)
             for cmd in ("ADD", "DEL"):
                 start = time.perf_counter_ns()
@@ -290,6 +294,8 @@ def main() -> int:
                    help=f"serve's processes (default: serve's own, {default_count()} here)")
     p.add_argument("--settle", type=float, default=0.05,
                    help="seconds after making a round's pods (not timed)")
+    p.add_argument("--interfaces", type=int, default=1,
+                   help="RDMA interfaces per pod (0: a pass-through ADD, figure 3's)")
     p.add_argument("--front", type=Path, default=FRONT)
     p.add_argument("--json", help="also write the report to this file")
     return lab.node_main(p, "rtl", __file__, inner)

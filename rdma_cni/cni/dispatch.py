@@ -57,8 +57,11 @@ def run(
     handlers: Handlers | None = None,
     on_request: Callable[[Request], None] | None = None,
     netns_fd: int | None = None,
+    defer: Callable[[Callable[[], None]], None] | None = None,
 ) -> int:
-    """Run one CNI command. Returns the exit status (0 or 1)."""
+    """Run one CNI command. Returns the exit status (0 or 1). ``defer``: given the
+    bookkeeping the caller need not wait for (the operation's count for the exporter),
+    to run once the answer is out (``serve``); without it that runs before returning."""
     command = env.get("CNI_COMMAND", "")
     if not command:
         if stderr is not None:
@@ -70,7 +73,11 @@ def run(
     started = time.monotonic()
     seen: dict[str, Any] = {}
     code = _serve(env, command, stdin, stdout, handlers, on_request, netns_fd, seen)
-    _record(seen.get("conf"), command, code, time.monotonic() - started)
+    conf, seconds = seen.get("conf"), time.monotonic() - started
+    if defer is None:
+        _record(conf, command, code, seconds)
+    else:
+        defer(lambda: _record(conf, command, code, seconds))
     return 1 if code else 0
 
 

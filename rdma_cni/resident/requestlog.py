@@ -39,9 +39,10 @@ class RequestLog(logging.Handler):
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def route(self, stdin: bytes, caller_root: int) -> Iterator[None]:
-        """Records of this thread go to the request's log file for the ``with`` block."""
-        self.local.target = self._target(stdin, caller_root)
+    def route(self, conf: dict[str, Any] | None, caller_root: int) -> Iterator[None]:
+        """Records of this thread go to the log file of the request's config
+        (:func:`rdma_cni.resident.view.decoded`) for the ``with`` block."""
+        self.local.target = self._target(conf, caller_root)
         try:
             yield
         finally:
@@ -52,8 +53,9 @@ class RequestLog(logging.Handler):
         if target is not None and record.levelno >= target.level:
             target.handle(record)
 
-    def _target(self, stdin: bytes, caller_root: int) -> logging.Handler | None:
-        path, level, fmt = _settings(stdin)
+    def _target(self, conf: dict[str, Any] | None,
+                caller_root: int) -> logging.Handler | None:
+        path, level, fmt = _settings(conf)
         if not path:
             return _Nowhere()  # "" turns the file off, as in-process
         try:
@@ -99,13 +101,9 @@ class _Nowhere(logging.Handler):
         pass
 
 
-def _settings(stdin: bytes) -> tuple[str, int, str]:
-    """(logFile, level, logFormat) of a raw request config, with the plugin's defaults."""
-    try:
-        conf: Any = json.loads(stdin)
-    except (ValueError, RecursionError):
-        conf = {}
-    conf = conf if isinstance(conf, dict) else {}
+def _settings(conf: dict[str, Any] | None) -> tuple[str, int, str]:
+    """(logFile, level, logFormat) of a request config, with the plugin's defaults."""
+    conf = conf or {}
     path = conf.get("logFile", DEFAULTS["logFile"])
     fmt = conf.get("logFormat", DEFAULTS["logFormat"])
     return (path if isinstance(path, str) else DEFAULTS["logFile"],

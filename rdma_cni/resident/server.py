@@ -158,19 +158,24 @@ class Server:
 
     def handle(self, conn: socket.socket, data: bytes, fds: list[int],
                release: Callable[[], None]) -> None:
+        after: list[Callable[[], None]] = []  # bookkeeping, once the answer is out
         try:
             conn.setblocking(True)
             conn.settimeout(SEND_TIMEOUT)
-            conn.sendall(protocol.encode_reply(self._answer(conn, data, fds, release)))
+            conn.sendall(protocol.encode_reply(self._answer(conn, data, fds, release,
+                                                            after.append)))
         except OSError as exc:
             logger.warning("resident request failed: %s", exc)
         finally:
             for fd in fds:
                 os.close(fd)
             conn.close()
+            for job in after:
+                job()
 
     def _answer(self, conn: socket.socket, data: bytes, fds: list[int],
-                release: Callable[[], None]) -> dict[str, Any]:
+                release: Callable[[], None],
+                defer: Callable[[Callable[[], None]], None]) -> dict[str, Any]:
         try:
             env, stdin = protocol.decode_request(data)
         except ValueError as exc:
@@ -179,7 +184,8 @@ class Server:
         command = env.get("CNI_COMMAND", "")
         if command != "ADD":
             release()
-        refusal = self._refusal(command, env, stdin, fds)
+        conf = view.decoded(stdin)
+        refusal = self._refusal(command, env, conf, fds)
         if refusal:
             return {"refuse": refusal}
         out, err = io.StringIO(), io.StringIO()
@@ -189,19 +195,20 @@ class Server:
         def watch(req: Request) -> None:
             req.abandoned = lambda: _abandoned(conn)
 
-        with self._request_log(stdin, fds):
+        with self._request_log(conf, fds):
             code = dispatch.run(env, stdin, out, err, handlers=self.handlers,
-                                netns_fd=pod_fd, on_request=watch)
+                                netns_fd=pod_fd, on_request=watch, defer=defer)
         logger.info("resident %s %s exit %d in %.1f ms", command,
                     env.get("CNI_CONTAINERID", "")[:12], code, (time.monotonic() - start) * 1e3)
         return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
 
-    def _request_log(self, stdin: bytes, fds: list[int]) -> contextlib.AbstractContextManager[None]:
+    def _request_log(self, conf: dict[str, Any] | None,
+                     fds: list[int]) -> contextlib.AbstractContextManager[None]:
         if self.request_log is None:
             return contextlib.nullcontext()
-        return self.request_log.route(stdin, fds[protocol.FD_ROOT])
+        return self.request_log.route(conf, fds[protocol.FD_ROOT])
 
-    def _refusal(self, command: str, env: dict[str, str], stdin: bytes,
+    def _refusal(self, command: str, env: dict[str, str], conf: dict[str, Any] | None,
                  fds: list[int]) -> str:
         """Why this server must not serve the request ("" when it may)."""
         if len(fds) <= protocol.FD_ROOT or _ino(fds[protocol.FD_NETNS]) != self.netns:
@@ -209,7 +216,7 @@ class Server:
         if env.get("CNI_NETNS") and len(fds) <= protocol.FD_POD:
             return "no netns descriptor"
         if command in VIEWED:
-            why = view.mismatch(stdin, fds[protocol.FD_ROOT])
+            why = view.mismatch(conf, fds[protocol.FD_ROOT])
             if why:
                 self.notices.warn(f"view:{why}", f"resident server declines {command}: {why}; "
                                   "the caller runs it in-process")

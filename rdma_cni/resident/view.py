@@ -9,10 +9,11 @@ the in-process path also hands out, or find no kubelet and give NICs to a pod wi
 an allocation.
 
 The caller sends its root directory (``O_PATH``, :data:`protocol.FD_ROOT`). Each path
-is resolved twice by the same walk, once from that root and once from the server's
-own: component by component with ``openat(O_PATH | O_NOFOLLOW)``, symbolic links
-followed inside the root they were found in (as the caller would see them, even on
-kernels without ``openat2``). A path's identity is the device and inode of its
+is resolved twice the same way, once from that root and once from the server's own: in
+one ``openat2(RESOLVE_IN_ROOT)`` when every component exists, else component by
+component with ``openat(O_PATH | O_NOFOLLOW)``, symbolic links followed inside the root
+they were found in (as the caller would see them, even on kernels without
+``openat2``). A path's identity is the device and inode of its
 deepest existing directory or file plus the names still missing below it, so a data
 dir the first ADD has yet to create compares too. Any difference, or a path that
 cannot be walked, and the server declines: the caller runs the request in-process.
@@ -24,7 +25,9 @@ import errno
 import json
 import os
 import stat
+from typing import Any
 
+from rdma_cni.adapters import fsops
 from rdma_cni.confdefaults import DEFAULTS
 
 MAX_LINKS = 40
@@ -32,14 +35,20 @@ MAX_LINKS = 40
 Identity = tuple[int, int, tuple[str, ...]]
 
 
-def config_paths(stdin: bytes) -> list[tuple[str, object]]:
-    """The (key, path) pairs of a raw request config the check covers, defaults included;
-    a config that does not decode has none (the dispatcher refuses it before any use)."""
+def decoded(stdin: bytes) -> dict[str, Any] | None:
+    """A raw request config as the server's checks read it (once per request): None when
+    it is no JSON object (the dispatcher refuses it before any use)."""
     try:
         conf = json.loads(stdin)
     except (ValueError, RecursionError):
-        return []
-    if not isinstance(conf, dict):
+        return None
+    return conf if isinstance(conf, dict) else None
+
+
+def config_paths(conf: dict[str, Any] | None) -> list[tuple[str, object]]:
+    """The (key, path) pairs of a request config (:func:`decoded`) the check covers,
+    defaults included; none for a config that did not decode."""
+    if conf is None:
         return []
     kubelet = conf.get("kubelet")
     kubelet = kubelet if isinstance(kubelet, dict) else {}
@@ -50,12 +59,12 @@ def config_paths(stdin: bytes) -> list[tuple[str, object]]:
              kubelet.get("checkpointFile", DEFAULTS["kubelet.checkpointFile"]))]
 
 
-def mismatch(stdin: bytes, caller_root: int) -> str:
-    """Why the server's view differs from the caller's for this config ("" when it
-    does not)."""
+def mismatch(conf: dict[str, Any] | None, caller_root: int) -> str:
+    """Why the server's view differs from the caller's for this config (:func:`decoded`;
+    "" when it does not)."""
     own = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for key, path in config_paths(stdin):
+        for key, path in config_paths(conf):
             if not isinstance(path, str) or not path:
                 continue  # the config's validation refuses it; nothing is touched
             if not path.startswith("/"):
@@ -73,7 +82,23 @@ def mismatch(stdin: bytes, caller_root: int) -> str:
 
 
 def identity(root: int, path: str) -> Identity:
-    """``path`` resolved inside ``root`` (a directory descriptor taken as ``/``)."""
+    """``path`` resolved inside ``root`` (a directory descriptor taken as ``/``): in one
+    ``openat2`` when every component exists, else by the walk (which also finds the
+    deepest existing entry, and says what a magic link or an older kernel stops)."""
+    if "\0" not in path:
+        try:
+            fd = fsops.open_in_root(root, path)
+        except OSError:
+            return _walk(root, path)
+        try:
+            return _of(fd, ())
+        finally:
+            os.close(fd)
+    return _walk(root, path)
+
+
+def _walk(root: int, path: str) -> Identity:
+    """:func:`identity` component by component with ``openat(O_PATH | O_NOFOLLOW)``."""
     stack = [os.dup(root)]
     parts = [p for p in path.split("/") if p not in ("", ".")]
     parts.reverse()  # a stack: the next component last

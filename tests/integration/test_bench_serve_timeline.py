@@ -49,3 +49,21 @@ def test_serve_requests_are_timed_from_inside_and_nothing_is_left(tmp_path: Path
     else:
         assert "batches" not in report
     assert _netns() == before
+
+
+def test_a_pass_through_add_is_timed_to_its_answer(tmp_path: Path) -> None:
+    """``--interfaces 0``: figure 3's pass-through ADD, which takes no store lock; the
+    answer (what the caller waits for) is within the request thread's time."""
+    if not FRONT.exists():
+        pytest.fail(f"{FRONT} is missing: ./scripts/build.sh first")
+    before = _netns()
+    out = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "serve_timeline.py"),
+                           "--rounds", "2", "--interfaces", "0", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    cols = json.loads(out.read_text())["per_request_us"]["ADD"]
+    assert cols["requests"] == 2 and cols["store locks"] == 0, cols
+    assert 0 < cols["dispatch wall"] < cols["answer wall"] <= cols["request wall"], cols
+    assert cols["log routing wall"] > 0, cols
+    assert _netns() == before

@@ -54,20 +54,21 @@ def test_a_symlink_loop_cannot_be_resolved(root: tuple[Path, int]) -> None:
 def test_mismatch_names_the_first_path_seen_otherwise(root: tuple[Path, int]) -> None:
     r, fd = root
     conf = {"dataDir": str(r / "var/lib/cni"), "kubelet": {"checkpointFile": "relative"}}
-    why = view.mismatch(json.dumps(conf).encode(), fd)
+    why = view.mismatch(view.decoded(json.dumps(conf).encode()), fd)
     assert why.startswith(f'dataDir "{r}/var/lib/cni" is another file'), why
     own = os.open("/", os.O_PATH | os.O_DIRECTORY)
     try:
-        assert view.mismatch(json.dumps(conf).encode(), own).startswith(
+        assert view.mismatch(view.decoded(json.dumps(conf).encode()), own).startswith(
             'kubelet.checkpointFile "relative" is not an absolute path')
-        assert view.mismatch(b'{"dataDir": 7}', own) == ""  # validation refuses it later
-        assert view.mismatch(b"[[[", own) == ""  # so does the decoder
+        # validation refuses it later
+        assert view.mismatch(view.decoded(b'{"dataDir": 7}'), own) == ""
+        assert view.mismatch(view.decoded(b"[[["), own) == ""  # so does the decoder
     finally:
         os.close(own)
 
 
 def test_the_defaults_are_checked() -> None:
-    assert [p for _k, p in view.config_paths(b"{}")] == [
+    assert [p for _k, p in view.config_paths({})] == [
         defaults.DATA_DIR, defaults.KUBELET_POD_RESOURCES_SOCKET, defaults.KUBELET_CHECKPOINT]
 
 
@@ -103,3 +104,27 @@ def test_an_oversized_header_is_refused_from_its_length() -> None:
 def test_only_complete_answers_are_relayable(command: str, reply: dict[str, object],
                                              ok: bool) -> None:
     assert protocol.relayable(command, reply) is ok
+
+
+def test_an_existing_path_takes_one_openat2_and_agrees_with_the_walk(
+        root: tuple[Path, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every component there: one ``openat2(RESOLVE_IN_ROOT)``, with the walk's answer;
+    a missing component or a magic link (``/proc/self/cwd``): the walk's own answer."""
+    _, fd = root
+    paths = ["/var/lib/cni", "/var/run", "/../../var//./lib/../lib/cni", "/var/data",
+             "var/data/"]
+    walked = {p: view._walk(fd, p) for p in paths}
+    missing = {p: view._walk(fd, p) for p in ("/var/data/rdma-cni/x", "/nope")}
+    own = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        magic = view._walk(own, "/proc/self/cwd")
+        assert view.identity(own, "/proc/self/cwd") == magic
+        with pytest.raises(OSError):
+            view.fsops.open_in_root(own, "/proc/self/cwd")
+    finally:
+        os.close(own)
+    for p, want in missing.items():
+        assert view.identity(fd, p) == want
+    monkeypatch.setattr(view, "_walk", lambda *a: pytest.fail("walked"))
+    for p, want in walked.items():
+        assert view.identity(fd, p) == want, p
