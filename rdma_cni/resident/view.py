@@ -85,16 +85,14 @@ def identity(root: int, path: str) -> Identity:
     """``path`` resolved inside ``root`` (a directory descriptor taken as ``/``): in one
     ``openat2`` when every component exists, else by the walk (which also finds the
     deepest existing entry, and says what a magic link or an older kernel stops)."""
-    if "\0" not in path:
-        try:
-            fd = fsops.open_in_root(root, path)
-        except OSError:
-            return _walk(root, path)
-        try:
-            return _of(fd, ())
-        finally:
-            os.close(fd)
-    return _walk(root, path)
+    try:
+        fd = fsops.open_in_root(root, path)
+    except (OSError, ValueError):  # ValueError: a NUL in it, which the walk reports
+        return _walk(root, path)
+    try:
+        return _of(fd, ())
+    finally:
+        os.close(fd)
 
 
 def _walk(root: int, path: str) -> Identity:
