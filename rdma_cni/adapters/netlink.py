@@ -42,6 +42,7 @@ from rdma_cni.adapters.rtnlmsg import (
     nsid_of,
     stats_of,
 )
+from rdma_cni.adapters.rtnlunlist import delete_unlisted
 from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.netlink import (
     IPV4_DEVCONF,
@@ -63,9 +64,13 @@ class Netlink(Layer3):
     """A netlink socket in one netns: the kernel's :class:`NetlinkPort` (links here,
     addresses, routes and rules in :class:`Layer3`)."""
 
-    def __init__(self, chan: Channel, label: str) -> None:
+    def __init__(self, chan: Channel, label: str, netns_fd: int | None = None) -> None:
         self._nl = chan
         self.label = label
+        #: the netns this port's socket is in, when it was entered for it (borrowed: the
+        #: caller keeps it open while the port is used); its link deletions then return
+        #: once the kernel has unlisted the links (:mod:`rdma_cni.adapters.rtnlunlist`)
+        self._netns = netns_fd
         #: links found by name, until this port changes them (a port lives for one request)
         self._known: dict[str, Link] = {}
 
@@ -76,7 +81,7 @@ class Netlink(Layer3):
     @classmethod
     def inside(cls, fd: int, home: int, label: str) -> Netlink:
         with netns.entered(fd, home):
-            return cls(Channel(), label)
+            return cls(Channel(), label, fd)
 
     def close(self) -> None:
         self._nl.close()
@@ -197,15 +202,26 @@ class Netlink(Layer3):
         return gone
 
     def delete_links(self, names: Sequence[str]) -> None:
-        """Mark the links with a link group of their own, then delete that group in one
-        RTM_DELLINK: the kernel unregisters them together and waits for the network's
-        grace period once, where one delete each waits once each (about 25 ms a link)."""
+        """Delete the links (absent ones skipped) and return once the kernel has
+        unlisted them, when this port knows its netns (its freeing of them, after the
+        system's RCU callbacks, finishes on a thread: :mod:`rdma_cni.adapters.rtnlunlist`).
+        Two or more are marked with a link group of their own and deleted as that group
+        in one RTM_DELLINK: the kernel unregisters them together and waits for the
+        network's grace period once, where one delete each waits once each (about 25 ms
+        a link)."""
         wanted = list(dict.fromkeys(names))
         if len(wanted) < 2:
-            return super().delete_links(wanted)
+            if self._netns is None or not wanted:
+                return super().delete_links(wanted)
+            link = self.link(wanted[0])
+            if link is not None:
+                self._known.pop(link.name, None)
+                self._delete([("IFLA_IFNAME", link.name)], [link.index], link.name)
+            return None
         group = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF or 1  # never group 0
-        marked = []
+        marked: list[tuple[int, str]] = []  # (index: 0 when not looked up, name)
         for name in wanted:
+            link = self.link(name) if self._netns is not None else None
             try:
                 self._set(name, f"mark {name} for deletion in {self.label}",
                           [("IFLA_GROUP", group)])
@@ -213,15 +229,25 @@ class Netlink(Layer3):
                 if exc.errno != errno.ENODEV:
                     raise
                 continue  # already gone
-            marked.append(name)
+            marked.append((link.index if link is not None else 0, name))
         if not marked:
             return None
         try:
-            with _filtered(f"delete {', '.join(marked)} in {self.label}", (errno.ENODEV,)):
-                self._nl.request(ifinfmsg, RTM_DELLINK, 0, [("IFLA_GROUP", group)])
+            self._delete([("IFLA_GROUP", group)], [i for i, _ in marked],
+                         ", ".join(n for _, n in marked))
         except NetlinkFailure:  # e.g. a kernel without group deletion: one by one
-            super().delete_links(marked)
+            super().delete_links([n for _, n in marked])
         return None
+
+    def _delete(self, attrs: list[tuple[str, Any]], indexes: list[int], what: str) -> None:
+        """One RTM_DELLINK; with the netns known and every link's index, answered once
+        the links are unlisted."""
+        with _filtered(f"delete {what} in {self.label}", (errno.ENODEV,)):
+            if self._netns is None or 0 in indexes:
+                self._nl.request(ifinfmsg, RTM_DELLINK, 0, attrs)
+            else:
+                delete_unlisted(self._netns, attrs, indexes,
+                                lambda i: self.link_at(i) is None)
 
     def inet6_mode(self, name: str) -> int | None:
         msgs: list[Any] = []
