@@ -42,7 +42,7 @@ from rdma_cni.adapters.rtnlmsg import (
     nsid_of,
     stats_of,
 )
-from rdma_cni.adapters.rtnlunlist import delete_unlisted
+from rdma_cni.adapters.rtnlunlist import SetupError, delete_unlisted
 from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.netlink import (
     IPV4_DEVCONF,
@@ -246,8 +246,11 @@ class Netlink(Layer3):
             if self._netns is None or 0 in indexes:
                 self._nl.request(ifinfmsg, RTM_DELLINK, 0, attrs)
             else:
-                delete_unlisted(self._netns, attrs, indexes,
-                                lambda i: self.link_at(i) is None)
+                try:
+                    delete_unlisted(self._netns, attrs, indexes,
+                                    lambda i: self.link_at(i) is None)
+                except SetupError:  # no thread or socket for it: sent and answered here
+                    self._nl.request(ifinfmsg, RTM_DELLINK, 0, attrs)
 
     def inet6_mode(self, name: str) -> int | None:
         msgs: list[Any] = []

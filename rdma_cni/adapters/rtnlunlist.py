@@ -17,7 +17,9 @@ by the caller's look-up of each index finding nothing. The thread finishes the k
 second part by itself; a refusal before the links are unlisted is raised here as the
 request's own would be. When the notifications cannot be trusted to have been seen (the
 listener's buffer overflowed, a link came back under its index), this waits for the
-request's answer, as a plain request does.
+request's answer, as a plain request does. When no thread, pipe or socket can be made
+for it (a pids or descriptor limit, an unusable netns descriptor), :class:`SetupError`
+says so and nothing was sent: the caller sends the request itself.
 """
 
 from __future__ import annotations
@@ -41,7 +43,12 @@ _HDR = struct.Struct("=IHHII")
 _IFI = struct.Struct("=BxHi")
 _BUF = 1 << 16
 
-__all__ = ["delete_unlisted"]
+__all__ = ["SetupError", "delete_unlisted"]
+
+
+class SetupError(Exception):
+    """No thread, pipe or socket for the deletion could be made (a thread or descriptor
+    limit, ...): nothing was sent, the caller sends the request itself."""
 
 
 class _Deleter:
@@ -99,11 +106,15 @@ class _Deleter:
                         os.write(self._done_w, b"x")
             os.close(self._done_w)
 
-    def finished(self) -> None:
+    def finished(self, raising: bool = True) -> None:
         """Wait for the request's answer; raise its refusal."""
         self._thread.join()
-        if self.error is not None:
+        if raising and self.error is not None:
             raise self.error
+
+    def abandon(self) -> None:
+        """The thread never started: its end of the pipe is closed here."""
+        os.close(self._done_w)
 
     def close(self) -> None:
         if self.listener is not None:
@@ -119,12 +130,20 @@ def delete_unlisted(netns_fd: int, attrs: Sequence[tuple[str, Any]], indexes: Co
     group) and return once every link of ``indexes`` (what the request deletes) is
     unlisted; ``absent(index)``: the caller's look-up of an index finds nothing. A
     refusal raises OSError with the kernel's errno, as :meth:`Channel.request` does."""
-    deleter = _Deleter(netns_fd, attrs)
     try:
-        deleter.start()
+        deleter = _Deleter(netns_fd, attrs)
+    except OSError as exc:
+        raise SetupError(f"no pipe for the deletion's thread: {exc}") from None
+    try:
+        try:
+            deleter.start()
+        except RuntimeError as exc:  # "can't start new thread": a pids limit
+            deleter.abandon()
+            raise SetupError(f"no thread for the deletion: {exc}") from None
         deleter.ready.wait()
-        if deleter.listener is None:
-            return deleter.finished()
+        if deleter.listener is None:  # the thread could not set up; nothing was sent
+            deleter.finished(raising=False)
+            raise SetupError(f"the deletion's thread could not set up: {deleter.error}")
         if _watch(deleter.listener, deleter.done_fd, set(indexes)) and all(
                 absent(i) for i in indexes):
             return None  # the thread finishes the kernel's part and closes its socket
@@ -137,8 +156,11 @@ def _watch(listener: socket.socket, done_fd: int, pending: set[int]) -> bool:
     """Read the kernel's link notifications until every index of ``pending`` was
     announced deleted (True) or the request was answered first, or the notifications
     can no longer be trusted to be complete (False)."""
+    poller = select.poll()  # not select(): a busy server's descriptors go past 1024
+    poller.register(listener.fileno(), select.POLLIN)
+    poller.register(done_fd, select.POLLIN)
     while pending:
-        ready, _, _ = select.select([listener.fileno(), done_fd], [], [])
+        ready = {fd for fd, _ in poller.poll()}
         if done_fd in ready:
             return False
         try:

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from support.netns import ip, ip_json
@@ -151,3 +152,52 @@ def test_only_a_link_s_own_deletion_notice_counts() -> None:
     stays; several notices in one datagram are all read."""
     data = _dellink_notice(5) + _dellink_notice(6, socket.AF_BRIDGE) + _dellink_notice(7)
     assert rtnlunlist._deleted_indexes(data) == [5, 7]
+
+
+def test_no_thread_for_it_deletes_the_links_the_plain_way(
+        pod: Pod, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pids limit refuses the thread: the port sends the request itself and waits."""
+    def refused(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    _macvlan(pod, "m1", "198.51.100.10/26")
+    before = _fds()
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    pod.port.delete_links(["m1"])
+    monkeypatch.undo()
+    assert "m1" not in {lk["ifname"] for lk in ip_json(pod.name, "link", "show")}
+    assert _fds() == before
+
+
+def test_a_thread_that_cannot_enter_the_netns_sends_nothing(pod: Pod, tmp_path: Path) -> None:
+    _macvlan(pod, "m1", "198.51.100.10/26")
+    index = pod.port.require("m1").index
+    before = _fds()
+    with open(tmp_path / "not-a-netns", "w") as f, pytest.raises(rtnlunlist.SetupError):
+        rtnlunlist.delete_unlisted(f.fileno(), [("IFLA_IFNAME", "m1")], [index],
+                                   lambda i: False)
+    assert not _helpers()
+    assert _fds() == before
+    assert "m1" in {lk["ifname"] for lk in ip_json(pod.name, "link", "show")}
+
+
+def test_descriptors_past_1024_are_watched(pod: Pod) -> None:
+    """A busy `serve` (hundreds of connections) hands the watch descriptors select()
+    cannot take."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 1200:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = []
+    try:
+        while len(_fds()) < 1100:
+            filler.append(os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC))
+        _macvlan(pod, "m1", "198.51.100.10/26")
+        pod.port.delete_links(["m1"])
+        assert "m1" not in {lk["ifname"] for lk in ip_json(pod.name, "link", "show")}
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
