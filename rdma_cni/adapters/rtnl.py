@@ -29,7 +29,7 @@ from pyroute2.netlink.rtnl.nsidmsg import nsidmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from rdma_cni.adapters.rtnlanswer import Answer
-from rdma_cni.adapters.rtnlcodec import Unsupported, encode
+from rdma_cni.adapters.rtnlcodec import NLMSG_HDR, Unsupported, encode
 
 NLM_F_REQUEST = 0x1
 NLM_F_ACK = 0x4
@@ -53,7 +53,6 @@ RTM_NEWNSID, RTM_GETNSID = 88, 90
 #: the answers a request can carry, by message type
 _ANSWERS: dict[int, Any] = {RTM_NEWLINK: ifinfmsg, RTM_NEWADDR: ifaddrmsg,
                             RTM_NEWROUTE: rtmsg, RTM_NEWRULE: fibmsg, RTM_NEWNSID: nsidmsg}
-_HDR = struct.Struct("=IHHII")
 _ERR = struct.Struct("=i")
 
 __all__ = ["Answer", "Channel", "fibmsg", "ifaddrmsg", "ifinfmsg", "nsidmsg", "rtmsg"]
@@ -112,16 +111,16 @@ class Channel:
         while True:
             data = self._recv()
             off = 0
-            while off + _HDR.size <= len(data):
-                length, kind, flags, mseq, _pid = _HDR.unpack_from(data, off)
-                if length < _HDR.size:
+            while off + NLMSG_HDR.size <= len(data):
+                length, kind, flags, mseq, _pid = NLMSG_HDR.unpack_from(data, off)
+                if length < NLMSG_HDR.size:
                     break
                 if mseq == seq:
                     interrupted = interrupted or bool(flags & NLM_F_DUMP_INTR)
                     if kind in (NLMSG_DONE, NLMSG_ERROR):
                         # an ACK ends a request, DONE a dump; either may carry an errno
-                        (err,) = _ERR.unpack_from(data, off + _HDR.size) \
-                            if length >= _HDR.size + _ERR.size else (0,)
+                        (err,) = _ERR.unpack_from(data, off + NLMSG_HDR.size) \
+                            if length >= NLMSG_HDR.size + _ERR.size else (0,)
                         if err:
                             raise OSError(-err, os.strerror(-err))
                         return out, interrupted

@@ -17,7 +17,6 @@ from typing import Any
 
 from rdma_cni.adapters.rtnlcodec import (
     _FIXED_IP,
-    _HDR,
     _HEX,
     _IP,
     _MAC,
@@ -25,6 +24,7 @@ from rdma_cni.adapters.rtnlcodec import (
     _TARGET,
     _TYPE_MASK,
     _ZSTRING,
+    NLMSG_HDR,
     _Layout,
     _pad,
     _scalar_base,
@@ -173,7 +173,7 @@ class Answer(_Attrs):
 
     def __init__(self, cls: type, data: bytes, off: int, length: int) -> None:
         lay = layout(cls)
-        start = off + _HDR.size
+        start = off + NLMSG_HDR.size
         super().__init__(lay, data, start + _pad(lay.fields.size), off + length, 0)
         self._fields = dict(zip(lay.names, lay.fields.unpack_from(data, start), strict=True))
         self._family = self._fields.get("family", 0)

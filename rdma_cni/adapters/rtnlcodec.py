@@ -31,7 +31,8 @@ import rdma_cni.adapters.pyroute2pkg  # isort: skip  # noqa: F401 - before any p
 from pyroute2.netlink import nlmsg_atoms as _atoms
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfbase
 
-_HDR = struct.Struct("=IHHII")
+#: a netlink message's header (nlmsghdr: length, type, flags, sequence, port id)
+NLMSG_HDR = struct.Struct("=IHHII")
 _NLA = struct.Struct("=HH")
 NLA_F_NESTED = 0x8000
 NLA_F_NET_BYTEORDER = 0x4000
@@ -118,7 +119,7 @@ def encode(cls: type, kind: int, flags: int, seq: int, fields: dict[str, Any],
         raise
     except (struct.error, OSError, ValueError, TypeError, AttributeError) as exc:
         raise Unsupported(f"{cls.__name__}: {exc}") from None
-    return _HDR.pack(_HDR.size + len(body), kind, flags, seq, 0) + body
+    return NLMSG_HDR.pack(NLMSG_HDR.size + len(body), kind, flags, seq, 0) + body
 
 
 def _pad_to(b: bytes) -> bytes:

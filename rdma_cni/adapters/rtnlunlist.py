@@ -35,10 +35,10 @@ from typing import Any
 
 from rdma_cni.adapters import netns
 from rdma_cni.adapters.rtnl import RTM_DELLINK, Channel, ifinfmsg
+from rdma_cni.adapters.rtnlcodec import NLMSG_HDR
 
 #: RTMGRP_LINK: the bit of the RTNLGRP_LINK group in a netlink socket's bind address
 RTMGRP_LINK = 1
-_HDR = struct.Struct("=IHHII")
 #: an ifinfomsg's family and index (after its header)
 _IFI = struct.Struct("=BxHi")
 _BUF = 1 << 16
@@ -179,12 +179,12 @@ def _deleted_indexes(data: bytes) -> list[int]:
     (family AF_UNSPEC: a bridge's port notice has AF_BRIDGE and leaves the link be)."""
     out: list[int] = []
     off = 0
-    while off + _HDR.size + _IFI.size <= len(data):
-        length, kind, _flags, _seq, _pid = _HDR.unpack_from(data, off)
-        if length < _HDR.size:
+    while off + NLMSG_HDR.size + _IFI.size <= len(data):
+        length, kind, _flags, _seq, _pid = NLMSG_HDR.unpack_from(data, off)
+        if length < NLMSG_HDR.size:
             break
-        if kind == RTM_DELLINK and length >= _HDR.size + _IFI.size:
-            family, _type, index = _IFI.unpack_from(data, off + _HDR.size)
+        if kind == RTM_DELLINK and length >= NLMSG_HDR.size + _IFI.size:
+            family, _type, index = _IFI.unpack_from(data, off + NLMSG_HDR.size)
             if family == socket.AF_UNSPEC:
                 out.append(index)
         off += (length + 3) & ~3
