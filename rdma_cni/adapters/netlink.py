@@ -243,14 +243,13 @@ class Netlink(Layer3):
         """One RTM_DELLINK; with the netns known and every link's index, answered once
         the links are unlisted."""
         with _filtered(f"delete {what} in {self.label}", (errno.ENODEV,)):
-            if self._netns is None or 0 in indexes:
-                self._nl.request(ifinfmsg, RTM_DELLINK, 0, attrs)
-            else:
+            if self._netns is not None and 0 not in indexes:
                 try:
-                    delete_unlisted(self._netns, attrs, indexes,
-                                    lambda i: self.link_at(i) is None)
+                    return delete_unlisted(self._netns, attrs, indexes,
+                                           lambda i: self.link_at(i) is None)
                 except SetupError:  # no thread or socket for it: sent and answered here
-                    self._nl.request(ifinfmsg, RTM_DELLINK, 0, attrs)
+                    pass
+            self._nl.request(ifinfmsg, RTM_DELLINK, 0, attrs)
 
     def inet6_mode(self, name: str) -> int | None:
         msgs: list[Any] = []
