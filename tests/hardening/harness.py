@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cnirunner import CAP_ANNOTATIONS, ip_json, sh, snapshot
+from cnirunner import CAP_ANNOTATIONS, ip_json, snapshot
+from support.netns import named as netns_named
 
 #: figures per suite, printed by conftest's pytest_terminal_summary
 FIGURES: dict[str, dict[str, float]] = defaultdict(dict)
@@ -82,18 +83,13 @@ def tree_hash(root: Path, exclude: Iterable[Path] = ()) -> dict[str, str]:
     return out
 
 
-def netns_list(prefix: str) -> list[str]:
-    return sorted(line.split()[0] for line in sh("ip", "netns", "list").splitlines()
-                  if line.startswith(prefix))
-
-
 def fingerprint(node_ns: str, pods: Sequence[str], prefix: str, root: Path,
                 exclude: Iterable[Path] = ()) -> dict[str, Any]:
     """Everything a hostile input must leave as it was."""
     return {
         "node": snapshot(node_ns),
         "pods": {p: snapshot(p) for p in pods},
-        "netns": netns_list(prefix),
+        "netns": netns_named(prefix),
         "files": tree_hash(root, exclude),
     }
 

@@ -10,22 +10,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.netns import named
 
 pytestmark = pytest.mark.root
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def _netns() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return sorted(line.split()[0] for line in out.splitlines() if line.startswith("rcdls"))
-
-
 def test_both_parts_are_timed_and_nothing_is_left() -> None:
-    before = _netns()
+    before = named("rcdls")
     proc = subprocess.run([sys.executable, str(BENCH / "dellink_split.py"), "--rounds", "3"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     medians = dict(re.findall(r"^(\w+) \(.*?\): median (\d+) us", proc.stdout, re.M))
     assert set(medians) == {"unlisted", "acknowledged"}, proc.stdout
     assert 0 < int(medians["unlisted"]) < int(medians["acknowledged"]), proc.stdout
-    assert _netns() == before
+    assert named("rcdls") == before

@@ -9,18 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.netns import named
 
 pytestmark = pytest.mark.root
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def _netns() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return sorted(line.split()[0] for line in out.splitlines() if line.startswith("rfs"))
-
-
 def test_the_floor_is_timed_step_by_step_and_nothing_is_left() -> None:
-    before = _netns()
+    before = named("rfs")
     proc = subprocess.run([sys.executable, str(BENCH / "floor_steps.py"), "--busy", "4",
                            "--rounds", "2", "--proc-sys", "--touch-proc-sys", "--sync"],
                           capture_output=True, text=True, timeout=300)
@@ -32,4 +28,4 @@ def test_the_floor_is_timed_step_by_step_and_nothing_is_left() -> None:
     for step in ("the floor ADD, whole", "netlink RTM_NEWLINK", "netlink RTM_SETLINK",
                  "store write_tmp", "(apart) the 4 settings under /proc/sys instead"):
         assert step in steps and all(us > 0 for us in steps[step]), (step, lines)
-    assert _netns() == before
+    assert named("rfs") == before

@@ -11,15 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.netns import named
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]
 FRONT = REPO / "dist" / "rdma-cni-host" / "rdma-cni-front"
-
-
-def _netns() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return sorted(line.split()[0] for line in out.splitlines() if line.startswith("rtl"))
 
 
 @pytest.mark.parametrize("at_once", [0, 3])
@@ -27,7 +23,7 @@ def test_serve_requests_are_timed_from_inside_and_nothing_is_left(tmp_path: Path
                                                                   at_once: int) -> None:
     if not FRONT.exists():
         pytest.fail(f"{FRONT} is missing: ./scripts/build.sh first")
-    before = _netns()
+    before = named("rtl")
     out = tmp_path / "report.json"
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "serve_timeline.py"),
                            "--rounds", "2", "--at-once", str(at_once), "--json", str(out)],
@@ -48,7 +44,7 @@ def test_serve_requests_are_timed_from_inside_and_nothing_is_left(tmp_path: Path
                    for b in report["batches"]), report["batches"]
     else:
         assert "batches" not in report
-    assert _netns() == before
+    assert named("rtl") == before
 
 
 def test_a_pass_through_add_is_timed_to_its_answer(tmp_path: Path) -> None:
@@ -56,7 +52,7 @@ def test_a_pass_through_add_is_timed_to_its_answer(tmp_path: Path) -> None:
     answer (what the caller waits for) is within the request thread's time."""
     if not FRONT.exists():
         pytest.fail(f"{FRONT} is missing: ./scripts/build.sh first")
-    before = _netns()
+    before = named("rtl")
     out = tmp_path / "report.json"
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "serve_timeline.py"),
                            "--rounds", "2", "--interfaces", "0", "--json", str(out)],
@@ -66,4 +62,4 @@ def test_a_pass_through_add_is_timed_to_its_answer(tmp_path: Path) -> None:
     assert cols["requests"] == 2 and cols["store locks"] == 0, cols
     assert 0 < cols["dispatch wall"] < cols["answer wall"] <= cols["request wall"], cols
     assert cols["log routing wall"] > 0, cols
-    assert _netns() == before
+    assert named("rtl") == before

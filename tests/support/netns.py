@@ -23,6 +23,13 @@ def ip(ns: str | None, *args: str) -> str:
     return sh(*_in(ns, ["ip", *args]))
 
 
+def named(prefix: str) -> list[str]:
+    """The names of the named network namespaces (``ip netns list``) that start with
+    ``prefix``, sorted: what a test or a bench run made and must have removed."""
+    return sorted(line.split()[0] for line in sh("ip", "netns", "list").splitlines()
+                  if line.startswith(prefix))
+
+
 def ip_json(ns: str | None, *args: str) -> list[dict[str, Any]]:
     """``ip -j [-n ns] args...`` parsed (an empty list for empty output)."""
     out = sh(*_in(ns, ["ip", "-j", *args])).strip()

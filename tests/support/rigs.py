@@ -33,11 +33,12 @@ from cnirunner import (
     data_files,
     install_host_tree,
     plugin_conf,
-    sh,
     snapshot,
     wait_oper_up,
     without,
 )
+
+from support.netns import named as netns_named
 
 
 @pytest.fixture(scope="session")
@@ -155,11 +156,6 @@ class Rig:
         return "\n".join(self.log_file.read_text().splitlines()[-n:])
 
 
-def _leftover_netns(prefix: str) -> list[str]:
-    return [line.split()[0] for line in sh("ip", "netns", "list").splitlines()
-            if line.startswith(prefix)]
-
-
 @pytest.fixture
 def runner(request: pytest.FixtureRequest) -> list[str] | None:
     """What ``rig.chain()`` runs by default: ``python -m rdma_cni``, or the session's build
@@ -184,6 +180,6 @@ def rig(tmp_path: Path, runner: list[str] | None) -> Iterator[Rig]:
             failed_check = exc
     finally:
         r.node.close()
-    assert _leftover_netns(r.node.prefix) == [], "netns left behind"
+    assert netns_named(r.node.prefix) == [], "netns left behind"
     if failed_check is not None:
         raise AssertionError(f"{failed_check}\nplugin log:\n{r.log_tail()}")

@@ -41,6 +41,7 @@ from cnirunner import (
     unique_prefix,
     without,
 )
+from support.netns import named as netns_named
 from support.proc import wait_for
 
 NODE = None  # the VM's root netns (``ip`` without ``-n``)
@@ -351,11 +352,6 @@ class VmRig:
         assert not errors, f"could not put the VM back: {errors}"
 
 
-def leftover_netns(prefix: str) -> list[str]:
-    return [line.split()[0] for line in sh("ip", "netns", "list").splitlines()
-            if line.startswith(prefix)]
-
-
 @contextlib.contextmanager
 def vm_rig(tmp: Path, binary: Sequence[str]) -> Any:
     """The rig of one test: yields it, then checks it clean and removes what it made."""
@@ -369,6 +365,6 @@ def vm_rig(tmp: Path, binary: Sequence[str]) -> Any:
             failed = exc
     finally:
         rig.close()
-    assert leftover_netns(rig.prefix) == [], "netns left behind"
+    assert netns_named(rig.prefix) == [], "netns left behind"
     if failed is not None:
         raise AssertionError(f"{failed}\nplugin log:\n{rig.log_tail()}")
