@@ -61,7 +61,7 @@ class RequestLog(logging.Handler):
         try:
             own_root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
-                same = view.identity(caller_root, path) == view.identity(own_root, path)
+                same = view.same(caller_root, own_root, path)
             finally:
                 os.close(own_root)
         except OSError:

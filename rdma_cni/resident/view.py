@@ -15,8 +15,10 @@ component with ``openat(O_PATH | O_NOFOLLOW)``, symbolic links followed inside t
 they were found in (as the caller would see them, even on kernels without
 ``openat2``). A path's identity is the device and inode of its
 deepest existing directory or file plus the names still missing below it, so a data
-dir the first ADD has yet to create compares too. Any difference, or a path that
-cannot be walked, and the server declines: the caller runs the request in-process.
+dir the first ADD has yet to create compares too. A difference seen while the path is
+being created (the caller's identity changed between two walks) is taken again. Any
+other difference, or a path that cannot be walked, and the server declines: the caller
+runs the request in-process.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from rdma_cni.adapters import fsops
 from rdma_cni.confdefaults import DEFAULTS
 
 MAX_LINKS = 40
+#: pairs of walks taken while the path changes under them (see :func:`same`)
+RETRIES = 3
 #: (device, inode) of the deepest existing entry, then the names missing below it
 Identity = tuple[int, int, tuple[str, ...]]
 
@@ -70,15 +74,29 @@ def mismatch(conf: dict[str, Any] | None, caller_root: int) -> str:
             if not path.startswith("/"):
                 return f"{key} {json.dumps(path)} is not an absolute path"
             try:
-                same = identity(caller_root, path) == identity(own, path)
+                agree = same(caller_root, own, path)
             except OSError as exc:
                 return f"{key} {json.dumps(path)} cannot be resolved: {exc.strerror or exc}"
-            if not same:
+            if not agree:
                 return (f"{key} {json.dumps(path)} is another file in the server's mounts "
                         "than in the caller's")
         return ""
     finally:
         os.close(own)
+
+
+def same(caller_root: int, own: int, path: str) -> bool:
+    """The caller's and the server's identities of ``path`` agree. A request may create
+    the path between the two walks (the first pods on a node race to make the data
+    dir): a difference counts only when the caller's identity, walked once more, has
+    not changed; otherwise the pair is taken again (a few times at most)."""
+    for _ in range(RETRIES):
+        theirs = identity(caller_root, path)
+        if theirs == identity(own, path):
+            return True
+        if identity(caller_root, path) == theirs:
+            return False
+    return False
 
 
 def identity(root: int, path: str) -> Identity:

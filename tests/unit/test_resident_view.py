@@ -128,3 +128,47 @@ def test_an_existing_path_takes_one_openat2_and_agrees_with_the_walk(
     monkeypatch.setattr(view, "_walk", lambda *a: pytest.fail("walked"))
     for p, want in walked.items():
         assert view.identity(fd, p) == want, p
+
+
+def _creating(monkeypatch: pytest.MonkeyPatch, made: list[Path]) -> list[str]:
+    """``view.identity`` with ``made``'s next directory created right after each walk
+    (another request creating the data dir between the server's two walks)."""
+    real, walked = view.identity, []
+
+    def identity(root: int, path: str) -> view.Identity:
+        got = real(root, path)
+        walked.append(path)
+        if made:
+            made.pop(0).mkdir()
+        return got
+
+    monkeypatch.setattr(view, "identity", identity)
+    return walked
+
+
+def test_a_data_dir_made_between_the_two_walks_is_the_same_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first pods on a node race to create the data dir: the caller's walk finds it
+    missing, the server's finds it made. The server still serves the request."""
+    data = tmp_path / "data"
+    walked = _creating(monkeypatch, [data])
+    conf = view.decoded(json.dumps({"dataDir": str(data)}).encode())
+    own = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        assert view.mismatch(conf, own) == ""
+    finally:
+        os.close(own)
+    assert walked.count(str(data)) == 5  # the pair, the caller's again, the pair again
+
+
+def test_a_path_that_keeps_changing_is_declined(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    deeper = [tmp_path.joinpath(*["d"] * n) for n in range(1, 3 * view.RETRIES + 1)]
+    walked = _creating(monkeypatch, deeper)
+    conf = view.decoded(json.dumps({"dataDir": str(deeper[-1])}).encode())
+    own = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        assert "is another file" in view.mismatch(conf, own)
+    finally:
+        os.close(own)
+    assert len(walked) == 3 * view.RETRIES
