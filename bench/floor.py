@@ -157,7 +157,11 @@ def _rule(table: int = 0, src_len: int = 0, action: int = 0) -> bytes:
 
 
 class Channel:
-    """One rtnetlink socket (strict checking on, as `serve` opens it)."""
+    """One rtnetlink socket (strict checking on, as `serve` opens it). :attr:`sent` counts
+    the requests of every channel (the floor's record says how many an ADD and a DEL made)."""
+
+    sent = 0
+    _counting = threading.Lock()
 
     def __init__(self) -> None:
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
@@ -175,6 +179,8 @@ class Channel:
         return first
 
     def _talk(self, kind: int, flags: int, body: bytes) -> tuple[int, bytes]:
+        with Channel._counting:  # the deletion's own thread sends one too
+            Channel.sent += 1
         self.seq += 1
         self.sock.send(struct.pack("=IHHII", 16 + len(body), kind, 1 | flags, self.seq, 0)
                        + body)
@@ -451,21 +457,31 @@ def add_del_floor(tmp: str, pods: Any, rounds: int) -> dict[str, Any]:
     store = Store(os.path.join(tmp, "floor-store"))
     adds: list[float] = []
     dels: list[float] = []
+    sent: dict[str, set[int]] = {"add": set(), "del": set()}
     try:
         for _ in range(rounds):
             (pod,) = pods.create(1)
             try:
                 a = Attachment(pod.path, hashlib.sha1(pod.name.encode()).hexdigest())
-                start = time.perf_counter_ns()
+                before, start = Channel.sent, time.perf_counter_ns()
                 floor_add(a, store)
                 adds.append((time.perf_counter_ns() - start) / 1e6)
-                start = time.perf_counter_ns()
+                sent["add"].add(Channel.sent - before)
+                before, start = Channel.sent, time.perf_counter_ns()
                 floor_del(a, store)
                 dels.append((time.perf_counter_ns() - start) / 1e6)
+                sent["del"].add(Channel.sent - before)
             finally:
                 pods.delete([pod])
     finally:
         store.close()
     return {"add_ms": round(statistics.median(adds), 3),
             "del_ms": round(statistics.median(dels), 3), "n": rounds,
-            "add_requests": 16, "del_requests": 5}
+            "add_requests": _one(sent["add"]), "del_requests": _one(sent["del"])}
+
+
+def _one(counts: set[int]) -> int:
+    """The number of requests every round made (the floor's steps do not vary)."""
+    if len(counts) != 1:
+        raise RuntimeError(f"floor: the rounds made different numbers of requests: {counts}")
+    return counts.pop()

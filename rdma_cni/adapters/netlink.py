@@ -264,4 +264,7 @@ class Netlink(Layer3):
         # through netlink, not /proc/sys: a lookup there grows with the netns that have
         # had one (four writes: 0.14 ms on a quiet node, 0.67 ms with 512 such pods,
         # bench/floor_steps.py), and /proc/sys is read-only in a container's view
+        known = self._known.get(name)
         self._set(name, action, ipv4_conf_attrs([(IPV4_DEVCONF[k], v) for k, v in values]))
+        if known is not None:  # none of what a link is known by: still known after
+            self._known[name] = known

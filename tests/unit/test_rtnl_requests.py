@@ -122,6 +122,24 @@ def test_ipv4_settings_are_sent_by_their_kernel_index_in_one_request() -> None:
                                [("IFLA_IFNAME", "eth1"), *ipv4_conf_attrs(by_index)])
 
 
+def test_a_link_stays_known_through_its_ipv4_settings() -> None:
+    """ADD's steps on a new link (rename, IPv4 settings, address): one look-up, before the
+    rename; the address finds the link's index without asking again."""
+    from rdma_cni.datapath.plan import SYSCTLS
+
+    kernel = KernelStandIn()
+    nl = Netlink(rtnl.Channel(kernel), "stand-in")  # type: ignore[arg-type]
+    nl.rename("rdtmp", "eth1", "rdma-cni:ab", "rename")
+    nl.set_ipv4_conf("eth1", SYSCTLS, "set")
+    nl.add_address("eth1", IPv4Interface("198.51.100.9/26"))
+    kinds = [int.from_bytes(m[4:6], "little") for m in kernel.sent]
+    assert kinds == [rtnl.RTM_GETLINK, rtnl.RTM_SETLINK, rtnl.RTM_SETLINK, rtnl.RTM_NEWADDR]
+    nl.set_up("eth1", "up")
+    nl.move_to_netns("eth1", 5, "move")  # what it is known by changes: asked again
+    nl.add_address("eth1", IPv4Interface("198.51.100.9/26"))
+    assert int.from_bytes(kernel.sent[-2][4:6], "little") == rtnl.RTM_GETLINK
+
+
 def test_nested_and_struct_attributes_are_read_without_pyroute2s_classes(
         monkeypatch: pytest.MonkeyPatch) -> None:
     link = _link_answer(1)
