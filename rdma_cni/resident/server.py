@@ -37,8 +37,11 @@ logger = logging.getLogger("rdma_cni")
 #: accept) for this long, then takes it on itself, so a slow request (a kubelet that
 #: stalls) never holds up the others. Pods started at once spread over the processes
 #: instead of queueing as threads behind one GIL (32 at once on 2 CPUs: about 0.24 s
-#: instead of 0.45, bench figure 4). Only an ADD holds its process so: the other
-#: commands mostly wait for the kernel (a DEL's link deletion), and run side by side.
+#: instead of 0.45, bench figure 4). An idle process, too, accepts one connection and
+#: then looks again: it took every connection waiting at once before, and ran them as
+#: threads behind its one lock while its sibling idled (figure 4: 0.91x -> 0.82x, CPU
+#: 212 -> 182 ms, bench/README.md). Only an ADD holds its process so: the other commands
+#: mostly wait for the kernel (a DEL's link deletion), and run side by side.
 HANDOFF = 0.05
 #: commands whose answer depends on the store or the kubelet's files: served only when
 #: the server sees the caller's (:mod:`rdma_cni.resident.view`)
@@ -111,8 +114,7 @@ class Server:
                 deferred = (deferred or now) if busy else None
                 waited = deferred is None or now - deferred >= HANDOFF
                 accepted = self.intake.accepted
-                ready = self.intake.step(1 if busy and waited else 64 if waited else 0,
-                                         HANDOFF if busy else 0.5)
+                ready = self.intake.step(1 if waited else 0, HANDOFF if busy else 0.5)
                 if self.intake.accepted != accepted and busy:
                     deferred = time.monotonic()
                 for conn, data, fds in ready:
