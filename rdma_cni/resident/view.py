@@ -33,7 +33,7 @@ from rdma_cni.adapters import fsops
 from rdma_cni.confdefaults import DEFAULTS
 
 MAX_LINKS = 40
-#: pairs of walks taken while the path changes under them (see :func:`same`)
+#: comparisons made while the path changes under them (see :func:`same`)
 RETRIES = 3
 #: (device, inode) of the deepest existing entry, then the names missing below it
 Identity = tuple[int, int, tuple[str, ...]]
@@ -90,12 +90,14 @@ def same(caller_root: int, own: int, path: str) -> bool:
     the path between the two walks (the first pods on a node race to make the data
     dir): a difference counts only when the caller's identity, walked once more, has
     not changed; otherwise the pair is taken again (a few times at most)."""
+    theirs = identity(caller_root, path)
     for _ in range(RETRIES):
-        theirs = identity(caller_root, path)
         if theirs == identity(own, path):
             return True
-        if identity(caller_root, path) == theirs:
+        again = identity(caller_root, path)
+        if again == theirs:
             return False
+        theirs = again  # the caller's latest walk is the next pair's
     return False
 
 
