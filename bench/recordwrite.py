@@ -3,6 +3,9 @@
 created exclusively, flocked, written, linked to its name, the temp unlinked; no fsync,
 as rdma_cni/store/atomic.py writes records since 729d9a9), its removal, and one cycle of
 the store's lock file, in a directory on disk and in one on a tmpfs mounted for the run.
+Then a record replaced by another (an ADD's ready state over its pending one) both
+ways the store has done it: renamed over it (``put_in_place``) and swapped into place
+(``swap_in_place``), each followed by the replaced record's removal (DEL's purge).
 
     sudo .venv/bin/python bench/recordwrite.py [--disk DIR] [--n 300] [--rounds 5]
 
@@ -22,6 +25,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rdma_cni.store import atomic
 
 RECORD = b"{" + b"x" * 300 + b"}"  # about a reservation's size
 
@@ -56,6 +65,28 @@ def measure(d: str, n: int, rounds: int) -> list[float]:
     return [statistics.median(r[k] for r in runs) for k in range(3)]
 
 
+def replace_cycle(d: str, n: int, put: Callable[[str, str, str], None]) -> tuple[float, float]:
+    """Mean us per replacement of an existing record by ``put`` (the store's
+    ``put_in_place`` or ``swap_in_place``), and per removal of the record then in place."""
+    spent = 0.0
+    for i in range(n):
+        atomic.put_in_place(d, f"r{i}", atomic.write_temp(d, f"r{i}", RECORD, sync=False))
+        tmp = atomic.write_temp(d, f"r{i}", RECORD + b" ", sync=False)
+        t = time.perf_counter()
+        put(d, f"r{i}", tmp)
+        spent += time.perf_counter() - t
+    t = time.perf_counter()
+    for i in range(n):
+        os.unlink(f"{d}/r{i}")
+    return spent / n * 1e6, (time.perf_counter() - t) / n * 1e6
+
+
+def measure_replace(d: str, n: int, rounds: int,
+                    put: Callable[[str, str, str], None]) -> list[float]:
+    runs = [replace_cycle(d, n, put) for _ in range(rounds)]
+    return [statistics.median(r[k] for r in runs) for k in range(2)]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--disk", default="/var/tmp", help="a directory on the disk to measure")
@@ -75,6 +106,11 @@ def main() -> int:
             w, r, lk = measure(d, args.n, args.rounds)
             print(f"{name}: record written {w:.0f} us, removed {r:.0f} us, "
                   f"lock cycle {lk:.0f} us (median of {args.rounds} x {args.n})")
+            for how, put in (("renamed over", atomic.put_in_place),
+                             ("swapped in", atomic.swap_in_place)):
+                rep, rem = measure_replace(d, args.n, args.rounds, put)
+                print(f"{name}: record {how} {rep:.0f} us, then removed {rem:.0f} us "
+                      f"(median of {args.rounds} x {args.n})")
     finally:
         subprocess.run(["umount", mem], check=False)
         shutil.rmtree(disk, ignore_errors=True)

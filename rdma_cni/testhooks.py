@@ -36,16 +36,28 @@ def _crash() -> None:
     os.kill(os.getpid(), 9)
 
 
-def at_step(k: int) -> None:
-    """The ADD seams, at the executor's boundary before step k."""
-    if k == _number(CRASH_AT_STEP):
-        _crash()
-    if k == _number(STOP_AT_STEP):
-        # directed at this thread, so that it stops here (a signal to the process may be
-        # taken by another thread while this one runs on for a moment)
-        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
-    if k == _number(FAIL_AT_STEP):
-        raise IOFailure(f"injected failure at step {k}")
+def step_seams() -> Callable[[int], None]:
+    """The ADD seams: a function to call at the executor's boundary before each step k
+    (the variables read once, here: a no-op unless one is set)."""
+    crash, stop, fail = (_number(v) for v in (CRASH_AT_STEP, STOP_AT_STEP, FAIL_AT_STEP))
+    if max(crash, stop, fail) < 0:
+        return _inert
+
+    def at_step(k: int) -> None:
+        if k == crash:
+            _crash()
+        if k == stop:
+            # directed at this thread, so that it stops here (a signal to the process may
+            # be taken by another thread while this one runs on for a moment)
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+        if k == fail:
+            raise IOFailure(f"injected failure at step {k}")
+
+    return at_step
+
+
+def _inert(k: int) -> None:
+    del k
 
 
 def del_ticker() -> Callable[[], None]:

@@ -81,13 +81,14 @@ def apply(ctx: Ctx, steps: Sequence[Step], owner: Owner | None = None) -> None:
     """Apply ``steps``; on a failure, roll back what was applied (while still the owner;
     :attr:`Ctx.undone_clean` says whether all of it was) and raise the failure."""
     applied: list[Step] = []
+    at_step = testhooks.step_seams()  # inert unless a test seam is set
     try:
         for i, step in enumerate(steps):
-            testhooks.at_step(i)
+            at_step(i)
             with _held(owner):
                 step.do(ctx, step.plan)
             applied.append(step)
-        testhooks.at_step(len(steps))
+        at_step(len(steps))
     except BaseException:
         ctx.undone_clean = rollback(ctx, applied, owner)
         raise

@@ -9,11 +9,13 @@ them and remove the ones a dead writer left (:mod:`rdma_cni.store.orphans`). The
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import secrets
 from contextlib import suppress
 
+from rdma_cni.adapters import fsops
 from rdma_cni.errors import IOFailure
 
 TMP = ".tmp-"
@@ -97,6 +99,28 @@ def put_in_place(directory: str, name: str, tmp: str, *, sync_dir: bool = False)
         fsync_dir(directory)
     else:
         entry_written(directory)
+
+
+def swap_in_place(directory: str, name: str, tmp: str) -> None:
+    """:func:`put_in_place` for a record that is usually there already (an attachment's
+    pending record, replaced by its final one): the two names swapped in one step
+    (``renameat2(RENAME_EXCHANGE)``), then the old record, now at ``tmp``, removed.
+    Readers see the old record or the new one, as with a rename; but ext4 flushes the
+    new file's data to disk on a rename over an existing name (``auto_da_alloc``: 0.1 ms
+    on this project's bench machine), not on an exchange. A missing target, or a
+    filesystem that cannot swap, gets the rename. A crash before the removal leaves the
+    old record under its temp name: an orphan (:mod:`rdma_cni.store.orphans`)."""
+    final = os.path.join(directory, name)
+    try:
+        fsops.exchange(tmp, final)
+    except OSError as e:
+        if e.errno == errno.ENOENT or e.errno in fsops.UNSUPPORTED:
+            put_in_place(directory, name, tmp)
+            return
+        unlink_quietly(tmp)
+        raise ioerr("rename into place", final, e) from e
+    unlink_quietly(tmp)
+    entry_written(directory)
 
 
 def create_exclusive(directory: str, name: str, data: bytes, *, sync: bool = True) -> bool:

@@ -65,7 +65,7 @@ from contextlib import contextmanager
 from rdma_cni import defaults
 from rdma_cni.errors import IOFailure
 from rdma_cni.log import LazyLogger
-from rdma_cni.store.atomic import ioerr, put_in_place, unlink_quietly, write_temp
+from rdma_cni.store.atomic import ioerr, swap_in_place, unlink_quietly, write_temp
 from rdma_cni.store.boot import check_boot
 from rdma_cni.store.claims import UNKNOWN_OWNER, Owner, key_of, pool_dirname
 from rdma_cni.store.files import (
@@ -190,7 +190,7 @@ class Store(NicClaims):
         return write_temp(self.state_dir, key.digest() + ".json", data, sync=False)
 
     def commit_state(self, key: AttachmentKey, prepared: str) -> None:
-        put_in_place(self.state_dir, key.digest() + ".json", prepared)
+        swap_in_place(self.state_dir, key.digest() + ".json", prepared)
 
     @staticmethod
     def discard(prepared: str) -> None:

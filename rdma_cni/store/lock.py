@@ -32,9 +32,16 @@ _GUARDS_LOCK = threading.Lock()
 
 def _guard(path: str) -> threading.Lock:
     """The in-process queue for ``path``: threads of one process (the resident server)
-    wait on it without polling; only the winner polls the flock against other processes."""
+    wait on it without polling; only the winner polls the flock against other processes.
+    An absolute path is its own key (no normalisation on the way to every lock)."""
+    guard = _GUARDS.get(path)
+    if guard is not None:
+        return guard
     with _GUARDS_LOCK:
-        return _GUARDS.setdefault(os.path.abspath(path), threading.Lock())
+        guard = _GUARDS.setdefault(os.path.abspath(path), threading.Lock())
+        if os.path.isabs(path):
+            _GUARDS.setdefault(path, guard)
+        return guard
 
 
 class FileLock:
@@ -44,6 +51,7 @@ class FileLock:
         self.path = path
         self.timeout = timeout
         self._fd: int | None = None
+        self._guard: threading.Lock | None = None
 
     @property
     def held(self) -> bool:
@@ -60,7 +68,7 @@ class FileLock:
         if self._fd is not None:
             raise IOFailure(f"failed to lock {self.path}: this FileLock is already held")
         start = time.monotonic()
-        guard = _guard(self.path)
+        guard = self._guard = self._guard or _guard(self.path)
         if not guard.acquire(timeout=max(self.timeout, 0.0)):
             raise TryAgain(f"failed to lock {self.path}: still held by another thread "
                            f"after waiting {time.monotonic() - start:.2f}s "
@@ -87,7 +95,8 @@ class FileLock:
             raise IOFailure(f"failed to unlock {self.path}: {e.strerror or e}") from e
         finally:
             os.close(fd)
-            _guard(self.path).release()
+            assert self._guard is not None  # taken by acquire
+            self._guard.release()
 
     def __enter__(self) -> FileLock:
         self.acquire()

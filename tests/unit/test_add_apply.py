@@ -129,7 +129,7 @@ def test_once_another_request_owns_the_attachment_nothing_more_is_done_or_undone
     sub-link (boundary 2: before the rename): this ADD renames nothing and undoes nothing
     (the sub-link is the later request's to undo, by the record it took over)."""
     node = Node()
-    real = testhooks.at_step
+    real = testhooks.step_seams()
     req = _request(tmp_path)
 
     def take_over_at(k: int) -> None:
@@ -139,7 +139,7 @@ def test_once_another_request_owns_the_attachment_nothing_more_is_done_or_undone
             assert st is not None
             store.put_state(req.key, replace(st, request="ffeeddccbbaa9988"))
         real(k)
-    monkeypatch.setattr(testhooks, "at_step", take_over_at)
+    monkeypatch.setattr(testhooks, "step_seams", lambda: take_over_at)
     assert node.pod is not None
     pod = node.kernel.port(node.pod)
     with pytest.raises(TryAgain, match="another request's now"):
