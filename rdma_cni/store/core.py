@@ -18,11 +18,13 @@ components: state files are named by the key's digest, pool directories are
 re-rendered from a parsed IPv4 network, netdev names are validated.
 
 Crash safety: every file is written to a temp file (``.tmp-<pidns>.<pid>-...``) in the
-same directory, then renamed over (state) or hard-linked to its final
-name (reservations and claims: ``link`` fails if the name exists, which gives
-O_EXCL semantics with the full content in place). Nothing is fsynced: a crash of a
-process cannot lose what is in the page cache, and what a crash of the node can do to
-records of pods that died with it is handled by :mod:`rdma_cni.store.boot`.
+same directory, then put in place (state: renamed, or swapped with the record it
+replaces and that one removed, :func:`~rdma_cni.store.atomic.swap_in_place`) or
+hard-linked to its final name (reservations and claims: ``link`` fails if the name
+exists, which gives O_EXCL semantics with the full content in place). Nothing is
+fsynced: a crash of a process cannot lose what is in the page cache, and what a crash of
+the node can do to records of pods that died with it is handled by
+:mod:`rdma_cni.store.boot`.
 Readers skip temp files and delete orphans: no writer holds the temp file's
 flock (the writer holds it while writing) and it is older than a minute.
 
@@ -172,7 +174,7 @@ class Store(NicClaims):
     def state_identity(self, key: AttachmentKey) -> Identity | None:
         """The identity of ``key``'s record (one ``lstat``): while it equals what
         :meth:`put_state` gave, the record is the one it put there (a record is only ever
-        replaced whole, by a rename); None when unknown."""
+        replaced whole, by a rename or a swap); None when unknown."""
         return identity_of(self._state_path(key))
 
     def prepare_state(self, key: AttachmentKey, state: AttachmentState) -> str:
