@@ -15,7 +15,6 @@ import os
 import secrets
 from contextlib import suppress
 
-from rdma_cni.adapters import fsops
 from rdma_cni.errors import IOFailure
 
 TMP = ".tmp-"
@@ -110,6 +109,8 @@ def swap_in_place(directory: str, name: str, tmp: str) -> None:
     on this project's bench machine), not on an exchange. A missing target, or a
     filesystem that cannot swap, gets the rename. A crash before the removal leaves the
     old record under its temp name: an orphan (:mod:`rdma_cni.store.orphans`)."""
+    from rdma_cni.adapters import fsops  # ctypes: only the commands that replace a record
+
     final = os.path.join(directory, name)
     try:
         fsops.exchange(tmp, final)
