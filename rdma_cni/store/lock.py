@@ -51,7 +51,7 @@ class FileLock:
         self.path = path
         self.timeout = timeout
         self._fd: int | None = None
-        self._guard: threading.Lock | None = None
+        self._guard = _guard(path)
 
     @property
     def held(self) -> bool:
@@ -68,7 +68,7 @@ class FileLock:
         if self._fd is not None:
             raise IOFailure(f"failed to lock {self.path}: this FileLock is already held")
         start = time.monotonic()
-        guard = self._guard = self._guard or _guard(self.path)
+        guard = self._guard
         if not guard.acquire(timeout=max(self.timeout, 0.0)):
             raise TryAgain(f"failed to lock {self.path}: still held by another thread "
                            f"after waiting {time.monotonic() - start:.2f}s "
@@ -95,7 +95,6 @@ class FileLock:
             raise IOFailure(f"failed to unlock {self.path}: {e.strerror or e}") from e
         finally:
             os.close(fd)
-            assert self._guard is not None  # taken by acquire
             self._guard.release()
 
     def __enter__(self) -> FileLock:
