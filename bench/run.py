@@ -69,6 +69,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    help="comma-separated scenarios: s1,s2,s3,s4,s7,s8")
     p.add_argument("--binary", default=str(BINARY),
                    help="the bundle's executable (the bundle is copied before the run)")
+    p.add_argument("--disk-rest", type=float, default=2.0,
+                   help="figure 7: seconds to wait after a sync before each half (0: none)")
     p.add_argument("--settle", type=float, default=0.1,
                    help="seconds to wait after making a round's pods (not timed)")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "latest.json"))
@@ -81,6 +83,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.pods = 8 if "--pods" not in argv else args.pods
         args.cycles = 100 if "--cycles" not in argv else args.cycles
         args.attachments = 64 if "--attachments" not in argv else args.attachments
+        args.disk_rest = 0.0 if "--disk-rest" not in argv else args.disk_rest
     args.budget = args.budget or (40.0 if args.quick else 250.0)
     args.parallel_rounds = args.parallel_rounds or max(2, args.rounds // 3)
     return args
@@ -238,9 +241,11 @@ def busy_figure(args: argparse.Namespace, paths: list[str], tmp: str,
     start = time.monotonic()
     base = Scenario("s7-0", "1 interface, ADD, no other attachment", cs, args.rounds,
                     budget_s=budget / 4)
+    _disk_at_rest(args.disk_rest)
     figures.run(base, pods, args.settle, lab.N_NICS)
     n = args.attachments
     made = busy.make(args.binary, daemon.socket if daemon else "", data, pods, n, lab.N_NICS)
+    _disk_at_rest(args.disk_rest)
     loaded = Scenario("s7", f"1 interface, ADD, {n} attachments on the node", cs, args.rounds,
                       load=n, state_check=False,
                       budget_s=max(budget - (time.monotonic() - start), 0.0))
@@ -253,6 +258,15 @@ def busy_figure(args: argparse.Namespace, paths: list[str], tmp: str,
     return {"s7-0": base, "s7": loaded}, {"attachments": n, "setup_s": round(made.setup_s, 1),
                                           "teardown_s": round(made.teardown_s, 1),
                                           "floor": busy_floor}
+
+
+def _disk_at_rest(pause: float) -> None:
+    """Before each half of figure 7: what was written so far (the attachments' ~1,500
+    new files) written back, then ``pause`` seconds, so that both halves measure a node
+    whose attachments exist, not one still writing them back (bench/README, figure 7)."""
+    if pause > 0:
+        os.sync()
+        time.sleep(pause)
 
 
 def flood_figure(args: argparse.Namespace, tmp: str, daemon: resident.Daemon,

@@ -13,7 +13,7 @@ from rdma_cni.vocab.attachment import AttachmentKey
 class IpStore(Protocol):
     """What IPAM needs of a store (:class:`rdma_cni.store.core.Store` implements it)."""
 
-    def ip_owners(self, pool: str, mine: AttachmentKey | None = None
+    def ip_owners(self, pool: str, mine: AttachmentKey | None = None, fresh: bool = False
                   ) -> dict[IPv4Address, tuple[AttachmentKey, str]]: ...
 
     def reserve_ip(self, pool: str, ip: IPv4Address, key: AttachmentKey, ifname: str) -> bool: ...
@@ -38,9 +38,19 @@ def allocate(
 
     A repeated call returns the address already held. A reservation lost to a
     concurrent writer moves on to the next free address (or fails for a
-    requested one).
+    requested one). The store's view of its reservations may be kept from earlier
+    calls: an address refused on it (the pool full, the requested one taken) is looked
+    for again on a listing before the refusal stands.
     """
-    owners = store.ip_owners(pool.name, mine=key)  # what ``key`` holds read from the files
+    try:
+        return _allocate(store, pool, key, ifname, requested, fresh=False)
+    except AddressError:
+        return _allocate(store, pool, key, ifname, requested, fresh=True)
+
+
+def _allocate(store: IpStore, pool: Pool, key: AttachmentKey, ifname: str,
+              requested: IPv4Address | None, fresh: bool) -> IPv4Address:
+    owners = store.ip_owners(pool.name, mine=key, fresh=fresh)  # ``key``'s read from files
     current = held_by(owners, key, ifname)
     if current is not None:
         if requested is not None and requested != current:

@@ -61,6 +61,7 @@ def check_boot(root: str, lock_fd: int) -> None:
         return
     path = os.path.join(root, "lock")
     try:
+        # the first 64 bytes (the reservations' journal follows: rdma_cni.store.journal)
         stamp = os.pread(lock_fd, 64, 0).decode("ascii", "replace").strip()
         if stamp != boot:
             if stamp:

@@ -15,6 +15,7 @@ from typing import Any
 from rdma_cni.errors import AddressError, ConfigError, IOFailure, shown
 from rdma_cni.log import LazyLogger
 from rdma_cni.store.addrnames import addresses
+from rdma_cni.store.addrview import pool_owners
 from rdma_cni.store.atomic import (
     create_exclusive,
     link_exclusive,
@@ -30,6 +31,7 @@ from rdma_cni.store.files import (
     remove,
     scan,
 )
+from rdma_cni.store.journal import note
 from rdma_cni.vocab.attachment import AttachmentKey
 
 log = LazyLogger(__name__)
@@ -101,6 +103,10 @@ class Claims:
     def _ensure(self, sub: str | None) -> None:
         raise NotImplementedError
 
+    def _journal_fd(self) -> int:
+        """The held store lock's file descriptor (:mod:`rdma_cni.store.journal`)."""
+        raise NotImplementedError
+
     # -- owned records (IP reservations and NIC claims) ------------------
     def _owner_at(self, path: str) -> Owner | None:
         entry = self._entry_at(path)
@@ -130,6 +136,8 @@ class Claims:
         self._ensure(directory)
         data = _claim_record(key, ifname, extra)
         prepared = self._prepared.get((directory, data))
+        if directory == self.addrs_dir:
+            note(self._journal_fd(), name)
         for _ in range(8):
             if link_exclusive(directory, name, prepared) if prepared else \
                     create_exclusive(directory, name, data, sync=False):
@@ -177,13 +185,23 @@ class Claims:
                 return owner
         return None
 
-    def ip_owners(self, pool: str, mine: AttachmentKey | None = None
+    def ip_owners(self, pool: str, mine: AttachmentKey | None = None, fresh: bool = False
                   ) -> dict[IPv4Address, Owner]:
         """Every reserved address inside ``pool``'s network, whatever pool it was made in;
-        those held by ``mine`` read from their files (see ``_dir_owners``)."""
+        those held by ``mine`` read from their files (see ``_dir_owners``). Under the
+        lock, ``addrs/`` is read as the journal says it changed since this process last
+        looked (:mod:`rdma_cni.store.addrview`), or listed when ``fresh``."""
         pool_dirname(pool)
         net = IPv4Network(pool)
-        return {ip: owner for _, ip, owner, _ in self._ip_entries(mine, net)}
+        d = self.addrs_dir
+
+        def listing() -> Iterator[tuple[str, IPv4Address, Owner]]:
+            for _, ip, owner, path in self._dir_owners(d, mine, net):
+                yield path[len(d) + 1:], ip, owner
+        with self.lock():
+            out = pool_owners(self._journal_fd(), d, net, mine, listing, self._owner_at, fresh)
+            out.update((ip, owner) for _, ip, owner, _ in self._legacy_entries(mine, net))
+        return out
 
     def _dir_owners(self, directory: str, mine: AttachmentKey | None = None,
                     within: IPv4Network | None = None
@@ -229,6 +247,12 @@ class Claims:
                     ) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
         """(pool, address, owner, file) of every reservation (inside ``within``)."""
         yield from self._dir_owners(self.addrs_dir, mine, within)
+        yield from self._legacy_entries(mine, within)
+
+    def _legacy_entries(self, mine: AttachmentKey | None = None,
+                        within: IPv4Network | None = None
+                        ) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
+        """:meth:`_ip_entries` of the layout up to 0.1.0 (``ips/<subnet>/<ip>``)."""
         for sub in scan(self.ips_dir):
             net = _pool_from_dirname(sub)
             if net is None:
@@ -248,6 +272,8 @@ class Claims:
         with self.lock():
             for _, _, owner, path in list(self._ip_entries(key)):
                 mine = owner[0] == key and (ifname is None or owner[1] == ifname)
+                if mine and os.path.dirname(path) == self.addrs_dir:
+                    note(self._journal_fd(), os.path.basename(path))
                 if mine and remove(path):  # no fsync: rdma_cni.store.boot
                     freed += 1
         return freed

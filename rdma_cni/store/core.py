@@ -6,7 +6,8 @@ record is an :class:`rdma_cni.store.state.AttachmentState`.
 
 Layout under ``data_dir`` (directories created 0700 on first write)::
 
-    lock                      the flock file (see :meth:`Store.lock`)
+    lock                      the flock file (see :meth:`Store.lock`): the boot stamp
+                              (:mod:`.boot`), the reservations' journal (:mod:`.journal`)
     state/<key.digest()>.json {"schema": 1, "key": {...}, ...payload}
     addrs/<ip>                {"key": {...}, "ifname": "eth1", "pool": "<subnet>"} (O_EXCL)
     ips/<subnet with _>/<ip>  the same, as releases up to 0.1.0 wrote it (read, never written)
@@ -127,13 +128,21 @@ class Store(NicClaims):
                 depth[self.lock_path] -= 1
             return
         self._ensure(None)
+        fds: dict[str, int] = _held.__dict__.setdefault("fds", {})
         with FileLock(self.lock_path, self.lock_timeout if timeout is None else timeout) as fl:
-            depth[self.lock_path] = 1
+            depth[self.lock_path], fds[self.lock_path] = 1, fl.fd
             try:
                 check_boot(self.root, fl.fd)
                 yield
             finally:
                 depth[self.lock_path] = 0
+                del fds[self.lock_path]
+
+    def _journal_fd(self) -> int:
+        fd: int | None = _held.__dict__.get("fds", {}).get(self.lock_path)
+        if fd is None:
+            raise IOFailure(f"failed to use {self.lock_path}: the store's lock is not held")
+        return fd
 
     def usable(self) -> None:
         """Raise :class:`IOFailure` unless the data dir can be created and written."""

@@ -226,7 +226,7 @@ class RacyStore:
         self.owners: dict[IPv4Address, tuple[AttachmentKey, str]] = {}
         self.steal = steal
 
-    def ip_owners(self, pool: str, mine: AttachmentKey | None = None
+    def ip_owners(self, pool: str, mine: AttachmentKey | None = None, fresh: bool = False
                   ) -> dict[IPv4Address, tuple[AttachmentKey, str]]:
         return dict(self.owners)
 

@@ -9,7 +9,7 @@ import os
 import stat
 import threading
 import time
-from ipaddress import IPv4Address, IPv4Interface
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ import pytest
 from rdma_cni.errors import AddressError, Code, ConfigError, IOFailure, TryAgain
 from rdma_cni.ipam.allocator import Pool, RangeLimits, build_pool
 from rdma_cni.ipam.reserve import allocate
-from rdma_cni.store import claims, files
+from rdma_cni.store import addrview, claims, files
 from rdma_cni.store.core import UNKNOWN_OWNER, Store
 from rdma_cni.store.state import AttachmentState
 from rdma_cni.vocab.attachment import AttachmentKey
@@ -237,20 +237,26 @@ def test_a_stale_reading_never_gives_an_address_to_a_second_owner(store: Store) 
     NEW's own decisions read the file: it frees nothing and gets another address."""
     store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
     store.ip_owners(POOL)
-    seen = claims._seen[store.addrs_dir]
     path = os.path.join(store.addrs_dir, "192.0.2.2")
-    ident, (_, pool) = seen["192.0.2.2"]
-    seen["192.0.2.2"] = (ident, ((NEW, "eth1"), pool))
+    _remember(store, "192.0.2.2", (NEW, "eth1"))
     assert store.ip_owners(POOL)[A("192.0.2.2")] == (NEW, "eth1")  # the remembered reading
     assert store.ip_owners(POOL, mine=NEW)[A("192.0.2.2")] == (OLD, "eth1")
     assert store.ips_of(NEW) == []
     assert store.release_ips(NEW) == 0 and os.path.exists(path)
-    seen = claims._seen[store.addrs_dir]
-    seen["192.0.2.2"] = (seen["192.0.2.2"][0], ((NEW, "eth1"), pool))
+    _remember(store, "192.0.2.2", (NEW, "eth1"))
     with store.lock():
         got = allocate(store, _pool("192.0.2.1/28"), NEW, "eth1")
     assert got != A("192.0.2.2")
     assert store.ip_owners(POOL, mine=OLD)[A("192.0.2.2")] == (OLD, "eth1")
+
+
+def _remember(store: Store, ip: str, owner: tuple[AttachmentKey, str]) -> None:
+    """This process's remembered reading of ``ip``'s record made wrong: the scans' memory
+    of the file, and the view of its pool the ADDs keep (:mod:`rdma_cni.store.addrview`)."""
+    seen = claims._seen[store.addrs_dir]
+    ident, (_, pool) = seen[ip]
+    seen[ip] = (ident, (owner, pool))
+    addrview._views[(store.addrs_dir, IPv4Network(POOL))].owners[ip] = (A(ip), owner)
 
 
 def test_a_file_with_whole_second_times_is_always_read() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from rdma_cni.ipam.allocator import Pool, build_pool
 from rdma_cni.ipam.reserve import allocate
-from rdma_cni.store import addrnames, claims
+from rdma_cni.store import addrnames, claims, journal
 from rdma_cni.store.core import Store
 from rdma_cni.vocab.attachment import AttachmentKey
 
@@ -45,33 +45,48 @@ def _busy(root: str, per_nic: int) -> Store:
     return store
 
 
-def _add_syscalls(store: Store, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """The lstat/stat/open calls of an ADD's address choice in pool 0, under the lock."""
+def _add_syscalls(store: Store) -> Counter[str]:
+    """The lstat/stat/open/listdir calls of an ADD's address choice in pool 0, under the
+    lock, and (``<call> addrs``) those on ``addrs/`` and its files."""
     calls: Counter[str] = Counter()
-    for name in ("lstat", "stat", "open"):
-        real = getattr(os, name)
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("lstat", "stat", "open", "listdir", "scandir"):
+            real = getattr(os, name)
 
-        def counted(*a: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
-            calls[_name] += 1
-            return _real(*a, **kw)
+            def counted(*a: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+                calls[_name] += 1
+                if a and str(a[0]).startswith(store.addrs_dir):
+                    calls[f"{_name} addrs"] += 1
+                return _real(*a, **kw)
 
-        monkeypatch.setattr(os, name, counted)
-    try:
+            mp.setattr(os, name, counted)
         with store.lock():
             allocate(store, _pool(0), NEW, "eth1")
-    finally:
-        monkeypatch.undo()
     return calls
 
 
-def test_an_adds_scan_does_not_grow_with_the_other_nics_reservations(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_adds_scan_does_not_grow_with_the_reservations(tmp_path: Path) -> None:
+    """The pools were read once: an ADD reads what the journal says changed since (the
+    DEL's address), whether the node holds none or 512 reservations."""
     quiet = _busy(str(tmp_path / "quiet"), 0)
     busy = _busy(str(tmp_path / "busy"), 64)  # figure 7: 512 over 8 NICs
     assert len(os.listdir(busy.addrs_dir)) == NICS * 64
-    few, many = _add_syscalls(quiet, monkeypatch), _add_syscalls(busy, monkeypatch)
+    few, many = _add_syscalls(quiet), _add_syscalls(busy)
+    assert many == few
+    assert many["listdir addrs"] == 0 and many["lstat addrs"] <= 2
+
+
+def test_a_listing_looks_only_at_its_pools_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the pool is listed again (the view expired), its own 64 files are checked,
+    none of the other NICs' 448."""
+    quiet = _busy(str(tmp_path / "quiet"), 0)
+    busy = _busy(str(tmp_path / "busy"), 64)
+    monkeypatch.setattr(journal, "REFRESH", 0.0)
+    few, many = _add_syscalls(quiet), _add_syscalls(busy)
     assert many["lstat"] - few["lstat"] == 64  # pool 0's own 64, none of the other 448
     assert (many["stat"], many["open"]) == (few["stat"], few["open"])
+    assert many["listdir addrs"] == few["listdir addrs"] == 1
 
 
 def test_what_a_scan_left_unlooked_at_is_checked_when_used(tmp_path: Path) -> None:
@@ -105,12 +120,13 @@ def test_stray_names_are_skipped_and_names_parsed_once(
         return real(name)
 
     monkeypatch.setattr(addrnames, "IPv4Address", counted)
-    for _ in range(2):
+    for fresh in (True, False, True):
         caplog.clear()
-        assert set(store.ip_owners(_pool(0).name)) == {A("198.18.0.2")}
-        # the stray is said at every scan, whichever pool it looks at
-        assert [r.getMessage() for r in caplog.records if "stray" in r.getMessage()] == \
-            [f"ignoring stray file {store.addrs_dir}/not-an-address"]
+        assert set(store.ip_owners(_pool(0).name, fresh=fresh)) == {A("198.18.0.2")}
+        # the stray is said whenever the directory is listed, whichever pool it looks at
+        # (a view brought up to date by the journal lists nothing)
+        said = [f"ignoring stray file {store.addrs_dir}/not-an-address"] if fresh else []
+        assert [r.getMessage() for r in caplog.records if "stray" in r.getMessage()] == said
     assert parsed == ["not-an-address"]  # every other name was parsed by earlier scans
 
 
