@@ -26,6 +26,7 @@ import os
 from collections.abc import Iterator
 
 from rdma_cni.log import LazyLogger
+from rdma_cni.store import journal
 from rdma_cni.store.atomic import ioerr
 from rdma_cni.store.files import Corrupt, read_record, remove, scan
 
@@ -61,7 +62,6 @@ def check_boot(root: str, lock_fd: int) -> None:
         return
     path = os.path.join(root, "lock")
     try:
-        # the first 64 bytes (the reservations' journal follows: rdma_cni.store.journal)
         stamp = os.pread(lock_fd, 64, 0).decode("ascii", "replace").strip()
         if stamp != boot:
             if stamp:
@@ -69,6 +69,7 @@ def check_boot(root: str, lock_fd: int) -> None:
                 log.warning("data dir %s was last opened in boot %s, this is boot %s: "
                             "removed %d record(s) a power loss cut", root,
                             ascii(stamp)[1:-1], boot, swept)
+            journal.reset(lock_fd)  # what was swept was not noted: a new epoch
             os.ftruncate(lock_fd, 0)
             os.pwrite(lock_fd, boot.encode() + b"\n", 0)
             os.fsync(lock_fd)

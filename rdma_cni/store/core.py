@@ -7,7 +7,8 @@ record is an :class:`rdma_cni.store.state.AttachmentState`.
 Layout under ``data_dir`` (directories created 0700 on first write)::
 
     lock                      the flock file (see :meth:`Store.lock`): the boot stamp
-                              (:mod:`.boot`), the reservations' journal (:mod:`.journal`)
+                              (:mod:`.boot`); the reservations' journal (:mod:`.journal`)
+                              in its extended attribute ``user.rdma-cni.journal``
     state/<key.digest()>.json {"schema": 1, "key": {...}, ...payload}
     addrs/<ip>                {"key": {...}, "ifname": "eth1", "pool": "<subnet>"} (O_EXCL)
     ips/<subnet with _>/<ip>  the same, as releases up to 0.1.0 wrote it (read, never written)

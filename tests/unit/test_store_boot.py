@@ -66,9 +66,7 @@ def owner(store: Store, ip: str) -> tuple[AttachmentKey, str] | None:
 
 
 def stamp(store: Store) -> str:
-    """The boot stamp: the lock file's first 64 bytes (the reservations' journal follows,
-    :mod:`rdma_cni.store.journal`), read as every release reads them."""
-    return Path(store.lock_path).read_bytes()[:64].decode().strip()
+    return Path(store.lock_path).read_text().strip()
 
 
 def test_records_are_written_without_an_fsync(tmp_path: Path, boot_id: Path,

@@ -5,6 +5,8 @@ back never gives one address to two owners nor a full pool with a free address i
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import subprocess
 import sys
@@ -57,25 +59,29 @@ def test_the_names_noted_since_a_generation_are_told(lockfile: int) -> None:
 
 def test_what_the_journal_cannot_tell_is_listed(lockfile: int) -> None:
     first, _ = journal.since(lockfile, None)
+    assert first is not None
     for i in range(journal.RING):
         journal.note(lockfile, f"198.18.0.{i}")
     assert journal.since(lockfile, first)[1] is None  # behind by more than the ring holds
-    behind = journal.head(lockfile)
+    behind = journal.head_of(os.getxattr(lockfile, journal.ATTR))
     assert behind is not None
     journal.note(lockfile, "198.18.1.1")
-    at = os.fstat(lockfile).st_size - 32 * journal.RING + 32 * ((behind[1] + 1) % journal.RING)
-    os.pwrite(lockfile, b"x" * 31 + b"\n", at)  # the slot cut
+    raw = bytearray(os.getxattr(lockfile, journal.ATTR))
+    at = len(raw) - 24 * journal.RING + 24 * ((behind[1] + 1) % journal.RING)
+    raw[at:at + 24] = b"x" * 23 + b"\n"  # the slot overwritten
+    os.setxattr(lockfile, journal.ATTR, bytes(raw))
     assert journal.since(lockfile, behind)[1] is None
-    os.ftruncate(lockfile, 0)  # the boot stamp's truncation
+    os.removexattr(lockfile, journal.ATTR)  # the store made again
     again, names = journal.since(lockfile, behind)
-    assert names is None and again[0] != behind[0]  # a new epoch
+    assert names is None and again is not None and again[0] != behind[0]  # a new epoch
     journal.note(lockfile, "x" * 40)  # a name no slot holds: a new epoch again
     assert journal.since(lockfile, again)[1] is None
 
 
-def test_the_boot_stamp_reads_as_before_with_the_journal_after_it(
+def test_the_lock_files_content_stays_the_boot_stamp(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every release reads the stamp as the first 64 bytes, stripped."""
+    """The journal is the lock file's extended attribute: what every release reads of the
+    file, the boot stamp, is all it holds."""
     boot_id = tmp_path / "boot_id"
     boot_id.write_text("0b7e5a2c-6a0d-4d0e-9a53-2a5b0e6f0a01\n")
     monkeypatch.setattr(boot, "BOOT_ID", str(boot_id))
@@ -83,9 +89,9 @@ def test_the_boot_stamp_reads_as_before_with_the_journal_after_it(
     monkeypatch.setattr(boot, "_checked", {})
     store = Store(str(tmp_path / "data"))
     assert store.reserve_ip(POOL, A("192.0.2.2"), _key(1), "eth1")
-    raw = Path(store.lock_path).read_bytes()
-    assert raw[:64].decode().strip() == "0b7e5a2c-6a0d-4d0e-9a53-2a5b0e6f0a01"
-    assert raw.decode("ascii").count("192.0.2.2") == 1  # text, the name noted
+    assert store.release_ips(_key(1)) == 1
+    assert Path(store.lock_path).read_bytes() == b"0b7e5a2c-6a0d-4d0e-9a53-2a5b0e6f0a01\n"
+    assert os.getxattr(store.lock_path, journal.ATTR).count(b"192.0.2.2") == 2
 
 
 def _counted(store: Store) -> tuple[Counter[str], pytest.MonkeyPatch]:
@@ -194,16 +200,37 @@ def test_a_journal_that_fails_costs_a_listing_never_an_address(
     assert store.reserve_ip(POOL, A("192.0.2.2"), _key(1), "eth1")
     store.ip_owners(POOL)
 
-    def full(*a: Any) -> int:
-        raise OSError(28, "No space left on device")
+    def full(*a: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(os, "pwrite", full)
+    monkeypatch.setattr(os, "setxattr", full)
     assert store.reserve_ip(POOL, A("192.0.2.3"), _key(2), "eth1")  # not noted
-    assert "failed to note a change of 192.0.2.3" in caplog.text
+    assert "failed to note a change of 192.0.2.3 in the store's journal" in caplog.text
     with store.lock():
         assert allocate(store, _pool(), NEW, "eth1") == A("192.0.2.4")
-    monkeypatch.setattr(os, "pread", full)
+    monkeypatch.setattr(os, "getxattr", full)
     assert store.ip_owners(POOL) == {A("192.0.2.2"): (_key(1), "eth1"),
                                      A("192.0.2.3"): (_key(2), "eth1"),
                                      A("192.0.2.4"): (NEW, "eth1")}  # listed
     assert "failed to read the store's journal" in caplog.text
+
+
+def test_a_filesystem_without_the_attribute_lists_every_time_and_says_so_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A tmpfs before Linux 6.6 keeps no user extended attribute: no view is kept."""
+    def unsupported(*a: Any) -> Any:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "getxattr", unsupported)
+    monkeypatch.setattr(os, "setxattr", unsupported)
+    monkeypatch.setattr(journal, "_said", [])
+    caplog.set_level(logging.INFO)
+    store = Store(str(tmp_path / "data"))
+    for i in range(3):
+        assert store.reserve_ip(POOL, A(f"192.0.2.{i + 2}"), _key(i), "eth1")
+        assert len(store.ip_owners(POOL)) == i + 1
+    os.unlink(os.path.join(store.addrs_dir, "192.0.2.2"))  # seen at once: listed
+    assert set(store.ip_owners(POOL)) == {A("192.0.2.3"), A("192.0.2.4")}
+    said = [r for r in caplog.records if "extended attributes" in r.getMessage()]
+    assert len(said) == 1 and not [r for r in caplog.records if r.levelname == "WARNING"]
