@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import vmkit
 from support.netns import ip
-from support.proc import sh
+from support.proc import sh, wait_for
 from vmkit import Rxe
 
 
@@ -65,6 +65,11 @@ def virtio_nics() -> list[str]:
         pytest.skip(f"needs two virtio-net NICs (vng --network loop), found {nics}")
     for nic in nics:
         ip(None, "link", "set", nic, "up")
+    import vmrig
+
+    for nic in nics:  # carrier comes some seconds later under emulation: wait for it here,
+        # not in the middle of a test that compares the node with its baseline
+        wait_for(lambda n=nic: vmrig.has_carrier(n), timeout=vmrig.SETTLE)
     return nics
 
 

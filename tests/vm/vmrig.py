@@ -110,6 +110,12 @@ def ip_batch(ns: str | None, commands: Iterable[str],
     return _json_docs(out) if "-j" in opts else []
 
 
+def has_carrier(nic: str) -> bool:
+    """The root netns's ``nic`` is up with carrier."""
+    flags = ip_json(None, "link", "show", "dev", nic)[0]["flags"]
+    return "UP" in flags and "NO-CARRIER" not in flags
+
+
 def snapshot(ns: str | None) -> dict[str, Any]:
     """cnirunner.snapshot's shape and rules (links, addresses and routes of every family
     in every table, rules of both families; addresses once no link with carrier has a
@@ -255,6 +261,7 @@ class VmRig:
         wherever the kernel left it in the root netns (found by its parent device)."""
         link = ip_json(None, "-d", "link", "show", "dev", nic)[0]
         parent, mtu, up = link["parentdev"], link["mtu"], "UP" in link["flags"]
+        carrier = up and "NO-CARRIER" not in link["flags"]
 
         def restore() -> None:
             now = wait_for(lambda: link_by(NODE, parentdev=parent), timeout=SETTLE)
@@ -265,6 +272,10 @@ class VmRig:
             sh("ip", "link", "set", "dev", name, "name", nic, "mtu", str(mtu), "alias", "")
             if up:
                 sh("ip", "link", "set", "dev", nic, "up")
+            if carrier:  # virtio-net reports it again some seconds after the link is up
+                # under emulation: the next test's baseline must not see it arrive
+                assert wait_for(lambda: has_carrier(nic), timeout=SETTLE), \
+                    f"virtio NIC {nic} has no carrier again after {SETTLE}s"
 
         self._undo.append(restore)
         if rename:
