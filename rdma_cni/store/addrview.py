@@ -15,6 +15,7 @@ from ipaddress import IPv4Address, IPv4Network
 from rdma_cni.store import journal
 from rdma_cni.vocab.attachment import AttachmentKey
 
+#: who holds a reservation: the attachment key and our interface name
 Owner = tuple[AttachmentKey, str]
 #: (name, address, owner) of each reservation of the pool, from a listing
 Listing = Iterable[tuple[str, IPv4Address, Owner]]
@@ -54,7 +55,8 @@ def pool_owners(fd: int, directory: str, net: IPv4Network, mine: AttachmentKey |
         else:
             _views[(directory, net)] = View(head, now, owners)
         return {ip: owner for ip, owner in owners.values()}
-    again = changed | {n for n, (_, o) in view.owners.items() if mine is not None and o[0] == mine}
+    again = changed if mine is None else \
+        changed | {n for n, (_, o) in view.owners.items() if o[0] == mine}
     for name in again:
         _update(view, directory, net, name, read)
     view.head = head

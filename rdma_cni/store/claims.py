@@ -15,7 +15,7 @@ from typing import Any
 from rdma_cni.errors import AddressError, ConfigError, IOFailure, shown
 from rdma_cni.log import LazyLogger
 from rdma_cni.store.addrnames import addresses
-from rdma_cni.store.addrview import pool_owners
+from rdma_cni.store.addrview import Owner, pool_owners
 from rdma_cni.store.atomic import (
     create_exclusive,
     link_exclusive,
@@ -39,7 +39,6 @@ log = LazyLogger(__name__)
 #: Owner reported for a reservation or claim whose record cannot be read.
 UNKNOWN_OWNER = AttachmentKey("", "", "")
 
-Owner = tuple[AttachmentKey, str]
 Entry = tuple[Owner, str]  # owner, and the pool recorded with it ("" when none)
 
 #: This process's reading of each reservation file a scan went through, by directory and

@@ -110,10 +110,14 @@ def ip_batch(ns: str | None, commands: Iterable[str],
     return _json_docs(out) if "-j" in opts else []
 
 
+def carries(link: dict[str, Any]) -> bool:
+    """``link`` (as ``ip -j link`` shows it) is up with carrier."""
+    return "UP" in link["flags"] and "NO-CARRIER" not in link["flags"]
+
+
 def has_carrier(nic: str) -> bool:
     """The root netns's ``nic`` is up with carrier."""
-    flags = ip_json(None, "link", "show", "dev", nic)[0]["flags"]
-    return "UP" in flags and "NO-CARRIER" not in flags
+    return carries(ip_json(None, "link", "show", "dev", nic)[0])
 
 
 def snapshot(ns: str | None) -> dict[str, Any]:
@@ -261,7 +265,7 @@ class VmRig:
         wherever the kernel left it in the root netns (found by its parent device)."""
         link = ip_json(None, "-d", "link", "show", "dev", nic)[0]
         parent, mtu, up = link["parentdev"], link["mtu"], "UP" in link["flags"]
-        carrier = up and "NO-CARRIER" not in link["flags"]
+        carrier = carries(link)
 
         def restore() -> None:
             now = wait_for(lambda: link_by(NODE, parentdev=parent), timeout=SETTLE)
