@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 
+#: bytes asked for per read (a sysfs attribute is at most a page)
+CHUNK = 65536
+
 
 class Sysfs:
     """Paths like ``"sys/class/net/eth1/mtu"`` are relative to ``root``."""
@@ -21,12 +24,50 @@ class Sysfs:
         return os.path.join(self.root, rel.lstrip("/"))
 
     def read(self, rel: str) -> str | None:
-        """Stripped text of the file, or None when it cannot be read."""
+        """Stripped text of the file, or None when it cannot be read. Read with the bare
+        system calls (no buffered file object: discovery reads hundreds of GID slots,
+        most of which fail to read)."""
         try:
-            with open(self.path(rel), encoding="utf-8", errors="replace") as f:
-                return f.read().strip()
+            fd = os.open(self.path(rel), os.O_RDONLY | os.O_CLOEXEC)
         except (OSError, ValueError):
             return None
+        chunks = []
+        try:
+            while chunk := os.read(fd, CHUNK):
+                chunks.append(chunk)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", "replace").strip()
+
+    def read_each(self, rel: str) -> dict[str, str]:
+        """The stripped text of each file in the directory that can be read (a GID
+        table's slots, hundreds of them mostly empty: opened from the directory, each
+        name without its path walked again); {} when the directory cannot be opened."""
+        try:
+            dfd = os.open(self.path(rel), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (OSError, ValueError):
+            return {}
+        out = {}
+        try:
+            for name in sorted(os.listdir(dfd)):
+                try:
+                    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dfd)
+                except OSError:
+                    continue
+                try:
+                    data = os.read(fd, CHUNK)
+                except OSError:
+                    continue
+                finally:
+                    os.close(fd)
+                out[name] = data.decode("utf-8", "replace").strip()
+        except OSError:
+            return {}
+        finally:
+            os.close(dfd)
+        return out
 
     def listdir(self, rel: str) -> list[str]:
         """Sorted entries of the directory, [] when missing or unreadable."""

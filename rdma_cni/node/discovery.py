@@ -33,8 +33,8 @@ def _ports(sysfs: Sysfs, ibdev: str) -> list[int]:
 
 
 def _ndevs(sysfs: Sysfs, ibdev: str, port: int) -> set[str]:
-    base = f"{IB}/{ibdev}/ports/{port}/gid_attrs/ndevs"
-    return {v for i in sysfs.listdir(base) if (v := sysfs.read(f"{base}/{i}"))}
+    return {v for v in sysfs.read_each(f"{IB}/{ibdev}/ports/{port}/gid_attrs/ndevs").values()
+            if v}
 
 
 def _pci_of(sysfs: Sysfs, rel_device: str) -> tuple[str | None, int | None]:
@@ -54,7 +54,7 @@ def _pci_of(sysfs: Sysfs, rel_device: str) -> tuple[str | None, int | None]:
     return parts[end - 1].lower(), node
 
 
-def _uverbs_map(sysfs: Sysfs) -> dict[str, str]:
+def uverbs_map(sysfs: Sysfs) -> dict[str, str]:
     base = "sys/class/infiniband_verbs"
     out: dict[str, str] = {}
     for uv in sysfs.listdir(base):
@@ -66,6 +66,8 @@ def _uverbs_map(sysfs: Sysfs) -> dict[str, str]:
 
 def _port_for(sysfs: Sysfs, netdev: str, ibdev: str) -> int | None:
     ports = _ports(sysfs, ibdev)
+    if len(ports) == 1:  # what any of the checks below gives (no GID table read)
+        return ports[0]
     for p in ports:
         if netdev in _ndevs(sysfs, ibdev, p):
             return p
@@ -87,7 +89,7 @@ def _rdma_of(sysfs: Sysfs, netdev: str) -> tuple[str, int | None] | None:
     return None
 
 
-def _build(sysfs: Sysfs, netdev: str, uverbs: dict[str, str]) -> Nic:
+def build(sysfs: Sysfs, netdev: str, uverbs: dict[str, str]) -> Nic:
     if not sysfs.exists(f"{NET}/{netdev}"):
         return Nic(netdev)
     pci, numa = _pci_of(sysfs, f"{NET}/{netdev}/device")
@@ -103,6 +105,13 @@ def _build(sysfs: Sysfs, netdev: str, uverbs: dict[str, str]) -> Nic:
         raw = sysfs.read(f"{IB}/{ib}/ports/{port}/state")
         state = raw.split(":", 1)[-1].strip() if raw else None
     return Nic(netdev, ib, port, pci, numa, link, state, uverbs.get(ib))
+
+
+def pci_of(sysfs: Sysfs, netdev: str) -> str | None:
+    """The PCI function :func:`build` gives ``netdev``, read alone when the netdev has one
+    of its own (a bond's is its RDMA device's)."""
+    pci, _ = _pci_of(sysfs, f"{NET}/{netdev}/device")
+    return pci if pci is not None else build(sysfs, netdev, {}).pci
 
 
 def _roce_candidates(sysfs: Sysfs) -> set[str]:
@@ -124,10 +133,10 @@ def _master(sysfs: Sysfs, netdev: str) -> str | None:
 
 def discover(sysfs: Sysfs, pinned: Sequence[str] | None = None) -> list[Nic]:
     """RoCE NICs sorted by netdev name, or exactly the ``pinned`` netdevs."""
-    uverbs = _uverbs_map(sysfs)
+    uverbs = uverbs_map(sysfs)
     if pinned is not None:
-        return [_build(sysfs, n, uverbs) for n in pinned]
-    nics = [_build(sysfs, n, uverbs) for n in sorted(_roce_candidates(sysfs))]
+        return [build(sysfs, n, uverbs) for n in pinned]
+    nics = [build(sysfs, n, uverbs) for n in sorted(_roce_candidates(sysfs))]
     return [n for n in nics if n.link_layer == "Ethernet"]
 
 

@@ -3,12 +3,20 @@ node's own NIC), and the bounded wait for the pod interfaces' RoCE GIDs."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import NamedTuple
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.models.netconf import NetConf
-from rdma_cni.node.discovery import discover, resolve_device_id
+from rdma_cni.node.discovery import (
+    build,
+    discover,
+    pci_of,
+    resolve_device_id,
+    strip_slot,
+    uverbs_map,
+)
 from rdma_cni.node.primary import keep_off, primary_nics
 from rdma_cni.vocab.nic import Nic
 from rdma_cni.vocab.plan import IfacePlan
@@ -18,25 +26,71 @@ GID_TIMEOUT = 5.0
 SYSFS_ROOT = "/"
 
 
-@dataclass(frozen=True)
+class Named(NamedTuple):
+    netdev: str
+
+
 class NodeNics:
-    sysfs: Sysfs
-    nics: Sequence[Nic]
+    """The NICs an ADD may use, by netdev name in order. Discovered NICs come whole; the
+    pinned ones (the config's ``devices``) are read from sysfs when first asked for: an
+    ADD reads the NICs it is given and those a device ID is matched against, not every
+    NIC of the node."""
+
+    def __init__(self, sysfs: Sysfs, names: Sequence[str],
+                 known: Mapping[str, Nic] | None = None) -> None:
+        self.sysfs = sysfs
+        self.names = list(names)
+        self._known = dict(known or {})
+        self._uverbs: dict[str, str] | None = None
+        self._pci: dict[str, str | None] = {}
+
+    def nic(self, netdev: str) -> Nic:
+        """What sysfs shows of ``netdev`` (one of :attr:`names`)."""
+        found = self._known.get(netdev)
+        if found is None:
+            if self._uverbs is None:
+                self._uverbs = uverbs_map(self.sysfs)
+            found = self._known[netdev] = build(self.sysfs, netdev, self._uverbs)
+        return found
 
     @property
-    def by_netdev(self) -> dict[str, Nic]:
-        return {n.netdev: n for n in self.nics}
+    def nics(self) -> list[Nic]:
+        return [self.nic(n) for n in self.names]
+
+    @property
+    def named(self) -> list[Named]:
+        """The NICs by name alone (what :func:`rdma_cni.node.allocation.assign` reads of
+        them), nothing read from sysfs."""
+        return [Named(n) for n in self.names]
+
+    def by_netdev(self, names: Iterable[str]) -> dict[str, Nic]:
+        return {n: self.nic(n) for n in names}
 
     def resolve(self, dev_id: str) -> Nic:
+        """:func:`resolve_device_id` over these NICs. A PCI address (how the device plugin
+        names a NIC) is first matched in order against each NIC's PCI function alone, as
+        the whole match would find it first (a PCI match comes before any other)."""
+        key = strip_slot(dev_id).lower()
+        for name in self.names:
+            if name not in self._known and name not in self._pci:
+                self._pci[name] = pci_of(self.sysfs, name)
+            pci = self._known[name].pci if name in self._known else self._pci[name]
+            if pci is not None and pci == key:
+                return self.nic(name)
         return resolve_device_id(self.sysfs, self.nics, dev_id)
 
 
 def rdma_nics(nc: NetConf, host: NetlinkPort) -> NodeNics:
     """The NICs ADD may use: discovered or pinned, never the node's own (primary.py)."""
     sysfs = Sysfs(SYSFS_ROOT)
-    nics = discover(sysfs, nc.devices)
+    if nc.devices is not None:
+        names = list(nc.devices)
+        keep_off([Nic(n) for n in names], primary_nics(host, names, nc.nodeIPs), True)
+        return NodeNics(sysfs, names)
+    nics = discover(sysfs)
     primary = primary_nics(host, [n.netdev for n in nics], nc.nodeIPs)
-    return NodeNics(sysfs, keep_off(nics, primary, nc.devices is not None))
+    kept = keep_off(nics, primary, False)
+    return NodeNics(sysfs, [n.netdev for n in kept], {n.netdev: n for n in kept})
 
 
 def wait_gids(plans: Sequence[IfacePlan]) -> None:

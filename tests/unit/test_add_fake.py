@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from support.fakenode import POD, Node
-from support.fakes.sysfs import FakeSys
+from support.fakes.sysfs import CountingSysfs, FakeSys
 
 from rdma_cni.cni.commands.add import cmd_add
 from rdma_cni.cni.commands.delete import cmd_del
@@ -87,6 +87,17 @@ def test_add_repeat_and_del(node: Node, tmp_path: Path) -> None:
     assert node.view() == before
     assert sorted(p.name for p in (tmp_path / "data" / "state").iterdir()) == []
     assert sorted(p.name for p in (tmp_path / "data" / "addrs").iterdir()) == []
+
+
+def test_an_add_reads_of_the_pinned_nics_only_the_one_it_gives(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sysfs = CountingSysfs(nics_mod.SYSFS_ROOT)
+    monkeypatch.setattr(nics_mod, "Sysfs", lambda root: sysfs)
+    out = cmd_add(request(tmp_path, "ADD"), BLOCKS[:1])
+    assert [i["name"] for i in out["interfaces"]] == ["eth0", "eth1"]
+    assert [p for p in sysfs.asked if "/rnic0" in p]
+    assert [p for p in sysfs.asked if "/rnic1" in p] == []
+    cmd_del(request(tmp_path, "DEL"))
 
 
 def test_a_nic_missing_from_the_host_is_refused_and_nothing_is_left(

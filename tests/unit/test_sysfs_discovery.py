@@ -13,7 +13,7 @@ from rdma_cni.node.discovery import discover, missing, normalize_ids, resolve_de
 from rdma_cni.vocab.nic import Nic
 
 sys.path.insert(0, str(Path(__file__).parent))
-from support.fakes.sysfs import FakeSys
+from support.fakes.sysfs import CountingSysfs, FakeSys
 
 
 @pytest.fixture
@@ -52,6 +52,39 @@ def test_sysfs_adapter(tmp_path: Path) -> None:
     assert s.realpath("sys/class/net/eth1/device") == "sys/devices/pci0000:00/0000:3b:00.0"
     assert s.realpath("sys/class/net/eth9") is None
     assert s.exists("sys/class/net/eth1") and not s.exists("sys/class/net/eth9")
+
+
+def test_read_each_reads_the_readable_files_of_a_directory(tmp_path: Path) -> None:
+    fs = FakeSys(tmp_path)
+    fs.ibdev("mlx5_0", pci="0000:3b:00.0", slots=4)
+    fs.roce_pair("mlx5_0", 1, 1, "192.0.2.7", "eth1")
+    s = Sysfs(str(tmp_path))
+    ndevs = "sys/class/infiniband/mlx5_0/ports/1/gid_attrs/ndevs"
+    assert s.read_each(ndevs) == {"1": "eth1", "2": "eth1"}  # slots 0 and 3 fail to read
+    assert s.read_each(ndevs) == {i: v for i in s.listdir(ndevs)
+                                  if (v := s.read(f"{ndevs}/{i}")) is not None}
+    assert s.read_each("sys/class/infiniband/mlx5_9/ports/1/gid_attrs/ndevs") == {}
+    assert s.read_each(f"{ndevs}/1") == {}  # a file, not a directory
+
+
+def test_a_single_port_nic_is_built_without_reading_its_gid_table(tmp_path: Path) -> None:
+    fs = FakeSys(tmp_path)
+    fs.netdev("eth1", pci="0000:3b:00.0", numa=0)
+    fs.ibdev("mlx5_0", pci="0000:3b:00.0", numa=0, uverbs="uverbs0", slots=256)
+    fs.roce_pair("mlx5_0", 1, 0, "192.0.2.1", "eth1")
+    sysfs = CountingSysfs(str(tmp_path))
+    [nic] = discover(sysfs, ["eth1"])
+    assert (nic.ibdev, nic.port, nic.link_layer) == ("mlx5_0", 1, "Ethernet")
+    assert [p for p in sysfs.asked if "gid_attrs" in p] == []
+
+
+def test_a_two_port_nic_finds_its_port_in_the_gid_table(tmp_path: Path) -> None:
+    fs = FakeSys(tmp_path)
+    fs.netdev("eth1", pci="0000:3b:00.0", dev_port=0)
+    fs.ibdev("mlx4_0", pci="0000:3b:00.0", ports={1: "Ethernet", 2: "Ethernet"})
+    fs.roce_pair("mlx4_0", 2, 0, "192.0.2.1", "eth1")
+    [nic] = discover(Sysfs(str(tmp_path)), ["eth1"])
+    assert nic.port == 2  # named by port 2's GID table, not dev_port 0 (port 1)
 
 
 def test_discover_roce_nics(node: Sysfs) -> None:

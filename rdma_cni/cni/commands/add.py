@@ -73,9 +73,9 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
         answer = _allocation(req, nc)
         with store.lock():
             busy = set(store.nic_claims()) if nc.mode.traits.claims_nic else set()
-            names = assign(nc.mode, rdma.nics, answer.ids, n_ifaces, resolve=rdma.resolve,
+            names = assign(nc.mode, rdma.named, answer.ids, n_ifaces, resolve=rdma.resolve,
                            pod=req.args.pod, resource=nc.resource, busy=busy)
-        facts, host_addrs = nic_facts(session.host, names, rdma.by_netdev,
+        facts, host_addrs = nic_facts(session.host, names, rdma.by_netdev(names),
                                       whole=not nc.mode.traits.pod_ipam)
         plans = plan_interfaces(nc, blocks, [facts[n] for n in names], req.key.digest())
         plans = nic_select.rdma_netns(nc, plans)

@@ -22,6 +22,8 @@ import shutil
 from ipaddress import IPv4Address, IPv4Interface, IPv6Address
 from pathlib import Path
 
+from rdma_cni.adapters.sysfs import Sysfs
+
 ZERO_GID = IPv6Address(0).exploded
 
 
@@ -184,3 +186,31 @@ class FakeSys:
 
 def _le(addr: IPv4Address) -> str:
     return int(addr).to_bytes(4, "big")[::-1].hex().upper()
+
+
+class CountingSysfs(Sysfs):
+    """A Sysfs that records every path it is asked about."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.asked: list[str] = []
+
+    def read(self, rel: str) -> str | None:
+        self.asked.append(rel)
+        return super().read(rel)
+
+    def listdir(self, rel: str) -> list[str]:
+        self.asked.append(rel)
+        return super().listdir(rel)
+
+    def read_each(self, rel: str) -> dict[str, str]:
+        self.asked.append(rel)
+        return super().read_each(rel)
+
+    def exists(self, rel: str) -> bool:
+        self.asked.append(rel)
+        return super().exists(rel)
+
+    def realpath(self, rel: str) -> str | None:
+        self.asked.append(rel)
+        return super().realpath(rel)
