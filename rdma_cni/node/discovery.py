@@ -8,6 +8,15 @@ netdev keeps a pod's same-named upper device from marking an unrelated
 physical host NIC as RoCE); the slaves of such a bond are dropped. Port
 state is health, not a filter.
 
+A GID table names the netdev of every address on the port, a pod's too, by
+the name it has in its own netns, which the pod chooses (or changes, with
+``CAP_NET_ADMIN``). A netdev is taken for an RDMA device's through its GID
+table only when it sits on that device (:func:`_sits_on`): itself or a device
+below it (``lower_*``: the slaves of a bond, the NIC under a VLAN) has the
+RDMA device in its ``device/infiniband``, or is its ``parent`` (Soft-RoCE).
+So a pod naming its interface like a bridge or bond of the host makes neither
+a RoCE NIC, nor another RDMA device's.
+
 With ``pinned`` (the config ``devices``) exactly those netdevs come back, in
 config order, with whatever RDMA information exists and no RoCE check. A
 pinned netdev missing from sysfs comes back with every other field None:
@@ -25,6 +34,9 @@ from rdma_cni.vocab.nic import Nic
 
 NET = "sys/class/net"
 IB = "sys/class/infiniband"
+#: how many levels of devices below a netdev :func:`_sits_on` looks through (a VLAN on a
+#: bond of two NICs is two)
+MAX_DEPTH = 8
 PCI_RE = re.compile(r"^[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
@@ -65,28 +77,48 @@ def uverbs_map(sysfs: Sysfs) -> dict[str, str]:
 
 
 def _port_for(sysfs: Sysfs, netdev: str, ibdev: str) -> int | None:
-    ports = _ports(sysfs, ibdev)
-    if len(ports) == 1:  # what any of the checks below gives (no GID table read)
+    """The port of ``ibdev`` whose netdev ``netdev`` is: the one whose GID table names it;
+    of several (a pod on another port may name its interface so), the one ``dev_port``
+    gives; with none, the one ``dev_port`` gives, else the first."""
+    if len(ports := _ports(sysfs, ibdev)) == 1:  # what any check below gives (no GID read)
         return ports[0]
-    for p in ports:
-        if netdev in _ndevs(sysfs, ibdev, p):
-            return p
+    named = [p for p in ports if netdev in _ndevs(sysfs, ibdev, p)]
+    if len(named) == 1:
+        return named[0]
     dev_port = sysfs.read(f"{NET}/{netdev}/dev_port")
-    if dev_port and dev_port.isdigit() and int(dev_port) + 1 in ports:
+    if dev_port and dev_port.isdigit() and int(dev_port) + 1 in (named or ports):
         return int(dev_port) + 1
-    return ports[0] if ports else None
+    first = named or ports
+    return first[0] if first else None
 
 
 def _rdma_of(sysfs: Sysfs, netdev: str) -> tuple[str, int | None] | None:
-    """(ibdev, port) of a netdev: its own device/infiniband, else a GID owner."""
+    """(ibdev, port) of a netdev: its own device/infiniband, else a GID owner it sits on."""
     own = sysfs.listdir(f"{NET}/{netdev}/device/infiniband")
     if own:
         return own[0], _port_for(sysfs, netdev, own[0])
     for ib in sysfs.listdir(IB):
         for p in _ports(sysfs, ib):
-            if netdev in _ndevs(sysfs, ib, p):
+            if netdev in _ndevs(sysfs, ib, p) and _sits_on(sysfs, netdev, ib):
                 return ib, p
     return None
+
+
+def _sits_on(sysfs: Sysfs, netdev: str, ibdev: str, depth: int = MAX_DEPTH) -> bool:
+    """Whether ``netdev``, or a device below it (``lower_*``, ``depth`` levels at most),
+    has ``ibdev`` in its device/infiniband or is its ``parent`` (see the module doc)."""
+    parent = sysfs.read(f"{IB}/{ibdev}/parent")
+    todo, seen = [netdev], {netdev}
+    for _ in range(depth + 1):
+        below = []
+        for name in todo:
+            if name == parent or ibdev in sysfs.listdir(f"{NET}/{name}/device/infiniband"):
+                return True
+            below += [e[len("lower_"):] for e in sysfs.listdir(f"{NET}/{name}")
+                      if e.startswith("lower_") and e[len("lower_"):] not in seen]
+        seen.update(below)
+        todo = below
+    return False
 
 
 def build(sysfs: Sysfs, netdev: str, uverbs: dict[str, str]) -> Nic:
@@ -120,7 +152,7 @@ def _roce_candidates(sysfs: Sysfs) -> set[str]:
     for ib in sysfs.listdir(IB):
         for p in _ports(sysfs, ib):
             for nd in _ndevs(sysfs, ib, p) & host:
-                if not sysfs.exists(f"{NET}/{nd}/device"):
+                if not sysfs.exists(f"{NET}/{nd}/device") and _sits_on(sysfs, nd, ib):
                     found.add(nd)
     return {n for n in found if _master(sysfs, n) not in found}
 

@@ -87,6 +87,17 @@ def test_a_two_port_nic_finds_its_port_in_the_gid_table(tmp_path: Path) -> None:
     assert nic.port == 2  # named by port 2's GID table, not dev_port 0 (port 1)
 
 
+def test_a_pod_on_the_other_port_naming_its_interface_alike_moves_no_nic(
+        tmp_path: Path) -> None:
+    fs = FakeSys(tmp_path)
+    fs.netdev("eth1", pci="0000:3b:00.0", dev_port=1)
+    fs.ibdev("mlx4_0", pci="0000:3b:00.0", ports={1: "Ethernet", 2: "Ethernet"})
+    fs.roce_pair("mlx4_0", 2, 0, "192.0.2.1", "eth1")
+    fs.roce_pair("mlx4_0", 1, 2, "192.0.2.9", "eth1")  # a pod's interface on port 1
+    [nic] = discover(Sysfs(str(tmp_path)), ["eth1"])
+    assert nic.port == 2
+
+
 def test_discover_roce_nics(node: Sysfs) -> None:
     nics = discover(node)
     assert [n.netdev for n in nics] == ["bond0", "eth1", "eth2"]
@@ -101,6 +112,44 @@ def test_discover_roce_nics(node: Sysfs) -> None:
         "uverbs3",
     )
     assert bond.device_id == "0000:5e:00.0"
+
+
+def test_a_pods_interface_named_like_a_host_netdev_makes_no_roce_nic(
+        node: Sysfs, tmp_path: Path) -> None:
+    """A GID table names a pod's interface by the name the pod gave it: named like the
+    host's bridge, or like the host's RoCE bond on another RDMA device's port."""
+    fs = FakeSys(tmp_path)
+    fs.netdev("cni0")
+    fs.roce_pair("mlx5_0", 1, 6, "192.0.2.77", "cni0")
+    fs.roce_pair("mlx5_0", 1, 4, "192.0.2.78", "bond0")  # sorts before mlx5_bond_0
+    nics = discover(node)
+    assert [n.netdev for n in nics] == ["bond0", "eth1", "eth2"]
+    assert nics[0].ibdev == "mlx5_bond_0"
+    assert discover(node, ["cni0", "bond0"]) == [Nic("cni0"), nics[0]]
+
+
+def test_an_upper_of_a_roce_nic_is_found_through_the_gid_table(node: Sysfs,
+                                                              tmp_path: Path) -> None:
+    fs = FakeSys(tmp_path)
+    fs.netdev("eth1.100", lower="eth1")  # a VLAN on the NIC, with an address
+    fs.roce_pair("mlx5_0", 1, 6, "192.0.2.100", "eth1.100")
+    fs.netdev("bond0.7", lower="bond0")  # and one on the bond: two levels down
+    fs.roce_pair("mlx5_bond_0", 1, 6, "192.0.2.107", "bond0.7")
+    found = {n.netdev: n.ibdev for n in discover(node)}
+    assert found == {"bond0": "mlx5_bond_0", "bond0.7": "mlx5_bond_0", "eth1": "mlx5_0",
+                     "eth1.100": "mlx5_0", "eth2": "mlx5_1"}
+
+
+def test_soft_roce_on_a_virtual_netdev_is_its_parents(tmp_path: Path) -> None:
+    fs = FakeSys(tmp_path)
+    fs.netdev("veth0")
+    fs.netdev("veth1")
+    fs.ibdev("rxe0", uverbs="uverbs0")
+    fs.write("sys/class/infiniband/rxe0/parent", "veth0")
+    fs.roce_pair("rxe0", 1, 0, "192.0.2.1", "veth0")
+    fs.roce_pair("rxe0", 1, 2, "192.0.2.2", "veth1")  # a pod's interface named veth1
+    [nic] = discover(Sysfs(str(tmp_path)))
+    assert (nic.netdev, nic.ibdev, nic.port) == ("veth0", "rxe0", 1)
 
 
 def test_discover_pinned(node: Sysfs) -> None:

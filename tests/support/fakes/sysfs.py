@@ -76,6 +76,7 @@ class FakeSys:
         ifindex: int = 2,
         dev_port: int | None = None,
         master: str | None = None,
+        lower: str | None = None,
     ) -> None:
         base = f"sys/devices/virtual/net/{name}"
         if pci is not None:
@@ -90,9 +91,24 @@ class FakeSys:
             self.write(f"{base}/{key}", str(val))
         if dev_port is not None:
             self.write(f"{base}/dev_port", str(dev_port))
+        self.symlink(f"sys/class/net/{name}", base)
         if master is not None:
             self.symlink(f"{base}/master", f"sys/devices/virtual/net/{master}")
-        self.symlink(f"sys/class/net/{name}", base)
+            self.stack(master, name)
+        if lower is not None:
+            self.stack(name, lower)
+
+    def stack(self, upper: str, lower: str) -> None:
+        """``upper`` sits on ``lower`` (a bond on its slave, a VLAN on its NIC): the
+        kernel's ``lower_<name>`` and ``upper_<name>`` links of the two."""
+        self.symlink(f"sys/class/net/{upper}/lower_{lower}", self._real(lower))
+        self.symlink(f"sys/class/net/{lower}/upper_{upper}", self._real(upper))
+
+    def _real(self, netdev: str) -> str:
+        link = self.root / "sys/class/net" / netdev
+        if link.is_symlink():
+            return os.path.relpath(link.resolve(), self.root)
+        return f"sys/devices/virtual/net/{netdev}"
 
     def ibdev(
         self,
