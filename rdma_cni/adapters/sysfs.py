@@ -9,6 +9,7 @@ Any read error (ENOENT, EINVAL of an empty GID slot, EISDIR, ...) reads as
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 
 #: bytes asked for per read (a sysfs attribute is at most a page)
 CHUNK = 65536
@@ -41,17 +42,23 @@ class Sysfs:
             os.close(fd)
         return b"".join(chunks).decode("utf-8", "replace").strip()
 
-    def read_each(self, rel: str) -> dict[str, str]:
-        """The stripped text of each file in the directory that can be read (a GID
-        table's slots, hundreds of them mostly empty: opened from the directory, each
-        name without its path walked again); {} when the directory cannot be opened."""
+    def each(self, rel: str) -> Generator[tuple[str, str], None, None]:
+        """(name, stripped text) of each file in the directory that can be read, in name
+        order (a GID table's slots, hundreds of them mostly empty: opened from the
+        directory, each name without its path walked again); none when the directory
+        cannot be opened. A caller that stops early closes the directory as it drops the
+        iterator."""
         try:
             dfd = os.open(self.path(rel), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except (OSError, ValueError):
-            return {}
-        out = {}
+            return
         try:
-            for name in sorted(os.listdir(dfd)):
+            names = sorted(os.listdir(dfd))
+        except OSError:
+            os.close(dfd)
+            return
+        try:
+            for name in names:
                 try:
                     fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dfd)
                 except OSError:
@@ -62,12 +69,13 @@ class Sysfs:
                     continue
                 finally:
                     os.close(fd)
-                out[name] = data.decode("utf-8", "replace").strip()
-        except OSError:
-            return {}
+                yield name, data.decode("utf-8", "replace").strip()
         finally:
             os.close(dfd)
-        return out
+
+    def read_each(self, rel: str) -> dict[str, str]:
+        """:meth:`each` as a dict; {} when the directory cannot be opened."""
+        return dict(self.each(rel))
 
     def listdir(self, rel: str) -> list[str]:
         """Sorted entries of the directory, [] when missing or unreadable."""

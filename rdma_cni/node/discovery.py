@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from contextlib import closing
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import AllocationError, shown
@@ -44,9 +45,19 @@ def _ports(sysfs: Sysfs, ibdev: str) -> list[int]:
     return sorted(int(p) for p in sysfs.listdir(f"{IB}/{ibdev}/ports") if p.isdigit())
 
 
-def _ndevs(sysfs: Sysfs, ibdev: str, port: int) -> set[str]:
-    return {v for v in sysfs.read_each(f"{IB}/{ibdev}/ports/{port}/gid_attrs/ndevs").values()
-            if v}
+def _named(sysfs: Sysfs, ibdev: str, port: int, names: Iterable[str]) -> set[str]:
+    """Which of ``names`` the port's GID table names, its slots read in order only until
+    all are found (a netdev's own GIDs come first: its default ones in slots 0 and 1)."""
+    left, found = set(names), set()
+    slots = sysfs.each(f"{IB}/{ibdev}/ports/{port}/gid_attrs/ndevs")
+    with closing(slots):
+        for _, ndev in slots:
+            if ndev in left:
+                left.discard(ndev)
+                found.add(ndev)
+                if not left:
+                    break
+    return found
 
 
 def _pci_of(sysfs: Sysfs, rel_device: str) -> tuple[str | None, int | None]:
@@ -82,7 +93,7 @@ def _port_for(sysfs: Sysfs, netdev: str, ibdev: str) -> int | None:
     gives; with none, the one ``dev_port`` gives, else the first."""
     if len(ports := _ports(sysfs, ibdev)) == 1:  # what any check below gives (no GID read)
         return ports[0]
-    named = [p for p in ports if netdev in _ndevs(sysfs, ibdev, p)]
+    named = [p for p in ports if _named(sysfs, ibdev, p, [netdev])]
     if len(named) == 1:
         return named[0]
     dev_port = sysfs.read(f"{NET}/{netdev}/dev_port")
@@ -98,9 +109,10 @@ def _rdma_of(sysfs: Sysfs, netdev: str) -> tuple[str, int | None] | None:
     if own:
         return own[0], _port_for(sysfs, netdev, own[0])
     for ib in sysfs.listdir(IB):
-        for p in _ports(sysfs, ib):
-            if netdev in _ndevs(sysfs, ib, p) and _sits_on(sysfs, netdev, ib):
-                return ib, p
+        if _sits_on(sysfs, netdev, ib):
+            for p in _ports(sysfs, ib):
+                if _named(sysfs, ib, p, [netdev]):
+                    return ib, p
     return None
 
 
@@ -147,14 +159,37 @@ def pci_of(sysfs: Sysfs, netdev: str) -> str | None:
 
 
 def _roce_candidates(sysfs: Sysfs) -> set[str]:
+    """The netdevs with an RDMA device of their own, and those without a device that sit
+    on an RDMA device (:func:`_sits_on`, found from below: the devices above its own
+    netdevs and its parent) and its GID table names; the slaves of a bond among them
+    dropped. The GID tables are read only for such netdevs, and only until they are
+    found."""
     host = set(sysfs.listdir(NET))
-    found = {n for n in host if sysfs.listdir(f"{NET}/{n}/device/infiniband")}
+    own = {n: sysfs.listdir(f"{NET}/{n}/device/infiniband") for n in host}
+    found = {n for n, ibs in own.items() if ibs}
     for ib in sysfs.listdir(IB):
+        parent = sysfs.read(f"{IB}/{ib}/parent")
+        bases = {n for n in found if ib in own[n]} | ({parent} if parent in host else set())
+        virtual = {v for v in (bases | _above(sysfs, bases)) & host
+                   if not sysfs.exists(f"{NET}/{v}/device")}
         for p in _ports(sysfs, ib):
-            for nd in _ndevs(sysfs, ib, p) & host:
-                if not sysfs.exists(f"{NET}/{nd}/device") and _sits_on(sysfs, nd, ib):
-                    found.add(nd)
+            if virtual - found:
+                found |= _named(sysfs, ib, p, virtual - found)
     return {n for n in found if _master(sysfs, n) not in found}
+
+
+def _above(sysfs: Sysfs, netdevs: Iterable[str], depth: int = MAX_DEPTH) -> set[str]:
+    """The netdevs above ``netdevs`` (``upper_*``, ``depth`` levels at most): those that
+    :func:`_sits_on` finds sitting on them."""
+    seen = set(netdevs)
+    todo, out = list(seen), set()
+    for _ in range(depth):
+        ups = [u for name in todo for e in sysfs.listdir(f"{NET}/{name}")
+               if e.startswith("upper_") and (u := e[len("upper_"):]) not in seen]
+        seen.update(ups)
+        out.update(ups)
+        todo = list(dict.fromkeys(ups))
+    return out
 
 
 def _master(sysfs: Sysfs, netdev: str) -> str | None:

@@ -152,6 +152,25 @@ def test_soft_roce_on_a_virtual_netdev_is_its_parents(tmp_path: Path) -> None:
     assert (nic.netdev, nic.ibdev, nic.port) == ("veth0", "rxe0", 1)
 
 
+def test_discovery_reads_a_gid_table_only_for_a_netdev_without_a_device_on_it(
+        tmp_path: Path) -> None:
+    fs = FakeSys(tmp_path)
+    for i in range(4):
+        fs.netdev(f"eth{i}", pci=f"0000:{0x3b + i:02x}:00.0")
+        fs.ibdev(f"mlx5_{i}", pci=f"0000:{0x3b + i:02x}:00.0", slots=64)
+        fs.roce_pair(f"mlx5_{i}", 1, 0, f"192.0.2.{i + 1}", f"eth{i}")
+        fs.netdev(f"veth{i}")  # the host end of a pod's veth: on no RDMA device
+    sysfs = CountingSysfs(str(tmp_path))
+    assert [n.netdev for n in discover(sysfs)] == ["eth0", "eth1", "eth2", "eth3"]
+    assert [p for p in sysfs.asked if "gid_attrs" in p] == []
+
+    fs.netdev("eth2.5", lower="eth2")  # a VLAN on one NIC: that NIC's table, until found
+    fs.roce_pair("mlx5_2", 1, 2, "192.0.2.25", "eth2.5")
+    sysfs.asked.clear()
+    assert "eth2.5" in [n.netdev for n in discover(sysfs)]
+    assert {p.split("/")[3] for p in sysfs.asked if "gid_attrs" in p} == {"mlx5_2"}
+
+
 def test_discover_pinned(node: Sysfs) -> None:
     nics = discover(node, ["veth9", "eth2", "gone0", "ib0"])
     assert [n.netdev for n in nics] == ["veth9", "eth2", "gone0", "ib0"]

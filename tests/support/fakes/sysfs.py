@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Generator
 from ipaddress import IPv4Address, IPv4Interface, IPv6Address
 from pathlib import Path
 
@@ -219,9 +220,9 @@ class CountingSysfs(Sysfs):
         self.asked.append(rel)
         return super().listdir(rel)
 
-    def read_each(self, rel: str) -> dict[str, str]:
+    def each(self, rel: str) -> Generator[tuple[str, str], None, None]:
         self.asked.append(rel)
-        return super().read_each(rel)
+        return super().each(rel)
 
     def exists(self, rel: str) -> bool:
         self.asked.append(rel)
