@@ -15,7 +15,10 @@ ends of pods' veths, bridges). Printed, medians of ``--rounds`` in ms:
 - ``discovered``: ``rdma_nics`` without ``devices`` (the config's default), every NIC
   found and read;
 - ``pinned, one NIC``: ``rdma_nics`` with the ``devices`` of all ``--nics``, then the
-  facts of the one NIC an ADD of one interface gets, as ``cmd_add`` asks for them.
+  facts of the one NIC an ADD of one interface gets, as ``cmd_add`` asks for them;
+- ``GID wait, one look``: ``wait_for_gids`` of that interface whose RoCE v2 GID is
+  already in its table (a pod's in slots 2 and 3): one reading of the table, what ADD
+  pays at each look before the kernel has added the GID too.
 
 ``--tree DIR`` measures the rdma_cni of another checkout (a worktree of an earlier
 commit) with this tool. The tree is read from the page cache, as a node's sysfs is
@@ -36,6 +39,7 @@ from types import SimpleNamespace
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+POD_IP = "198.18.0.9"
 
 
 class NoPrimary:
@@ -60,6 +64,7 @@ def build_tree(root: Path, nics: int, slots: int, virtual: int) -> list[str]:
                  slots=slots)
         fs.roce_pair(f"mlx5_{i}", 1, 0, f"198.18.{i}.2", name)
         names.append(name)
+    fs.roce_pair("mlx5_0", 1, 2, POD_IP, "net1")  # a pod's interface on the first NIC
     for j in range(virtual):
         fs.netdev(f"veth{j:04x}")
     return names
@@ -104,10 +109,21 @@ def main() -> int:
             nic = facts([names[0]])[names[0]] if callable(facts) else facts[names[0]]
             assert nic.ibdev == "mlx5_0"
 
+        def gid_wait() -> None:
+            from ipaddress import IPv4Address
+
+            from rdma_cni.adapters.sysfs import Sysfs
+            from rdma_cni.node.gids import wait_for_gids
+
+            got = wait_for_gids(Sysfs(str(tmp)), {"net1": ("mlx5_0", IPv4Address(POD_IP))},
+                                timeout=1.0)
+            assert got["net1"].index == 3
+
         print(f"{args.nics} NICs, {args.slots} GID slots each, {args.virtual} virtual netdevs; "
               f"rdma_cni of {args.tree}; medians of {args.rounds}, ms")
         print(f"  discovered       {timed(discovered, args.rounds):8.3f}")
         print(f"  pinned, one NIC  {timed(pinned, args.rounds):8.3f}")
+        print(f"  GID wait, one look {timed(gid_wait, args.rounds):6.3f}")
     finally:
         shutil.rmtree(tmp)
     return 0

@@ -44,16 +44,16 @@ class Sysfs:
 
     def each(self, rel: str) -> Generator[tuple[str, str], None, None]:
         """(name, stripped text) of each file in the directory that can be read, in name
-        order (a GID table's slots, hundreds of them mostly empty: opened from the
-        directory, each name without its path walked again); none when the directory
-        cannot be opened. A caller that stops early closes the directory as it drops the
-        iterator."""
+        order, numbers by their value (a GID table's slots, hundreds of them mostly empty:
+        opened from the directory, each name without its path walked again); none when the
+        directory cannot be opened. A caller that stops early closes the directory as it
+        drops the iterator (or closes it)."""
         try:
             dfd = os.open(self.path(rel), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except (OSError, ValueError):
             return
         try:
-            names = sorted(os.listdir(dfd))
+            names = sorted(os.listdir(dfd), key=_slot_order)
         except OSError:
             os.close(dfd)
             return
@@ -99,3 +99,8 @@ class Sysfs:
         if resolved != base and not resolved.startswith(base + os.sep):
             return None
         return os.path.relpath(resolved, base)
+
+
+def _slot_order(name: str) -> tuple[int, int, str]:
+    """Numbered entries (a GID table's slots) first and by their number, then the others."""
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from ipaddress import IPv4Address
 from pathlib import Path
@@ -14,7 +15,7 @@ from rdma_cni.node.gids import ROCE_V1, ROCE_V2, roce_v2_ipv4, scan, wait_for_gi
 from rdma_cni.vocab.nic import Gid, ipv4_of
 
 sys.path.insert(0, str(Path(__file__).parent))
-from support.fakes.sysfs import FakeSys
+from support.fakes.sysfs import CountingSysfs, FakeSys
 
 IP = IPv4Address
 
@@ -129,3 +130,48 @@ def test_wait_for_gids_wrong_ibdev_does_not_count(fs: FakeSys) -> None:
             clock=clock,
             sleep=clock.sleep,
         )
+
+
+def test_wait_for_gids_looks_again_soon_then_less_often(fs: FakeSys) -> None:
+    clock = FakeClock()
+    calls: list[float] = []
+
+    def sleep(s: float) -> None:
+        calls.append(s)
+        clock.sleep(s)
+
+    with pytest.raises(TryAgain):
+        wait_for_gids(Sysfs(str(fs.root)), {"eth3": ("mlx5_1", IP("198.51.100.9"))},
+                      timeout=0.3, clock=clock, sleep=sleep, interval=0.05)
+    assert calls[:8] == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05])
+    assert sum(calls) == pytest.approx(0.3)  # the last pause ends at the deadline
+
+
+def test_wait_for_gids_reads_only_the_slots_of_the_interfaces_it_waits_for(
+        fs: FakeSys) -> None:
+    sysfs = CountingSysfs(str(fs.root))
+    got = wait_for_gids(sysfs, {"eth1": ("mlx5_0", IP("192.0.2.10"))}, timeout=1)
+    assert got["eth1"].index == 7
+    read = sorted(p.split("/ports/1/", 1)[1] for p in sysfs.asked if "/ports/1/" in p)
+    assert read == ["gid_attrs/ndevs"] + [f"{kind}/{i}" for kind in ("gid_attrs/types", "gids")
+                                          for i in (0, 1, 6, 7)]
+
+
+def test_wait_for_gids_stops_reading_a_table_at_the_last_gid_it_waits_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fs = FakeSys(tmp_path)
+    fs.ibdev("mlx5_0", slots=256)
+    fs.gid("mlx5_0", 1, 0, "fe80::5054:ff:fe12:3456", ROCE_V1, "eth1")
+    fs.roce_pair("mlx5_0", 1, 2, "192.0.2.10", "net1")  # a new GID takes the first free slot
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting(path: str, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        if dir_fd is not None:
+            opened.append(path)
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", counting)
+    got = wait_for_gids(Sysfs(str(fs.root)), {"net1": ("mlx5_0", IP("192.0.2.10"))}, timeout=1)
+    assert got["net1"].index == 3
+    assert opened == ["0", "1", "2", "3"]  # slots read in order, not one past the GID
