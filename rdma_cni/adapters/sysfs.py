@@ -25,22 +25,8 @@ class Sysfs:
         return os.path.join(self.root, rel.lstrip("/"))
 
     def read(self, rel: str) -> str | None:
-        """Stripped text of the file, or None when it cannot be read. Read with the bare
-        system calls (no buffered file object: discovery reads hundreds of GID slots,
-        most of which fail to read)."""
-        try:
-            fd = os.open(self.path(rel), os.O_RDONLY | os.O_CLOEXEC)
-        except (OSError, ValueError):
-            return None
-        chunks = []
-        try:
-            while chunk := os.read(fd, CHUNK):
-                chunks.append(chunk)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        return b"".join(chunks).decode("utf-8", "replace").strip()
+        """Stripped text of the file, or None when it cannot be read."""
+        return _text(self.path(rel))
 
     def each(self, rel: str) -> Generator[tuple[str, str], None, None]:
         """(name, stripped text) of each file in the directory that can be read, in name
@@ -53,23 +39,12 @@ class Sysfs:
         except (OSError, ValueError):
             return
         try:
-            names = sorted(os.listdir(dfd), key=_slot_order)
+            for name in sorted(os.listdir(dfd), key=_slot_order):
+                text = _text(name, dfd)
+                if text is not None:
+                    yield name, text
         except OSError:
-            os.close(dfd)
             return
-        try:
-            for name in names:
-                try:
-                    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dfd)
-                except OSError:
-                    continue
-                try:
-                    data = os.read(fd, CHUNK)
-                except OSError:
-                    continue
-                finally:
-                    os.close(fd)
-                yield name, data.decode("utf-8", "replace").strip()
         finally:
             os.close(dfd)
 
@@ -104,3 +79,22 @@ class Sysfs:
 def _slot_order(name: str) -> tuple[int, int, str]:
     """Numbered entries (a GID table's slots) first and by their number, then the others."""
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
+def _text(path: str, dir_fd: int | None = None) -> str | None:
+    """Stripped text of the file, read with the bare system calls (no buffered file object:
+    discovery reads hundreds of GID slots, most of which fail to read); None when it
+    cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except (OSError, ValueError):
+        return None
+    chunks = []
+    try:
+        while chunk := os.read(fd, CHUNK):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace").strip()

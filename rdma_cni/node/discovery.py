@@ -35,8 +35,8 @@ from rdma_cni.vocab.nic import Nic
 
 NET = "sys/class/net"
 IB = "sys/class/infiniband"
-#: how many levels of devices below a netdev :func:`_sits_on` looks through (a VLAN on a
-#: bond of two NICs is two)
+#: how many levels of stacked devices :func:`_stacked` follows (a VLAN on a bond of two
+#: NICs is two above them)
 MAX_DEPTH = 8
 PCI_RE = re.compile(r"^[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
@@ -116,21 +116,27 @@ def _rdma_of(sysfs: Sysfs, netdev: str) -> tuple[str, int | None] | None:
     return None
 
 
-def _sits_on(sysfs: Sysfs, netdev: str, ibdev: str, depth: int = MAX_DEPTH) -> bool:
-    """Whether ``netdev``, or a device below it (``lower_*``, ``depth`` levels at most),
-    has ``ibdev`` in its device/infiniband or is its ``parent`` (see the module doc)."""
+def _sits_on(sysfs: Sysfs, netdev: str, ibdev: str) -> bool:
+    """Whether ``netdev``, or a device below it (:func:`_stacked`), has ``ibdev`` in its
+    device/infiniband or is its ``parent`` (see the module doc)."""
     parent = sysfs.read(f"{IB}/{ibdev}/parent")
-    todo, seen = [netdev], {netdev}
-    for _ in range(depth + 1):
-        below = []
-        for name in todo:
-            if name == parent or ibdev in sysfs.listdir(f"{NET}/{name}/device/infiniband"):
-                return True
-            below += [e[len("lower_"):] for e in sysfs.listdir(f"{NET}/{name}")
-                      if e.startswith("lower_") and e[len("lower_"):] not in seen]
-        seen.update(below)
-        todo = below
-    return False
+    return any(name == parent or ibdev in sysfs.listdir(f"{NET}/{name}/device/infiniband")
+               for name in {netdev} | _stacked(sysfs, [netdev], "lower"))
+
+
+def _stacked(sysfs: Sysfs, netdevs: Iterable[str], side: str,
+             depth: int = MAX_DEPTH) -> set[str]:
+    """The netdevs stacked on ``side`` (``"upper"`` or ``"lower"``) of ``netdevs``, through
+    the kernel's ``upper_*``/``lower_*`` links, ``depth`` levels at most."""
+    prefix = f"{side}_"
+    seen, level = set(netdevs), set(netdevs)
+    for _ in range(depth):
+        level = {e[len(prefix):] for name in level for e in sysfs.listdir(f"{NET}/{name}")
+                 if e.startswith(prefix)} - seen
+        if not level:
+            break
+        seen |= level
+    return seen - set(netdevs)
 
 
 def build(sysfs: Sysfs, netdev: str, uverbs: dict[str, str]) -> Nic:
@@ -151,17 +157,16 @@ def build(sysfs: Sysfs, netdev: str, uverbs: dict[str, str]) -> Nic:
     return Nic(netdev, ib, port, pci, numa, link, state, uverbs.get(ib))
 
 
-def pci_of(sysfs: Sysfs, netdev: str) -> str | None:
-    """The PCI function :func:`build` gives ``netdev``, read alone when the netdev has one
-    of its own (a bond's is its RDMA device's)."""
-    pci, _ = _pci_of(sysfs, f"{NET}/{netdev}/device")
-    return pci if pci is not None else build(sysfs, netdev, {}).pci
+def own_pci(sysfs: Sysfs, netdev: str) -> str | None:
+    """The PCI function of the netdev's own device (None for a bond: :func:`build` gives it
+    its RDMA device's)."""
+    return _pci_of(sysfs, f"{NET}/{netdev}/device")[0]
 
 
 def _roce_candidates(sysfs: Sysfs) -> set[str]:
     """The netdevs with an RDMA device of their own, and those without a device that sit
-    on an RDMA device (:func:`_sits_on`, found from below: the devices above its own
-    netdevs and its parent) and its GID table names; the slaves of a bond among them
+    on an RDMA device (:func:`_sits_on`, found from below: the devices stacked above its
+    own netdevs and its parent) and its GID table names; the slaves of a bond among them
     dropped. The GID tables are read only for such netdevs, and only until they are
     found."""
     host = set(sysfs.listdir(NET))
@@ -170,26 +175,12 @@ def _roce_candidates(sysfs: Sysfs) -> set[str]:
     for ib in sysfs.listdir(IB):
         parent = sysfs.read(f"{IB}/{ib}/parent")
         bases = {n for n in found if ib in own[n]} | ({parent} if parent in host else set())
-        virtual = {v for v in (bases | _above(sysfs, bases)) & host
+        virtual = {v for v in (bases | _stacked(sysfs, bases, "upper")) & host
                    if not sysfs.exists(f"{NET}/{v}/device")}
         for p in _ports(sysfs, ib):
-            if virtual - found:
-                found |= _named(sysfs, ib, p, virtual - found)
+            if left := virtual - found:
+                found |= _named(sysfs, ib, p, left)
     return {n for n in found if _master(sysfs, n) not in found}
-
-
-def _above(sysfs: Sysfs, netdevs: Iterable[str], depth: int = MAX_DEPTH) -> set[str]:
-    """The netdevs above ``netdevs`` (``upper_*``, ``depth`` levels at most): those that
-    :func:`_sits_on` finds sitting on them."""
-    seen = set(netdevs)
-    todo, out = list(seen), set()
-    for _ in range(depth):
-        ups = [u for name in todo for e in sysfs.listdir(f"{NET}/{name}")
-               if e.startswith("upper_") and (u := e[len("upper_"):]) not in seen]
-        seen.update(ups)
-        out.update(ups)
-        todo = list(dict.fromkeys(ups))
-    return out
 
 
 def _master(sysfs: Sysfs, netdev: str) -> str | None:

@@ -80,7 +80,7 @@ def _look(sysfs: Sysfs, wanted: Mapping[str, tuple[str, IPv4Address]],
             with closing(slots):
                 for index, ndev in slots:
                     gid = _gid_at(sysfs, ibdev, port, index, ndev) if ndev in mine else None
-                    if gid is not None and gid.type == ROCE_V2 and gid.ipv4 == mine[ndev]:
+                    if gid is not None and find_roce_v2([gid], ibdev, ndev, mine[ndev]):
                         found[ndev] = gid
                         del mine[ndev]
                         if not mine:
@@ -115,8 +115,8 @@ def wait_for_gids(
 
     The kernel fills GID slots asynchronously after an address is added (in a work item
     it queues then): the tables are read again after ``first`` seconds, then after twice
-    as long each time, up to ``interval``. Raises TryAgain
-    (11) naming the interfaces still missing once ``timeout`` passes.
+    as long each time, up to ``interval``. Raises TryAgain (11) naming the interfaces
+    still missing once ``timeout`` passes.
     """
     deadline = clock() + timeout
     found: dict[str, Gid] = {}

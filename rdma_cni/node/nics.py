@@ -12,7 +12,7 @@ from rdma_cni.models.netconf import NetConf
 from rdma_cni.node.discovery import (
     build,
     discover,
-    pci_of,
+    own_pci,
     resolve_device_id,
     strip_slot,
     uverbs_map,
@@ -72,12 +72,19 @@ class NodeNics:
         the whole match would find it first (a PCI match comes before any other)."""
         key = strip_slot(dev_id).lower()
         for name in self.names:
-            if name not in self._known and name not in self._pci:
-                self._pci[name] = pci_of(self.sysfs, name)
-            pci = self._known[name].pci if name in self._known else self._pci[name]
-            if pci is not None and pci == key:
+            if self._pci_of(name) == key:
                 return self.nic(name)
         return resolve_device_id(self.sysfs, self.nics, dev_id)
+
+    def _pci_of(self, name: str) -> str | None:
+        """The PCI function :meth:`nic` gives ``name``: its own device's, read alone, else
+        (a bond) what the whole NIC says."""
+        known = self._known.get(name)
+        if known is not None:
+            return known.pci
+        if name not in self._pci:
+            self._pci[name] = own_pci(self.sysfs, name)
+        return self._pci[name] if self._pci[name] is not None else self.nic(name).pci
 
 
 def rdma_nics(nc: NetConf, host: NetlinkPort) -> NodeNics:
