@@ -29,11 +29,13 @@ def _int_names(names: Iterable[str]) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
 
-def _gid_at(sysfs: Sysfs, ibdev: str, port: int, index: int | str,
-            ndev: str | None) -> Gid | None:
-    """The GID in slot ``index`` (None: an empty or zero slot)."""
+def _gid_at(sysfs: Sysfs, ibdev: str, port: int, index: int | str, ndev: str | None,
+            gid_type: str | None = None) -> Gid | None:
+    """The GID in slot ``index`` (None: an empty or zero slot); ``gid_type``: its type when
+    the caller has read it already."""
     base = f"{IB_ROOT}/{ibdev}/ports/{port}"
-    gid_type = sysfs.read(f"{base}/gid_attrs/types/{index}")
+    if gid_type is None:
+        gid_type = sysfs.read(f"{base}/gid_attrs/types/{index}")
     value = sysfs.read(f"{base}/gids/{index}") if gid_type else None
     if not gid_type or not value:
         return None  # empty slot: its attributes read EINVAL
@@ -47,9 +49,10 @@ def _scan_port(sysfs: Sysfs, ibdev: str, port: int) -> list[Gid]:
     """The port's GIDs. A table has hundreds of slots, mostly empty: the type of every
     slot is read from the table's directory, the GID and netdev only of the slots in use."""
     base = f"{IB_ROOT}/{ibdev}/ports/{port}"
+    types = sysfs.read_each(f"{base}/gid_attrs/types")
     out: list[Gid] = []
-    for index in _int_names(sysfs.read_each(f"{base}/gid_attrs/types")):
-        gid = _gid_at(sysfs, ibdev, port, index, None)
+    for index in _int_names(types):
+        gid = _gid_at(sysfs, ibdev, port, index, None, types[str(index)])
         if gid is not None:
             ndev = sysfs.read(f"{base}/gid_attrs/ndevs/{index}") or None
             out.append(replace(gid, ndev=ndev))

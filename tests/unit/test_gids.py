@@ -59,6 +59,13 @@ def test_scan_einval_type_with_value_and_missing_ndev(fs: FakeSys) -> None:
     assert {g.ibdev for g in gids} == {"mlx5_0"}
 
 
+def test_scan_reads_each_slots_type_once_from_the_tables_directory(fs: FakeSys) -> None:
+    sysfs = CountingSysfs(str(fs.root))
+    assert len(scan(sysfs, ["mlx5_0"])) == 4
+    assert [p for p in sysfs.asked if "/gid_attrs/types" in p] == \
+        ["sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types"]
+
+
 def test_roce_v2_ipv4_excludes_v1_and_link_local(fs: FakeSys) -> None:
     picked = roce_v2_ipv4(scan(Sysfs(str(fs.root))))
     assert [(g.ibdev, g.index) for g in picked] == [("mlx5_0", 7), ("mlx5_1", 3)]
