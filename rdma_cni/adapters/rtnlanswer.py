@@ -32,6 +32,8 @@ from rdma_cni.adapters.rtnlcodec import (
     layout,
 )
 
+_NLA_SIZE = _NLA.size
+
 
 class _Attrs:
     """A run of attributes in ``data[start:end]`` under layout ``lay``, read when asked."""
@@ -59,10 +61,22 @@ class _Attrs:
         return out
 
     def _attr_index(self) -> dict[int, tuple[int, int, int]]:
-        """type -> (offset, length, flags) of each attribute's first occurrence."""
+        """type -> (offset, length, flags) of each attribute's first occurrence: the walk
+        of :meth:`_walk` in one loop of its own (a link's answer has about 40 attributes,
+        and this runs for every answer read: half the time of indexing the walk's list)."""
         index: dict[int, tuple[int, int, int]] = {}
-        for off, length, kind in self._walk():
-            index.setdefault(kind & _TYPE_MASK, (off, length, kind & ~_TYPE_MASK))
+        data, end, off = self._data, self._end, self._start
+        unpack = _NLA.unpack_from
+        while off + _NLA_SIZE <= end:
+            length, kind = unpack(data, off)
+            if length < _NLA_SIZE:
+                length = _NLA_SIZE
+            if length > end - off:
+                length = end - off
+            kind_only = kind & _TYPE_MASK
+            if kind_only not in index:
+                index[kind_only] = (off, length, kind & ~_TYPE_MASK)
+            off += (length + 3) & ~3
         self._index = index
         return index
 
