@@ -47,6 +47,15 @@ def _pause(seconds: float, spin: bool) -> None:
         pass
 
 
+def _pauses(text: str) -> list[float] | None:
+    """``--pauses``, in ms (None: not a comma-separated list of ms >= 0)."""
+    try:
+        pauses = [float(x) for x in text.split(",")]
+    except ValueError:
+        return None
+    return pauses if min(pauses) >= 0 else None
+
+
 def _spinner(cpu: int) -> int:
     """A child spinning on ``cpu`` until it is killed; its PID."""
     pid = os.fork()
@@ -74,7 +83,7 @@ def inner(args: argparse.Namespace) -> int:
         os.sched_setaffinity(0, {cpus[0]})
         child = _spinner(cpus[1])
     try:
-        got = _measure(args, [float(p) for p in args.pauses.split(",")])
+        got = _measure(args, _pauses(args.pauses) or [])
     finally:
         if child is not None:
             os.kill(child, signal.SIGKILL)
@@ -88,12 +97,12 @@ def inner(args: argparse.Namespace) -> int:
 
 def _measure(args: argparse.Namespace, pauses: list[float]
              ) -> dict[float, list[tuple[int, int]]]:
-    """(thread CPU, wall) in ns of each counted ADD, by the pause before it."""
+    """(thread CPU, wall) in ns of each counted ADD, by the pause (ms) before it."""
     from rdma_cni.cni import dispatch
 
     side = RdmaCni("rdma-cni", os.path.join(args.tmp, "data"), lab.N_NICS, socket="")
     got: dict[float, list[tuple[int, int]]] = {p: [] for p in pauses}
-    profiles = {p: cProfile.Profile() for p in pauses}
+    profiles = {p: cProfile.Profile() for p in pauses} if args.profile else {}
     pods_api = lab.Pods(lab.Names(args.prefix))
     try:
         for r in range(args.rounds + 1):  # round 0 warms up, not counted
@@ -103,12 +112,12 @@ def _measure(args: argparse.Namespace, pauses: list[float]
                 _pause(p / 1e3, args.spin)
                 c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
                 out, err = io.StringIO(), io.StringIO()
-                profiling = bool(args.profile and r)
-                if profiling:
-                    profiles[p].enable()
+                prof = profiles.get(p) if r else None
+                if prof is not None:
+                    prof.enable()
                 rc = dispatch.run(inv.environ("ADD"), inv.stdin("ADD"), out, err)
-                if profiling:
-                    profiles[p].disable()
+                if prof is not None:
+                    prof.disable()
                 c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
                 if rc != 0:
                     raise RuntimeError(f"ADD failed: {out.getvalue()} {err.getvalue()}")
@@ -122,8 +131,7 @@ def _measure(args: argparse.Namespace, pauses: list[float]
     finally:
         pods_api.close()
     for p, prof in profiles.items():
-        if args.profile:
-            prof.dump_stats(f"{args.profile}-{p:g}.prof")
+        prof.dump_stats(f"{args.profile}-{p:g}.prof")
     return got
 
 
@@ -161,11 +169,7 @@ def main() -> int:
     p.add_argument("--json", default="")
     p.add_argument("--profile", default="", help="PREFIX: pstats files PREFIX-<pause>.prof")
     args = p.parse_known_args()[0]
-    try:
-        pauses = [float(x) for x in args.pauses.split(",")]
-    except ValueError:
-        pauses = []
-    if not pauses or min(pauses) < 0 or args.rounds < 1:
+    if _pauses(args.pauses) is None or args.rounds < 1:
         print("pause: --pauses takes ms >= 0, comma-separated; --rounds >= 1",
               file=sys.stderr)
         return 2
