@@ -7,8 +7,8 @@ what was applied. The steps themselves live by job in :mod:`sublinks`,
 request made (the links in :attr:`Ctx.made`, by index in the pod's netns), never
 what a name or our mark points at.
 
-Every step and every undo runs under the caller's :class:`Owner` (ADD: the store
-lock, held while it checks that the attachment is still this request's): once
+Every step and every undo runs under the caller's :class:`Owner` (ADD: the lock of
+its state record, held while it checks that the attachment is still this request's): once
 another request owns the attachment (a later ADD replaced it, a DEL took it) the
 owner raises :class:`Superseded` and this request changes nothing more, not even
 by a rollback.

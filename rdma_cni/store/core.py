@@ -54,8 +54,9 @@ never lists it, so GC leaves it alone; ``doctor`` lists it through
 :meth:`Store.corrupt_records`.
 
 Concurrency: every method is atomic on its own; the releasing methods take the
-store lock themselves. Callers hold :meth:`Store.lock` around multi-step
-sequences (it is re-entrant per thread, so they may call the store inside it).
+store lock themselves. Callers hold :meth:`Store.lock` around multi-step sequences (it
+is re-entrant per thread). A state record has a lock of its own (:meth:`record_lock`,
+taken after the store lock, never before it): :meth:`purge` holds it.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from rdma_cni import defaults
 from rdma_cni.errors import IOFailure
@@ -86,6 +87,7 @@ from rdma_cni.store.files import (
 from rdma_cni.store.lock import FileLock
 from rdma_cni.store.nics import NicClaims
 from rdma_cni.store.orphans import remove_orphans_of
+from rdma_cni.store.recordlock import record_locked
 from rdma_cni.store.state import SCHEMA, AttachmentState, StateError
 from rdma_cni.vocab.attachment import AttachmentKey
 
@@ -139,6 +141,10 @@ class Store(NicClaims):
                 depth[self.lock_path] = 0
                 del fds[self.lock_path]
 
+    def record_lock(self, key: AttachmentKey) -> AbstractContextManager[Identity | None]:
+        """``key``'s state record locked, its identity (:mod:`.recordlock`; None: none)."""
+        return record_locked(self._state_path(key), self.lock_timeout)
+
     def _journal_fd(self) -> int:
         fd: int | None = _held.__dict__.get("fds", {}).get(self.lock_path)
         if fd is None:
@@ -176,8 +182,7 @@ class Store(NicClaims):
         return state
 
     def put_state(self, key: AttachmentKey, state: AttachmentState) -> Identity | None:
-        """Save ``state``; the :data:`~rdma_cni.store.files.Identity` of the record now in
-        place (see :meth:`state_identity`)."""
+        """Save ``state``; the identity of the record now in place (:meth:`state_identity`)."""
         self.commit_state(key, self.prepare_state(key, state))
         return self.state_identity(key)
 
@@ -188,10 +193,8 @@ class Store(NicClaims):
         return identity_of(self._state_path(key))
 
     def prepare_state(self, key: AttachmentKey, state: AttachmentState) -> str:
-        """The record of ``state`` written and fsynced beside its place, not in it yet: the
-        slow half of :meth:`put_state`, which needs no lock. :meth:`commit_state` puts it
-        in place, :meth:`discard` drops it (a crash leaves an orphan temp file, as one
-        inside :meth:`put_state` would)."""
+        """The record of ``state`` written beside its place (no lock needed): the first half
+        of :meth:`put_state`; then :meth:`commit_state` or :meth:`discard`."""
         rec = {**state.to_json(), "schema": SCHEMA, "key": key.as_dict()}
         data = encode(rec)
         if len(data) > MAX_RECORD:
@@ -267,8 +270,8 @@ class Store(NicClaims):
     # -- whole keys --------------------------------------------------------
     def owners(self) -> set[AttachmentKey]:
         """Keys with state, reservations or claims; a key whose state record was found
-        unreadable is left out unless it has a readable one again (only its own DEL
-        may free what it holds: its interfaces may still exist)."""
+        unreadable is left out unless it has a readable one again (only its own DEL may
+        free what it holds: its interfaces may still exist)."""
         with_state = {st.key for st in self.list_states() if st.key is not None}
         held = {owner[0] for _, _, owner, _ in self._ip_entries()}
         held.update(owner[0] for owner in self.nic_claims().values())
@@ -278,8 +281,8 @@ class Store(NicClaims):
 
     def purge(self, key: AttachmentKey) -> None:
         """Everything of ``key``'s, with the temp files its dead writers left (an ADD
-        killed while it wrote its pending or ready state)."""
-        with self.lock():
+        killed while it wrote its pending or ready state); never during an ADD's step."""
+        with self.lock(), self.record_lock(key):
             self.release_ips(key)
             self.release_nics(key)
             self.delete_state(key)

@@ -64,6 +64,11 @@ def _identity(st: os.stat_result) -> Identity | None:
     return st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size
 
 
+def identity_of_fd(fd: int) -> Identity | None:
+    """:func:`_identity` of the open file ``fd`` (one ``fstat``)."""
+    return _identity(os.fstat(fd))
+
+
 def identity_of(path: str) -> Identity | None:
     """:func:`_identity` of the file at ``path`` (one ``lstat``); None when missing."""
     try:

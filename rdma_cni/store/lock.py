@@ -117,23 +117,30 @@ class FileLock:
             raise IOFailure(f"failed to open lock file {self.path}: {e.strerror or e}") from e
 
     def _wait(self, fd: int, start: float) -> None:
-        deadline = start + max(self.timeout, 0.0)
-        pause = _FIRST_POLL
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR):
-                    raise IOFailure(f"failed to lock {self.path}: {e.strerror or e}") from e
-            now = time.monotonic()
-            if now >= deadline:
-                raise TryAgain(
-                    f"failed to lock {self.path}: still held by another process "
-                    f"after waiting {now - start:.2f}s (timeout {self.timeout:g}s)"
-                )
-            time.sleep(min(pause, deadline - now))
-            pause = min(pause * 2, _MAX_POLL)
+        wait_flock(fd, self.path, start, self.timeout)
+
+
+def wait_flock(fd: int, path: str, start: float, timeout: float) -> None:
+    """Take ``LOCK_EX`` on ``fd`` (the file at ``path``), retrying until ``start`` +
+    ``timeout`` (monotonic): :class:`TryAgain` past it, :class:`IOFailure` on any other
+    error."""
+    deadline = start + max(timeout, 0.0)
+    pause = _FIRST_POLL
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR):
+                raise IOFailure(f"failed to lock {path}: {e.strerror or e}") from e
+        now = time.monotonic()
+        if now >= deadline:
+            raise TryAgain(
+                f"failed to lock {path}: still held by another process "
+                f"after waiting {now - start:.2f}s (timeout {timeout:g}s)"
+            )
+        time.sleep(min(pause, deadline - now))
+        pause = min(pause * 2, _MAX_POLL)
 
 
 def locked(path: str, timeout: float) -> FileLock:

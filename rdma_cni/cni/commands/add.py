@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from ipaddress import IPv4Address
 from typing import Any
 
@@ -71,7 +72,7 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
         rdma = nic_select.rdma_nics(nc, session.host)
         n_ifaces = len(blocks)
         answer = _allocation(req, nc)
-        with store.lock():
+        with store.lock() if nc.mode.traits.claims_nic else nullcontext():
             busy = set(store.nic_claims()) if nc.mode.traits.claims_nic else set()
             names = assign(nc.mode, rdma.named, answer.ids, n_ifaces, resolve=rdma.resolve,
                            pod=req.args.pod, resource=nc.resource, busy=busy)
@@ -246,12 +247,12 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
         raise
     plans = owner.plans()
     ours = result.our_part(plans, macs, req.netns)
-    # written (and fsynced) before the lock, put in place under it: pods started at once
-    # do not queue for each other's fsync
+    # written before the record's lock, put in place under it (the store lock is not
+    # needed: what would take the attachment away takes the record's lock too)
     ready: str | None = store.prepare_state(req.key, state(READY, plans, ours))
     try:
-        with store.lock():
-            if not owner.still_mine():
+        with store.record_lock(req.key) as held:
+            if not owner.still_mine(held):
                 raise TryAgain(f"ADD of {req.container_id} was replaced by a later ADD meanwhile")
             assert ready is not None
             store.commit_state(req.key, ready)

@@ -4,13 +4,15 @@ An ADD owns the attachment from the pending state it saves (tagged with its own
 request token) until it is replaced: a later ADD of the same attachment (the
 runtime's retry, or the in-process fallback of a resident request whose client gave
 up) or a DEL takes a pending record over by writing its own token into it, under the
-store lock, before it undoes anything. :class:`AddOwner` is what the executor holds
+store lock and the record's own lock (:mod:`rdma_cni.store.recordlock`), before it
+undoes anything; a purge holds both too. :class:`AddOwner` is what the executor holds
 around every step and every undo (:class:`rdma_cni.datapath.execute.Owner`): the
-store lock, and the check that the record is still this ADD's (its file unchanged
-since this ADD wrote it: one ``lstat``; or still carrying its token). An ADD that
-lost the attachment, however late it resumes, changes nothing more.
+record's lock, and the check that the record is still this ADD's (the file locked is
+the one this ADD wrote; or it still carries its token). An ADD that lost the
+attachment, however late it resumes, changes nothing more; the steps of other pods'
+ADDs go on meanwhile, as they hold no lock of the store's.
 
-While it holds the lock after a step, the owner also records in the pending state
+While it holds the record's lock after a step, the owner also records in the pending state
 the index an exclusive NIC got in the pod (the identity DEL finds it by), so that a
 crash right after the move leaves DEL a record that names the NIC as it is.
 """
@@ -42,9 +44,10 @@ def mine(store: Store, key: AttachmentKey, token: str) -> AttachmentState | None
 
 
 def take_over(store: Store, key: AttachmentKey, token: str) -> AttachmentState | None:
-    """Under the lock: make ``key``'s record this request's (``token``), so that the
-    request that wrote it changes nothing more; the record as taken over (None: none)."""
-    with store.lock():
+    """Make ``key``'s record this request's (``token``), so that the request that wrote it
+    changes nothing more (a step of it under way ends first); the record as taken over
+    (None: none)."""
+    with store.lock(), store.record_lock(key):
         state = store.get_state(key)
         if state is not None and state.request != token:
             state = state.with_(request=token)
@@ -60,16 +63,17 @@ class AddOwner:
         self.store, self.key, self.token = store, key, token
         self.pending, self.ctx, self.state = pending, ctx, state
 
-    def still_mine(self) -> bool:
-        """Under the lock: the record is the pending one this ADD saved, or carries its token."""
-        if self.pending is not None and self.store.state_identity(self.key) == self.pending:
+    def still_mine(self, held: Identity | None) -> bool:
+        """Under the record's lock (``held``: the identity of the record locked): it is the
+        pending one this ADD saved, or carries its token."""
+        if held is not None and held == self.pending:
             return True
-        return mine(self.store, self.key, self.token) is not None
+        return held is not None and mine(self.store, self.key, self.token) is not None
 
     @contextmanager
     def hold(self) -> Iterator[None]:
-        with self.store.lock():
-            if not self.still_mine():
+        with self.store.record_lock(self.key) as held:
+            if not self.still_mine(held):
                 raise Superseded(f"ADD of {self.key.container_id}: the attachment is another "
                                  "request's now; this one changes nothing more")
             yield
