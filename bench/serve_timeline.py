@@ -14,7 +14,9 @@ request up to its reply, what the caller waits for; the thread goes on with what
 choice of the request's log file, and each store lock: the wait for it and
 how long it was held, by the function that took it. With ``--at-once``, also per round:
 the wall of the whole batch, each process's request CPU against that wall (how much of
-its one interpreter it used), and the share of the wall the store lock was held.
+its one interpreter it used), the share of the wall the store lock was held, and the
+share of the CPUs' time they idled (their ``cpuidle`` states' time, where the kernel
+shows it).
 
 ``serve`` here is the source tree on this interpreter, not the bundle `bench/run.py`
 measures (timers cannot be put into the frozen one), with the same workers; the front is
@@ -25,6 +27,7 @@ microseconds per call. Everything made here is deleted at the end.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import statistics
@@ -206,12 +209,23 @@ def per_request(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def batches(records: list[dict[str, Any]], windows: list[tuple[str, int, int]]
-            ) -> list[dict[str, Any]]:
-    """Per batch (``--at-once``): its wall, each process's request CPU against it, and the
-    share of it the store lock was held (by the function that took it)."""
+def cpu_idle_us() -> int | None:
+    """The time every CPU has spent idle (its ``cpuidle`` states' time, us); None where
+    the kernel does not show it."""
+    times = glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*/time")
+    try:
+        return sum(int(Path(t).read_text()) for t in times) if times else None
+    except (OSError, ValueError):
+        return None
+
+
+def batches(records: list[dict[str, Any]], windows: list[tuple[str, int, int]],
+            idle: list[int | None]) -> list[dict[str, Any]]:
+    """Per batch (``--at-once``): its wall, each process's request CPU against it, the
+    share of it the store lock was held (by the function that took it), and the share of
+    the CPUs' time they were idle (``idle``: us of it per batch; None: not known)."""
     out = []
-    for cmd, start, end in windows:
+    for (cmd, start, end), idle_us in zip(windows, idle, strict=True):
         inside = [r for r in records if r.get("cmd") == cmd and start <= r["start"] <= end]
         wall = end - start
         per_pid: dict[int, float] = defaultdict(float)
@@ -223,6 +237,8 @@ def batches(records: list[dict[str, Any]], windows: list[tuple[str, int, int]]
         out.append({"cmd": cmd, "requests": len(inside), "wall_ms": round(wall / 1e6, 1),
                     "process_cpu_share": sorted(round(c / wall, 2) for c in per_pid.values()),
                     "lock_held_share": round(sum(sites.values()) / wall, 2),
+                    "cpu_idle_share": None if idle_us is None else
+                    round(idle_us * 1e3 / (wall * (os.cpu_count() or 1)), 2),
                     "lock_held_share_by": {s: round(h / wall, 2) for s, h in
                                            sorted(sites.items(), key=lambda kv: -kv[1])}})
     return out
@@ -236,6 +252,7 @@ def inner(args: argparse.Namespace) -> int:
     side = RdmaCni(str(args.front), os.path.join(args.tmp, "data"), lab.N_NICS,
                    socket=serve.socket)
     windows: list[tuple[str, int, int]] = []
+    idle: list[int | None] = []  # per window: us the CPUs idled
     try:
         warm = pods_api.create(1)
         (inv,) = side.invocations(warm[0], rdma_blocks(args.interfaces))
@@ -247,12 +264,14 @@ def inner(args: argparse.Namespace) -> int:
             invs = [side.invocations(p, rdma_blocks(args.interfaces))[0] for p in pods]
             time.sleep(args.settle)
             for cmd in ("ADD", "DEL"):
-                start = time.perf_counter_ns()
+                idle0, start = cpu_idle_us(), time.perf_counter_ns()
                 if args.at_once:
                     cni.run_parallel(invs, cmd)
                 else:
                     cni.run(invs[0], cmd)
                 windows.append((cmd, start, time.perf_counter_ns()))
+                idle1 = cpu_idle_us()
+                idle.append(None if idle0 is None or idle1 is None else idle1 - idle0)
             pods_api.delete(pods)
     finally:
         records = stop_serve(serve, args.tmp)
@@ -262,7 +281,7 @@ def inner(args: argparse.Namespace) -> int:
     report = {"rounds": args.rounds, "at_once": args.at_once, "workers": args.workers,
               "per_request_us": per_request(records)}
     if args.at_once:
-        report["batches"] = batches(records, windows)
+        report["batches"] = batches(records, windows, idle)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
@@ -282,7 +301,8 @@ def show(report: dict[str, Any]) -> None:
     for b in report.get("batches", []):
         print(f"batch {b['cmd']}: {b['requests']} requests in {b['wall_ms']} ms; request CPU "
               f"per process / wall {b['process_cpu_share']}; store lock held "
-              f"{b['lock_held_share']} of the wall {b['lock_held_share_by']}")
+              f"{b['lock_held_share']} of the wall {b['lock_held_share_by']}; CPUs idle "
+              f"{b['cpu_idle_share']} of it")
 
 
 def main() -> int:

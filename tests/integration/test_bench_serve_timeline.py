@@ -1,10 +1,12 @@
 """bench/serve_timeline.py, serve's request path timed from inside it, runs end to end
 through the built front (one pod at a time, and 3 pods at once) and leaves nothing
 behind: every ADD and DEL is seen by serve with its CPU, its dispatch and its store
-locks, and the batches with the share of their wall the lock was held."""
+locks, and the batches with the share of their wall the lock was held and the CPUs
+idled."""
 
 from __future__ import annotations
 
+import glob
 import json
 import subprocess
 import sys
@@ -42,6 +44,10 @@ def test_serve_requests_are_timed_from_inside_and_nothing_is_left(tmp_path: Path
         assert [b["cmd"] for b in report["batches"]] == ["ADD", "DEL"] * 2
         assert all(b["requests"] == at_once and 0 < b["lock_held_share"] < 1
                    for b in report["batches"]), report["batches"]
+        idle = [b["cpu_idle_share"] for b in report["batches"]]
+        assert all(i is None or 0 <= i <= 1 for i in idle), idle
+        if glob.glob("/sys/devices/system/cpu/cpu0/cpuidle/state0/time"):
+            assert None not in idle, idle
     else:
         assert "batches" not in report
     assert named("rtl") == before
