@@ -64,9 +64,9 @@ def _identity(st: os.stat_result) -> Identity | None:
     return st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size
 
 
-def identity_of_fd(fd: int) -> Identity | None:
-    """:func:`_identity` of the open file ``fd`` (one ``fstat``)."""
-    return _identity(os.fstat(fd))
+def identity_from(st: os.stat_result) -> Identity | None:
+    """:func:`_identity` of a file's stat (taken of an open file, say)."""
+    return _identity(st)
 
 
 def identity_of(path: str) -> Identity | None:

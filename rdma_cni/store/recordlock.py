@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rdma_cni.errors import IOFailure
-from rdma_cni.store.files import Identity, identity_of_fd
+from rdma_cni.store.files import Identity, identity_from
 from rdma_cni.store.lock import wait_flock
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -35,18 +35,21 @@ def record_locked(path: str, timeout: float) -> Iterator[Identity | None]:
     """Hold the lock of the record at ``path`` for the ``with`` body; its identity (see
     :func:`rdma_cni.store.files.identity_of`: the file in place, locked), or None when
     there is no record (nothing is held then)."""
-    fd = _lock_in_place(path, time.monotonic(), timeout)
-    if fd is None:
+    locked = _lock_in_place(path, time.monotonic(), timeout)
+    if locked is None:
         yield None
         return
+    fd, held = locked
     try:
-        yield identity_of_fd(fd)
+        yield identity_from(held)
     finally:
         os.close(fd)  # lets the lock go
 
 
-def _lock_in_place(path: str, start: float, timeout: float) -> int | None:
-    """A descriptor of the record in place at ``path``, locked; None when there is none."""
+def _lock_in_place(path: str, start: float, timeout: float
+                   ) -> tuple[int, os.stat_result] | None:
+    """A descriptor of the record in place at ``path``, locked, and its stat; None when
+    there is none."""
     while True:
         try:
             fd = os.open(path, _FLAGS)
@@ -56,16 +59,16 @@ def _lock_in_place(path: str, start: float, timeout: float) -> int | None:
             raise IOFailure(f"failed to open state record {path}: {e.strerror or e}") from e
         try:
             wait_flock(fd, path, start, timeout)
-            if _in_place(fd, path):
-                return fd
+            held = os.fstat(fd)
+            if _in_place(held, path):
+                return fd, held
         except BaseException:
             os.close(fd)
             raise
         os.close(fd)  # replaced or removed while we waited: the file in place now
 
 
-def _in_place(fd: int, path: str) -> bool:
-    held = os.fstat(fd)
+def _in_place(held: os.stat_result, path: str) -> bool:
     try:
         now = os.lstat(path)
     except FileNotFoundError:
