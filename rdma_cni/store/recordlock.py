@@ -5,8 +5,8 @@ An ADD holds it around each of its steps and undos, and whatever takes an attach
 away from its ADD holds it while it does (a takeover by a later ADD or a DEL, a purge;
 :mod:`rdma_cni.cni.commands.owner`): so no step of an ADD overlaps the moment its
 attachment changes hands, while the steps of different attachments wait neither for
-each other nor for the store lock (32 pods at once spent a fifth of their wall waiting
-for steps of other pods under the store lock, bench/README.md).
+each other nor for the store lock (32 pods at once: about 12 % less wall than with
+every step under the store lock, bench/README.md).
 
 A record is only ever replaced whole (a rename or a swap puts a new file in its place)
 or removed, so the lock is on an inode: taken on a file that is no longer in place when
