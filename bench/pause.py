@@ -21,39 +21,19 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import json
 import os
 import signal
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
+import inproc  # noqa: E402
 import lab  # noqa: E402
-from sides import RdmaCni, rdma_blocks  # noqa: E402
-
-
-def _pause(seconds: float, spin: bool) -> None:
-    if not spin:
-        time.sleep(seconds)
-        return
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-def _pauses(text: str) -> list[float] | None:
-    """``--pauses``, in ms (None: not a comma-separated list of ms >= 0)."""
-    try:
-        pauses = [float(x) for x in text.split(",")]
-    except ValueError:
-        return None
-    return pauses if min(pauses) >= 0 else None
 
 
 def _spinner(cpu: int) -> int:
@@ -70,10 +50,7 @@ def _spinner(cpu: int) -> int:
 
 
 def inner(args: argparse.Namespace) -> int:
-    from rdma_cni.resident import main
-
-    for name in main.PRELOAD:
-        __import__(name)
+    inproc.preload()
     child = None
     if args.load_other_cpu:
         cpus = sorted(os.sched_getaffinity(0))
@@ -83,7 +60,7 @@ def inner(args: argparse.Namespace) -> int:
         os.sched_setaffinity(0, {cpus[0]})
         child = _spinner(cpus[1])
     try:
-        got = _measure(args, _pauses(args.pauses) or [])
+        got = _measure(args, inproc.pauses_of(args.pauses) or [])
     finally:
         if child is not None:
             os.kill(child, signal.SIGKILL)
@@ -98,38 +75,18 @@ def inner(args: argparse.Namespace) -> int:
 def _measure(args: argparse.Namespace, pauses: list[float]
              ) -> dict[float, list[tuple[int, int]]]:
     """(thread CPU, wall) in ns of each counted ADD, by the pause (ms) before it."""
-    from rdma_cni.cni import dispatch
-
-    side = RdmaCni("rdma-cni", os.path.join(args.tmp, "data"), lab.N_NICS, socket="")
     got: dict[float, list[tuple[int, int]]] = {p: [] for p in pauses}
     profiles = {p: cProfile.Profile() for p in pauses} if args.profile else {}
-    pods_api = lab.Pods(lab.Names(args.prefix))
+    adds = inproc.Adds(args.tmp, args.prefix)
     try:
         for r in range(args.rounds + 1):  # round 0 warms up, not counted
             for p in pauses:
-                pod = pods_api.create(1)[0]
-                (inv,) = side.invocations(pod, rdma_blocks(1))
-                _pause(p / 1e3, args.spin)
-                c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
-                out, err = io.StringIO(), io.StringIO()
-                prof = profiles.get(p) if r else None
-                if prof is not None:
-                    prof.enable()
-                rc = dispatch.run(inv.environ("ADD"), inv.stdin("ADD"), out, err)
-                if prof is not None:
-                    prof.disable()
-                c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
-                if rc != 0:
-                    raise RuntimeError(f"ADD failed: {out.getvalue()} {err.getvalue()}")
+                sample = adds.once(lambda p=p: inproc.pause(p / 1e3, args.spin),
+                                   profiles.get(p) if r else None)
                 if r:
-                    got[p].append((c1 - c0, w1 - w0))
-                inv.cached = json.loads(out.getvalue())
-                if dispatch.run(inv.environ("DEL"), inv.stdin("DEL"), io.StringIO(),
-                                io.StringIO()) != 0:
-                    raise RuntimeError("DEL failed")
-                pods_api.delete([pod])
+                    got[p].append(sample)
     finally:
-        pods_api.close()
+        adds.close()
     for p, prof in profiles.items():
         prof.dump_stats(f"{args.profile}-{p:g}.prof")
     return got
@@ -169,7 +126,7 @@ def main() -> int:
     p.add_argument("--json", default="")
     p.add_argument("--profile", default="", help="PREFIX: pstats files PREFIX-<pause>.prof")
     args = p.parse_known_args()[0]
-    if _pauses(args.pauses) is None or args.rounds < 1:
+    if inproc.pauses_of(args.pauses) is None or args.rounds < 1:
         print("pause: --pauses takes ms >= 0, comma-separated; --rounds >= 1",
               file=sys.stderr)
         return 2
