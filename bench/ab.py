@@ -42,7 +42,7 @@ def _variant(path: str) -> ModuleType | str:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
-        return f"{path} does not load: {type(exc).__name__}: {exc}"
+        return f"{path} does not load: {type(exc).__name__}: {' '.join(str(exc).split())}"
     if not all(callable(getattr(module, f, None)) for f in ("apply", "revert")):
         return f"{path} defines no apply() and revert()"
     return module

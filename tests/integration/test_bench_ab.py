@@ -77,6 +77,7 @@ def test_the_variant_reaches_the_b_rounds_only(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("variant", "args", "why"), [
     ("x = 1\n", [], "defines no apply() and revert()"),
     ("def apply(:\n", [], "does not load: SyntaxError"),
+    ("raise ValueError('two\\nlines')\n", [], "does not load: ValueError: two lines"),
     (NULL, ["--rounds", "0"], "--rounds >= 1"),
     (NULL, ["--pauses", "5,-1"], "--pauses takes ms >= 0"),
 ])
