@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from contextlib import nullcontext
 from ipaddress import IPv4Address
 from typing import Any
 
@@ -72,10 +71,12 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
         rdma = nic_select.rdma_nics(nc, session.host)
         n_ifaces = len(blocks)
         answer = _allocation(req, nc)
-        with store.lock() if nc.mode.traits.claims_nic else nullcontext():
-            busy = set(store.nic_claims()) if nc.mode.traits.claims_nic else set()
-            names = assign(nc.mode, rdma.named, answer.ids, n_ifaces, resolve=rdma.resolve,
-                           pod=req.args.pod, resource=nc.resource, busy=busy)
+        busy: set[str] = set()
+        if nc.mode.traits.claims_nic:  # NICs serving other pods: read under the lock
+            with store.lock():
+                busy = set(store.nic_claims())
+        names = assign(nc.mode, rdma.named, answer.ids, n_ifaces, resolve=rdma.resolve,
+                       pod=req.args.pod, resource=nc.resource, busy=busy)
         facts, host_addrs = nic_facts(session.host, names, rdma.by_netdev(names),
                                       whole=not nc.mode.traits.pod_ipam)
         plans = plan_interfaces(nc, blocks, [facts[n] for n in names], req.key.digest())

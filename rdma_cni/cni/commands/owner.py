@@ -66,9 +66,9 @@ class AddOwner:
     def still_mine(self, held: Identity | None) -> bool:
         """Under the record's lock (``held``: the identity of the record locked): it is the
         pending one this ADD saved, or carries its token."""
-        if held is not None and held == self.pending:
-            return True
-        return held is not None and mine(self.store, self.key, self.token) is not None
+        if held is None:
+            return False
+        return held == self.pending or mine(self.store, self.key, self.token) is not None
 
     @contextmanager
     def hold(self) -> Iterator[None]:
