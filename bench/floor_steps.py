@@ -36,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import floor  # noqa: E402
+import inproc  # noqa: E402
 import lab  # noqa: E402
 
 #: the settings as the plugin wrote them under /proc/sys until it set them by netlink
@@ -139,10 +140,8 @@ def inner(args: argparse.Namespace) -> int:
     import profile_server
 
     from rdma_cni.cni import dispatch
-    from rdma_cni.resident import main
 
-    for name in main.PRELOAD:
-        __import__(name)
+    inproc.preload()
     steps = Steps()
     instrument(steps)
     pods = lab.Pods(lab.Names(args.prefix))

@@ -77,7 +77,7 @@ class Adds:
                 raise RuntimeError(f"ADD failed: {out.getvalue()} {err.getvalue()}")
             inv.cached = json.loads(out.getvalue())
             if self._dispatch.run(inv.environ("DEL"), inv.stdin("DEL"), io.StringIO(),
-                         io.StringIO()) != 0:
+                                  io.StringIO()) != 0:
                 raise RuntimeError("DEL failed")
         finally:
             self.pods.delete([pod])

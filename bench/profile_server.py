@@ -28,16 +28,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
+import inproc  # noqa: E402
 import lab  # noqa: E402
 from sides import RdmaCni, rdma_blocks  # noqa: E402
 
 
 def inner(args: argparse.Namespace) -> int:
     from rdma_cni.cni import dispatch
-    from rdma_cni.resident import main
 
-    for name in main.PRELOAD:
-        __import__(name)
+    inproc.preload()
     names = lab.Names(args.prefix)
     pods_api = lab.Pods(names)
     side = RdmaCni("rdma-cni", os.path.join(args.tmp, "data"), lab.N_NICS, socket="")
