@@ -26,6 +26,9 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MEASURER: str | None = None
 #: every process started here, so an interrupted run can end them (by PID)
 RUNNING: dict[int, subprocess.Popen[bytes]] = {}
+#: :func:`run_parallel`'s way: every exec of a batch started, held at a gate, then let go
+#: at once ("gated"), or each let go as it is started, one after the other ("serial")
+SPAWN = "gated"
 
 
 @dataclass
@@ -36,6 +39,8 @@ class Exec:
     wall_ns: int
     cpu_s: float
     maxrss_kib: int
+    #: CLOCK_MONOTONIC ns at which the measurer reaped it (None without the measurer)
+    end_ns: int | None = None
 
 
 @dataclass
@@ -81,20 +86,36 @@ def use_measurer(tmp: str) -> str | None:
 
 
 class _Running:
-    def __init__(self, argv: Sequence[str], env: dict[str, str], stdin: bytes) -> None:
+    """One exec started; with ``gate`` (the read end of a pipe, :func:`run_parallel`), the
+    measurer waits for the pipe's end-of-file before it starts the plugin, and the plugin's
+    stdin is a file (a pipe's buffer could not take a large config before it reads)."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str], stdin: bytes,
+                 gate: int | None = None) -> None:
         self.errfile: BinaryIO = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finish)
         self.report: str | None = None
         if MEASURER is not None:
             fd, self.report = tempfile.mkstemp(prefix="measure.")
             os.close(fd)
-            argv = [MEASURER, self.report, *argv]
+            argv = [MEASURER, *(("-g", str(gate)) if gate is not None else ()), self.report,
+                    *argv]
+        feed: int | BinaryIO = subprocess.PIPE
+        if gate is not None:
+            feed = tempfile.TemporaryFile()  # noqa: SIM115 (closed below, once inherited)
+            feed.write(stdin)
+            feed.seek(0)
         self.start = time.perf_counter_ns()
-        self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.errfile, env=env, cwd="/")
+        try:
+            self.proc = subprocess.Popen(list(argv), stdin=feed, stdout=subprocess.PIPE,
+                                         stderr=self.errfile, env=env, cwd="/",
+                                         pass_fds=(gate,) if gate is not None else ())
+        finally:
+            if not isinstance(feed, int):
+                feed.close()
         RUNNING[self.proc.pid] = self.proc
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(stdin)
-        self.proc.stdin.close()
+        if self.proc.stdin is not None:
+            self.proc.stdin.write(stdin)
+            self.proc.stdin.close()
 
     def finish(self) -> Exec:
         assert self.proc.stdout is not None
@@ -107,14 +128,15 @@ class _Running:
         self.errfile.seek(0)
         err = self.errfile.read().decode(errors="replace")
         self.errfile.close()
-        wall, rss = end - self.start, usage.ru_maxrss
+        wall, rss, reaped = end - self.start, usage.ru_maxrss, None
         if self.report is not None:
             with open(self.report) as f:
                 fields = f.read().split()
             os.unlink(self.report)
-            if len(fields) == 3:
-                wall, rss = int(fields[1]), int(fields[2])
-        return Exec(self.proc.returncode, out, err, wall, usage.ru_utime + usage.ru_stime, rss)
+            if len(fields) == 4:
+                wall, rss, reaped = int(fields[1]), int(fields[2]), int(fields[3])
+        return Exec(self.proc.returncode, out, err, wall, usage.ru_utime + usage.ru_stime, rss,
+                    reaped)
 
 
 def run(inv: Invocation, command: str) -> Exec:
@@ -125,14 +147,42 @@ def run(inv: Invocation, command: str) -> Exec:
 
 
 def run_parallel(invs: Sequence[Invocation], command: str) -> tuple[int, list[Exec]]:
-    """All execs started at once; returns (wall ns from first spawn to last exit, execs)."""
-    start = time.perf_counter_ns()
-    running = [_Running(inv.argv, inv.environ(command), inv.stdin(command)) for inv in invs]
-    execs = [r.finish() for r in running]
-    wall = time.perf_counter_ns() - start
+    """All execs at once; returns (wall ns, execs). :data:`SPAWN` "gated" (with the
+    measurer): every exec is started and held at a gate first, the wall runs from the
+    gate's opening to the last plugin's exit as its measurer saw it; "serial" (or no
+    measurer): each starts as it is spawned, the wall runs from the first spawn to the
+    last exit as this driver saw it, the driver's own spawning of the batch included."""
+    if SPAWN == "serial" or MEASURER is None:
+        start = time.perf_counter_ns()
+        running = [_Running(inv.argv, inv.environ(command), inv.stdin(command))
+                   for inv in invs]
+        execs = [r.finish() for r in running]
+        wall = time.perf_counter_ns() - start
+    else:
+        execs, start = _gated(invs, command)
     for inv, ex in zip(invs, execs, strict=True):
         _check(inv, command, ex)
+    if SPAWN != "serial" and MEASURER is not None:
+        ends = [ex.end_ns for ex in execs if ex.end_ns is not None]
+        if len(ends) != len(execs):
+            raise RuntimeError(f"{command}: a measurer of the batch wrote no report")
+        wall = max(ends) - start
     return wall, execs
+
+
+def _gated(invs: Sequence[Invocation], command: str) -> tuple[list[Exec], int]:
+    """The batch's execs and the CLOCK_MONOTONIC ns its gate opened at."""
+    gate, opener = os.pipe()
+    running: list[_Running] = []
+    try:
+        for inv in invs:
+            running.append(_Running(inv.argv, inv.environ(command), inv.stdin(command),
+                                    gate=gate))
+    finally:
+        os.close(gate)
+        start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        os.close(opener)  # every measurer reads end-of-file: the batch begins
+    return [r.finish() for r in running], start
 
 
 def _check(inv: Invocation, command: str, ex: Exec) -> None:

@@ -210,6 +210,22 @@ def _cell(s: dict[str, Any], unit: str) -> str:
     return f"{s['median']:.1f} {unit} ({s['p90']:.1f})"
 
 
+#: how figure 4's batch began, by ``config["spawn"]`` (records before it have none: serial)
+BATCHES = {
+    "gated": "every exec started and held at a gate, then all let go at once; its wall from "
+             "the gate's opening to the last exit",
+    "serial": "each exec let go as the driver started it, one after the other; its wall from "
+              "the first start to the last exit, the driver's spawning included",
+}
+
+
+def _batches(record: dict[str, Any]) -> str:
+    if "s4" not in record.get("scenarios", {}):
+        return ""
+    way = record.get("config", {}).get("spawn", "serial")
+    return f" Figure 4's batches: {BATCHES.get(way, way)}."
+
+
 def markdown(record: dict[str, Any]) -> str:
     m, v = record["machine"], record["versions"]
     rounds = ", ".join(f"{SCENARIO_FIGURE.get(k, k)} x{s['rounds']}"
@@ -219,7 +235,7 @@ def markdown(record: dict[str, Any]) -> str:
         f"{v['containernetworking_plugins']}; {m['nproc']} x {m['cpu_model']}, "
         f"{m['uname'].split()[2]}; {m['date']}; load average {m['loadavg_at_start'][:1]} at "
         f"start, {m['loadavg_at_end'][:1]} at end. Rounds (fresh pods each): {rounds}; "
-        "cells: median (p90).",
+        f"cells: median (p90).{_batches(record)}",
         "",
         "| # | figure | path | rdma-cni median (p90) | Go median (p90) | ratio | CPU ms "
         "rdma-cni / Go | goal | met |",

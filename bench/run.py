@@ -47,6 +47,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--parallel-rounds", type=int, default=0,
                    help="rounds of figure 4 (default: rounds/3, at least 2)")
     p.add_argument("--pods", type=int, default=32, help="pods ADDed at once in figure 4")
+    p.add_argument("--spawn", choices=("gated", "serial"), default="gated",
+                   help="figure 4's batch: every exec started and held, then let go at once "
+                        "(gated, the default), or each let go as the driver starts it, one "
+                        "after the other (serial, the way of runs before 2026-12-06)")
     p.add_argument("--attachments", type=int, default=512,
                    help="attachments on the node in figure 7 (default 512, 64 with --quick)")
     p.add_argument("--flood-idle", type=int, default=200,
@@ -312,6 +316,7 @@ def driver_main(args: argparse.Namespace) -> int:
         sys.exit(f"{args.binary} has no `serve` subcommand: use --path inproc")
     pods = lab.Pods(names)
     measurer = cni.use_measurer(tmp)
+    cni.SPAWN = args.spawn if measurer is not None else "serial"
     load = os.getloadavg()
     daemon: resident.Daemon | None = None
     try:
@@ -370,6 +375,7 @@ def build_record(args: argparse.Namespace, paths: list[str], done: dict[str, Sce
                    "attachments": args.attachments,
                    "flood": {"idle": args.flood_idle, "slow": args.flood_slow},
                    "pods": args.pods, "paths": paths, "settle_s": args.settle,
+                   "spawn": cni.SPAWN,
                    "cni_version": "0.4.0", "mode": "shared-multi"},
         "figures": report.rows(done, [*paths, "direct"]),
         "resident_daemon": daemon.memory_kib() if daemon else None,

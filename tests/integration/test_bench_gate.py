@@ -1,0 +1,112 @@
+"""bench/cni.py's batch of execs at once (figures 4 and 4b): gated, no plugin of the batch
+begins before the last one is started, each gets its whole config on stdin, and the
+batch's wall runs from the gate's opening to the last exit; serial, as runs before
+2026-12-06 measured, each begins as it is started."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import cni  # noqa: E402
+
+#: a stand-in plugin, fast to start: notes when it began (CLOCK_MONOTONIC ns) and how much
+#: stdin it read, then sleeps 20 ms and answers an empty result
+PLUGIN = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    struct timespec t, nap = {0, 20000000};
+    char buf[65536], line[64];
+    long size = 0;
+    ssize_t n;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((n = read(0, buf, sizeof buf)) > 0) size += n;
+    int fd = open(argv[1], O_WRONLY | O_APPEND | O_CREAT, 0600);
+    int len = snprintf(line, sizeof line, "%lld %ld\n",
+                       (long long)t.tv_sec * 1000000000LL + t.tv_nsec, size);
+    if (fd < 0 || write(fd, line, len) != len) return 1;
+    nanosleep(&nap, NULL);
+    puts("{}");
+    return 0;
+}
+"""
+
+
+@pytest.fixture
+def measurer(tmp_path: Path) -> Iterator[None]:
+    if cni.use_measurer(str(tmp_path)) is None:
+        pytest.fail("gcc could not build bench/measure-exec.c")
+    way = cni.SPAWN
+    yield
+    cni.SPAWN, cni.MEASURER = way, None
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """When each exec of a batch was started (CLOCK_MONOTONIC ns, once its process is)."""
+    out: list[int] = []
+    real = cni._Running.__init__
+
+    def init(self: cni._Running, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        out.append(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+    monkeypatch.setattr(cni._Running, "__init__", init)
+    return out
+
+
+def _batch(tmp_path: Path, n: int, conf_bytes: int) -> list[cni.Invocation]:
+    src, exe = tmp_path / "plugin.c", tmp_path / "plugin"
+    src.write_text(PLUGIN)
+    subprocess.run(["gcc", "-O2", "-o", str(exe), str(src)], check=True, timeout=120)
+    notes = tmp_path / "notes"
+    return [cni.Invocation(argv=[str(exe), str(notes)],
+                           conf={"name": "t", "pad": "x" * conf_bytes}, container_id=f"c{i}",
+                           netns="/nonexistent", ifname="net1", cni_args="", cni_path="/")
+            for i in range(n)]
+
+
+def _notes(tmp_path: Path) -> list[tuple[int, int]]:
+    lines = (tmp_path / "notes").read_text().split()
+    return [(int(a), int(b)) for a, b in zip(lines[::2], lines[1::2], strict=True)]
+
+
+def test_gated_nothing_begins_before_the_gate_and_the_wall_is_the_batchs(
+        tmp_path: Path, measurer: None, started: list[int]) -> None:
+    cni.SPAWN = "gated"
+    invs = _batch(tmp_path, 16, 100_000)  # more than a pipe's buffer holds
+    wall, execs = cni.run_parallel(invs, "ADD")
+    ends = [ex.end_ns for ex in execs]
+    assert all(e is not None for e in ends)
+    opened = max(e for e in ends if e is not None) - wall
+    notes = _notes(tmp_path)
+    assert len(notes) == len(started) == 16
+    assert min(began for began, _ in notes) > max(started)
+    assert min(began for began, _ in notes) >= opened
+    assert {size for _, size in notes} == {len(json.dumps(invs[0].conf).encode())}
+    assert all(inv.cached == {} for inv in invs)
+    assert wall >= 20_000_000  # each sleeps 20 ms after it began
+
+
+def test_serial_each_begins_as_it_is_started(tmp_path: Path, measurer: None,
+                                              started: list[int]) -> None:
+    cni.SPAWN = "serial"
+    invs = _batch(tmp_path, 16, 10)
+    wall, _ = cni.run_parallel(invs, "ADD")
+    notes = _notes(tmp_path)
+    assert len(notes) == len(started) == 16
+    assert wall >= 20_000_000
+    assert min(began for began, _ in notes) < max(started)
