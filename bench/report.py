@@ -220,10 +220,13 @@ BATCHES = {
 
 
 def _batches(record: dict[str, Any]) -> str:
+    cc = record.get("measurer")
+    timed = f" Each exec timed by bench/measure-exec.c built with {cc}." \
+        if isinstance(cc, str) else ""
     if "s4" not in record.get("scenarios", {}):
-        return ""
+        return timed
     way = record.get("config", {}).get("spawn", "serial")
-    return f" Figure 4's batches: {BATCHES.get(way, way)}."
+    return f"{timed} Figure 4's batches: {BATCHES.get(way, way)}."
 
 
 def markdown(record: dict[str, Any]) -> str:

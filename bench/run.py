@@ -344,7 +344,7 @@ def driver_main(args: argparse.Namespace) -> int:
         if record.get("busy_node", {}).get("floor"):
             record["floor"]["add_del_busy"] = {**record["busy_node"]["floor"],
                                                "attachments": record["busy_node"]["attachments"]}
-        record["measurer"] = measurer is not None
+        record["measurer"] = cni.MEASURER_CC  # None: spawned directly
         record["figures"] += report.cycle_rows(cycles)
         report.add_floor(record["figures"], record["floor"])
         sys.stdout.write(report.write(record, args.out))
