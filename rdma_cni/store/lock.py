@@ -123,7 +123,8 @@ class FileLock:
 def wait_flock(fd: int, path: str, start: float, timeout: float) -> None:
     """Take ``LOCK_EX`` on ``fd`` (the file at ``path``), retrying until ``start`` +
     ``timeout`` (monotonic): :class:`TryAgain` past it, :class:`IOFailure` on any other
-    error."""
+    error. The holder may be another process or, for a record's lock (each request opens
+    its own descriptor), another thread of this one: the message says "request"."""
     deadline = start + max(timeout, 0.0)
     pause = _FIRST_POLL
     while True:
@@ -136,7 +137,7 @@ def wait_flock(fd: int, path: str, start: float, timeout: float) -> None:
         now = time.monotonic()
         if now >= deadline:
             raise TryAgain(
-                f"failed to lock {path}: still held by another process "
+                f"failed to lock {path}: still held by another request "
                 f"after waiting {now - start:.2f}s (timeout {timeout:g}s)"
             )
         time.sleep(min(pause, deadline - now))
