@@ -114,3 +114,16 @@ def test_the_exec_floor_is_the_front_s_toolchain_s_with_glibc_s_beside_it() -> N
             "CPU), against glibc 0.65 ms wall (0.58 ms CPU);") in line
     fl["static_true_glibc"] = None
     assert "glibc" not in "".join(report._floor_line(fl))
+
+
+def test_the_header_says_how_figure_4s_batch_began_and_what_timed_each_exec() -> None:
+    record: dict[str, Any] = {"scenarios": {"s4": {}}, "config": {"spawn": "gated"},
+                              "measurer": "musl-gcc"}
+    said = report._batches(record)
+    assert "Each exec timed by bench/measure-exec.c built with musl-gcc." in said
+    assert "held at a gate, then all let go at once" in said
+    record["config"] = {}  # a record from before the gate: its batches were serial
+    assert "one after the other" in report._batches(record)
+    record["measurer"] = True  # a record from before: a bool, no compiler named
+    assert "measure-exec" not in report._batches(record)
+    assert report._batches({"scenarios": {"s2": {}}, "config": {"spawn": "gated"}}) == ""
