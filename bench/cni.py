@@ -77,7 +77,8 @@ def use_measurer(tmp: str) -> str | None:
     own; without a C compiler the plugins are spawned directly (peak RSS then counts the
     driver). Against musl where musl-gcc is there (scripts/setup.sh installs it for the
     front): a static glibc process's start costs 0.6 ms of CPU on a VM that traps CPUID
-    (bench/README.md, "The measurer"), counted in both sides' CPU column."""
+    (bench/README.md, "Figure 4's batch begins at a gate": the measurer against musl),
+    counted in both sides' CPU column."""
     global MEASURER, MEASURER_CC
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "measure-exec.c")
     out = os.path.join(tmp, "measure-exec")
