@@ -160,17 +160,18 @@ def run_parallel(invs: Sequence[Invocation], command: str) -> tuple[int, list[Ex
     gate's opening to the last plugin's exit as its measurer saw it; "serial" (or no
     measurer): each starts as it is spawned, the wall runs from the first spawn to the
     last exit as this driver saw it, the driver's own spawning of the batch included."""
-    if SPAWN == "serial" or MEASURER is None:
+    gated = SPAWN != "serial" and MEASURER is not None
+    if gated:
+        execs, start = _gated(invs, command)
+    else:
         start = time.perf_counter_ns()
         running = [_Running(inv.argv, inv.environ(command), inv.stdin(command))
                    for inv in invs]
         execs = [r.finish() for r in running]
         wall = time.perf_counter_ns() - start
-    else:
-        execs, start = _gated(invs, command)
     for inv, ex in zip(invs, execs, strict=True):
         _check(inv, command, ex)
-    if SPAWN != "serial" and MEASURER is not None:
+    if gated:
         ends = [ex.end_ns for ex in execs if ex.end_ns is not None]
         if len(ends) != len(execs):
             raise RuntimeError(f"{command}: a measurer of the batch wrote no report")
