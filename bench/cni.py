@@ -31,6 +31,9 @@ RUNNING: dict[int, subprocess.Popen[bytes]] = {}
 #: :func:`run_parallel`'s way: every exec of a batch started, held at a gate, then let go
 #: at once ("gated"), or each let go as it is started, one after the other ("serial")
 SPAWN = "gated"
+#: when a gated batch's execs are collected: "after" the last measurer has exited (the
+#: driver sleeps through the batch; before 2026-12-06 it read each exec as it ended)
+COLLECT = "after"
 
 
 @dataclass
@@ -95,28 +98,34 @@ def use_measurer(tmp: str) -> str | None:
 
 class _Running:
     """One exec started; with ``gate`` (the read end of a pipe, :func:`run_parallel`), the
-    measurer waits for the pipe's end-of-file before it starts the plugin, and the plugin's
-    stdin is a file (a pipe's buffer could not take a large config before it reads)."""
+    measurer waits for the pipe's end-of-file before it starts the plugin, holds ``done``
+    (the write end of another) until it exits, and the plugin's stdin and stdout are files
+    (a pipe's buffer could not take a large config before it reads, nor a large result
+    before the driver reads it, which it does only after the batch)."""
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], stdin: bytes,
-                 gate: int | None = None) -> None:
+                 gate: int | None = None, done: int | None = None) -> None:
         self.errfile: BinaryIO = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finish)
+        self.outfile: BinaryIO | None = None
         self.report: str | None = None
+        gated = (gate, done) if gate is not None and done is not None else ()
         if MEASURER is not None:
             fd, self.report = tempfile.mkstemp(prefix="measure.")
             os.close(fd)
-            argv = [MEASURER, *(("-g", str(gate)) if gate is not None else ()), self.report,
-                    *argv]
+            flags = ("-g", str(gate), "-d", str(done)) if gated else ()
+            argv = [MEASURER, *flags, self.report, *argv]
         feed: int | BinaryIO = subprocess.PIPE
-        if gate is not None:
+        out: int | BinaryIO = subprocess.PIPE
+        if gated:
             feed = tempfile.TemporaryFile()  # noqa: SIM115 (closed below, once inherited)
             feed.write(stdin)
             feed.seek(0)
+            out = self.outfile = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finish)
         self.start = time.perf_counter_ns()
         try:
-            self.proc = subprocess.Popen(list(argv), stdin=feed, stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen(list(argv), stdin=feed, stdout=out,
                                          stderr=self.errfile, env=env, cwd="/",
-                                         pass_fds=(gate,) if gate is not None else ())
+                                         pass_fds=gated)
         finally:
             if not isinstance(feed, int):
                 feed.close()
@@ -126,9 +135,7 @@ class _Running:
             self.proc.stdin.close()
 
     def finish(self) -> Exec:
-        assert self.proc.stdout is not None
-        out = self.proc.stdout.read()
-        self.proc.stdout.close()
+        out = self._output()
         _, status, usage = os.wait4(self.proc.pid, 0)
         end = time.perf_counter_ns()
         self.proc.returncode = os.waitstatus_to_exitcode(status)
@@ -145,6 +152,19 @@ class _Running:
                 wall, rss, reaped = int(fields[1]), int(fields[2]), int(fields[3])
         return Exec(self.proc.returncode, out, err, wall, usage.ru_utime + usage.ru_stime, rss,
                     reaped)
+
+    def _output(self) -> bytes:
+        """The plugin's stdout, whole: read from its pipe until the end, or from its file
+        (gated) once the measurer has exited."""
+        stream = self.proc.stdout if self.outfile is None else self.outfile
+        assert stream is not None
+        if self.outfile is not None:
+            os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
+            stream.seek(0)
+        try:
+            return stream.read()
+        finally:
+            stream.close()
 
 
 def run(inv: Invocation, command: str) -> Exec:
@@ -180,17 +200,26 @@ def run_parallel(invs: Sequence[Invocation], command: str) -> tuple[int, list[Ex
 
 
 def _gated(invs: Sequence[Invocation], command: str) -> tuple[list[Exec], int]:
-    """The batch's execs and the CLOCK_MONOTONIC ns its gate opened at."""
+    """The batch's execs and the CLOCK_MONOTONIC ns its gate opened at. The driver sleeps
+    through the batch: it collects the execs once every measurer has exited (the end-of-
+    file of the ``done`` pipe they hold), so it takes no CPU from the plugins meanwhile."""
     gate, opener = os.pipe()
+    finished, done = os.pipe()
     running: list[_Running] = []
     try:
-        for inv in invs:
-            running.append(_Running(inv.argv, inv.environ(command), inv.stdin(command),
-                                    gate=gate))
+        try:
+            for inv in invs:
+                running.append(_Running(inv.argv, inv.environ(command), inv.stdin(command),
+                                        gate=gate, done=done))
+        finally:
+            os.close(gate)
+            os.close(done)
+            start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            os.close(opener)  # every measurer reads end-of-file: the batch begins
+        while os.read(finished, 64):
+            pass  # nothing is written: end-of-file when the last measurer has exited
     finally:
-        os.close(gate)
-        start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        os.close(opener)  # every measurer reads end-of-file: the batch begins
+        os.close(finished)
     return [r.finish() for r in running], start
 
 

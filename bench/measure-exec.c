@@ -1,4 +1,4 @@
-/* measure-exec [-g FD] OUT argv...: run argv (stdin, stdout, stderr inherited), reap it
+/* measure-exec [-g FD] [-d FD] OUT argv...: run argv (stdin, stdout, stderr inherited), reap it
  * with wait4 and write "<exit> <wall ns> <peak RSS KiB> <end ns>" to OUT (<end ns>: the
  * CLOCK_MONOTONIC time it was reaped). Spawned from this small static process, the
  * child's peak RSS is its own: spawned straight from the Python driver, ru_maxrss would
@@ -6,9 +6,15 @@
  *
  * -g FD: first wait until FD reads end-of-file (the driver closes its end of a pipe
  * shared by a whole batch once every process of the batch is started, so they all begin
- * together: the batch's wall is then the plugins', not the driver's spawning). */
+ * together: the batch's wall is then the plugins', not the driver's spawning).
+ *
+ * -d FD: hold FD (the write end of a pipe shared by a whole batch) until this process
+ * exits, and keep it from the plugin: the driver reads that pipe's end-of-file once every
+ * measurer of the batch is done, one wake-up for the batch instead of collecting each
+ * exec while the others still run on the same CPUs. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,15 +32,27 @@ static int wait_gate(int fd) {
     }
 }
 
+static long fd_arg(const char *s) {
+    char *end;
+    long fd = strtol(s, &end, 10);
+    return *s && !*end && fd >= 0 && fd <= 1 << 20 ? fd : -1;
+}
+
 int main(int argc, char **argv) {
     struct timespec a, b;
     struct rusage ru;
     int status = 0, first = 1;
-    if (argc > 2 && strcmp(argv[1], "-g") == 0) {
-        char *end;
-        long fd = strtol(argv[2], &end, 10);
-        if (*end || fd < 0 || wait_gate((int)fd) != 0) return 127;
-        first = 3;
+    while (argc > first + 1 && argv[first][0] == '-' && argv[first][1] && !argv[first][2]) {
+        long fd = fd_arg(argv[first + 1]);
+        if (fd < 0) return 127;
+        if (argv[first][1] == 'g') {
+            if (wait_gate((int)fd) != 0) return 127;
+        } else if (argv[first][1] == 'd') {
+            if (fcntl((int)fd, F_SETFD, FD_CLOEXEC) != 0) return 127;
+        } else {
+            return 127;
+        }
+        first += 2;
     }
     if (argc < first + 2) return 127;
     clock_gettime(CLOCK_MONOTONIC, &a);

@@ -225,8 +225,11 @@ def _batches(record: dict[str, Any]) -> str:
         if isinstance(cc, str) else ""
     if "s4" not in record.get("scenarios", {}):
         return timed
-    way = record.get("config", {}).get("spawn", "serial")
-    return f"{timed} Figure 4's batches: {BATCHES.get(way, way)}."
+    config = record.get("config", {})
+    way = config.get("spawn", "serial")
+    after = "; the driver collected none of them until the last had exited" \
+        if way == "gated" and config.get("collect") == "after" else ""
+    return f"{timed} Figure 4's batches: {BATCHES.get(way, way)}{after}."
 
 
 def markdown(record: dict[str, Any]) -> str:

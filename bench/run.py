@@ -375,7 +375,7 @@ def build_record(args: argparse.Namespace, paths: list[str], done: dict[str, Sce
                    "attachments": args.attachments,
                    "flood": {"idle": args.flood_idle, "slow": args.flood_slow},
                    "pods": args.pods, "paths": paths, "settle_s": args.settle,
-                   "spawn": cni.SPAWN,
+                   "spawn": cni.SPAWN, "collect": cni.COLLECT,
                    "cni_version": "0.4.0", "mode": "shared-multi"},
         "figures": report.rows(done, [*paths, "direct"]),
         "resident_daemon": daemon.memory_kib() if daemon else None,

@@ -120,3 +120,48 @@ def test_the_measurer_is_built_against_musl_where_musl_gcc_is(measurer: None) ->
         pytest.skip("no musl-gcc (scripts/setup.sh installs musl-tools)")
     assert cni.MEASURER_CC == "musl-gcc"
     assert b"GLIBC_TUNABLES" not in Path(str(cni.MEASURER)).read_bytes()  # glibc's start
+
+
+#: a stand-in that sleeps argv[1] ms, then writes argv[2] bytes of a JSON string to stdout
+SLEEPER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+int main(int argc, char **argv) {
+    long ms = atol(argv[1]), size = atol(argv[2]);
+    struct timespec nap = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&nap, NULL);
+    putchar('"');
+    for (long i = 0; i < size; i++) putchar('x');
+    puts("\"");
+    return 0;
+}
+"""
+
+
+def test_gated_the_driver_collects_only_once_the_batch_is_over(
+        tmp_path: Path, measurer: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver sleeps through the batch (it would take CPU from the plugins while it
+    collects each exec as it ends): the first exec is collected no earlier than the slow
+    one's exit. Each result, larger than a pipe holds, is read whole."""
+    cni.SPAWN = "gated"
+    src, exe = tmp_path / "sleeper.c", tmp_path / "sleeper"
+    src.write_text(SLEEPER)
+    subprocess.run(["gcc", "-O2", "-o", str(exe), str(src)], check=True, timeout=120)
+    collected: list[int] = []
+    real = cni._Running.finish
+
+    def finish(self: cni._Running) -> cni.Exec:
+        collected.append(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+        return real(self)
+    monkeypatch.setattr(cni._Running, "finish", finish)
+    size = 200_000
+    invs = [cni.Invocation(argv=[str(exe), "300" if i == 5 else "0", str(size)], conf={},
+                           container_id=f"c{i}", netns="/nonexistent", ifname="net1",
+                           cni_args="", cni_path="/")
+            for i in range(8)]
+    wall, execs = cni.run_parallel(invs, "ADD")
+    slow = execs[5].end_ns
+    assert slow is not None and wall >= 300_000_000
+    assert min(collected) >= slow
+    assert all(inv.cached == "x" * size for inv in invs)

@@ -32,7 +32,7 @@ def test_a_quick_run_of_figures_2_and_4_gated(tmp_path: Path) -> None:
     # 1: a goal missed (figures 2 and 4 are not met on every machine); anything else fails
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     record = json.loads(out.read_text())
-    assert record["config"]["spawn"] == "gated"
+    assert record["config"]["spawn"] == "gated" and record["config"]["collect"] == "after"
     if shutil.which("musl-gcc"):
         assert record["measurer"] == "musl-gcc"
     four = next(f for f in record["figures"] if f["id"] == "4" and f["path"] == "resident")

@@ -122,6 +122,10 @@ def test_the_header_says_how_figure_4s_batch_began_and_what_timed_each_exec() ->
     said = report._batches(record)
     assert "Each exec timed by bench/measure-exec.c built with musl-gcc." in said
     assert "held at a gate, then all let go at once" in said
+    assert "collected" not in said  # gated, from before the driver slept through the batch
+    record["config"]["collect"] = "after"
+    assert "; the driver collected none of them until the last had exited." in \
+        report._batches(record)
     record["config"] = {}  # a record from before the gate: its batches were serial
     assert "one after the other" in report._batches(record)
     record["measurer"] = True  # a record from before: a bool, no compiler named
