@@ -8,8 +8,9 @@ timers around its request path.
                                                   [--interfaces 0] [--workers 2] [--json FILE]
 
 Per request (medians, ADD and DEL apart): the intake's latency (connection accepted to
-the request's thread starting), the request thread's wall and CPU, the answer's (the
-request up to its reply, what the caller waits for; the thread goes on with what
+the request's thread starting), the request thread's wall and CPU and how long it
+waited runnable for a CPU (/proc/thread-self/schedstat), the answer's (the request up
+to its reply, what the caller waits for; the thread goes on with what
 ``serve`` does after it), the dispatcher's, the view check's, the frame's decoding, the
 choice of the request's log file, and each store lock: the wait for it and
 how long it was held, by the function that took it. With ``--at-once``, also per round:
@@ -100,15 +101,22 @@ def _decode(data):
     return env, stdin
 protocol.decode_request = _decode
 
+def runqueue_ns():  # how long this thread has waited runnable for a CPU (schedstat)
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
 handle_in = server.Server._handle_in
 def _handle_in(self, conn, data, fds):
     rec = local.rec = {"pid": os.getpid(), "accepted": accepted.pop(conn.fileno(), 0),
                        "start": now(), "locks": []}
-    c0 = cpu()
+    c0, q0 = cpu(), runqueue_ns()
     try:
         return handle_in(self, conn, data, fds)
     finally:
-        rec["end"], rec["cpu"] = now(), cpu() - c0
+        rec["end"], rec["cpu"], rec["runqueue"] = now(), cpu() - c0, runqueue_ns() - q0
         local.rec = None
         done.append(rec)
 server.Server._handle_in = _handle_in
@@ -194,6 +202,7 @@ def per_request(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
                 cols["intake to thread"].append(r["start"] - r["accepted"])
             cols["request wall"].append(r["end"] - r["start"])
             cols["request CPU"].append(r["cpu"])
+            cols["request runnable, waiting for a CPU"].append(r.get("runqueue", 0))
             for k in ("answer", "dispatch", "view", "decode", "log routing"):
                 cols[f"{k} wall"].append(r.get(k, 0))
                 cols[f"{k} CPU"].append(r.get(f"{k}_cpu", 0))

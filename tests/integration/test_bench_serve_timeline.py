@@ -38,6 +38,7 @@ def test_serve_requests_are_timed_from_inside_and_nothing_is_left(tmp_path: Path
         cols = report["per_request_us"][cmd]
         assert cols["requests"] == 2 * pods, cols
         assert 0 < cols["dispatch CPU"] <= cols["request CPU"], cols
+        assert 0 <= cols["request runnable, waiting for a CPU"] <= cols["request wall"], cols
         assert cols["store locks"] >= 1, cols
         assert any(k.startswith("lock held by ") for k in cols), cols
     if at_once:
