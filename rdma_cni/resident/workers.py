@@ -29,7 +29,9 @@ _STOP = {signal.SIGTERM, signal.SIGINT}
 
 
 def default_count() -> int:
-    return max(1, min(os.cpu_count() or 1, 4))
+    """One process per CPU serve may run on (its affinity: a container's cpuset, not the
+    node's CPU count), at most 4."""
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
 
 
 def _child(server: Server) -> None:
