@@ -1,6 +1,6 @@
-/* measure-exec [-g FD] [-d FD] OUT argv...: run argv (stdin, stdout, stderr inherited), reap it
- * with wait4 and write "<exit> <wall ns> <peak RSS KiB> <end ns>" to OUT (<end ns>: the
- * CLOCK_MONOTONIC time it was reaped). Spawned from this small static process, the
+/* measure-exec [-g FD] [-d FD] OUT argv...: run argv (stdin, stdout, stderr inherited),
+ * reap it with wait4 and write "<exit> <wall ns> <peak RSS KiB> <end ns>" to OUT (<end
+ * ns>: the CLOCK_MONOTONIC time it was reaped). Spawned from this small static process, the
  * child's peak RSS is its own: spawned straight from the Python driver, ru_maxrss would
  * count the driver's ~20 MiB copied into the child before exec.
  *
@@ -17,7 +17,6 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
