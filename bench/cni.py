@@ -155,11 +155,10 @@ class _Running:
 
     def _output(self) -> bytes:
         """The plugin's stdout, whole: read from its pipe until the end, or from its file
-        (gated) once the measurer has exited."""
+        (gated: :func:`_gated` calls this once every measurer has exited)."""
         stream = self.proc.stdout if self.outfile is None else self.outfile
         assert stream is not None
         if self.outfile is not None:
-            os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
             stream.seek(0)
         try:
             return stream.read()

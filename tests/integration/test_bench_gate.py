@@ -69,14 +69,22 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return out
 
 
-def _batch(tmp_path: Path, n: int, conf_bytes: int) -> list[cni.Invocation]:
-    src, exe = tmp_path / "plugin.c", tmp_path / "plugin"
-    src.write_text(PLUGIN)
+def _compile(tmp_path: Path, name: str, source: str) -> str:
+    """A stand-in plugin built from C ``source``; its path."""
+    src, exe = tmp_path / f"{name}.c", tmp_path / name
+    src.write_text(source)
     subprocess.run(["gcc", "-O2", "-o", str(exe), str(src)], check=True, timeout=120)
-    notes = tmp_path / "notes"
-    return [cni.Invocation(argv=[str(exe), str(notes)],
-                           conf={"name": "t", "pad": "x" * conf_bytes}, container_id=f"c{i}",
-                           netns="/nonexistent", ifname="net1", cni_args="", cni_path="/")
+    return str(exe)
+
+
+def _invocation(argv: list[str], conf: dict[str, Any], i: int) -> cni.Invocation:
+    return cni.Invocation(argv=argv, conf=conf, container_id=f"c{i}", netns="/nonexistent",
+                          ifname="net1", cni_args="", cni_path="/")
+
+
+def _batch(tmp_path: Path, n: int, conf_bytes: int) -> list[cni.Invocation]:
+    exe, notes = _compile(tmp_path, "plugin", PLUGIN), tmp_path / "notes"
+    return [_invocation([exe, str(notes)], {"name": "t", "pad": "x" * conf_bytes}, i)
             for i in range(n)]
 
 
@@ -145,9 +153,7 @@ def test_gated_the_driver_collects_only_once_the_batch_is_over(
     collects each exec as it ends): the first exec is collected no earlier than the slow
     one's exit. Each result, larger than a pipe holds, is read whole."""
     cni.SPAWN = "gated"
-    src, exe = tmp_path / "sleeper.c", tmp_path / "sleeper"
-    src.write_text(SLEEPER)
-    subprocess.run(["gcc", "-O2", "-o", str(exe), str(src)], check=True, timeout=120)
+    exe = _compile(tmp_path, "sleeper", SLEEPER)
     collected: list[int] = []
     real = cni._Running.finish
 
@@ -156,10 +162,7 @@ def test_gated_the_driver_collects_only_once_the_batch_is_over(
         return real(self)
     monkeypatch.setattr(cni._Running, "finish", finish)
     size = 200_000
-    invs = [cni.Invocation(argv=[str(exe), "300" if i == 5 else "0", str(size)], conf={},
-                           container_id=f"c{i}", netns="/nonexistent", ifname="net1",
-                           cni_args="", cni_path="/")
-            for i in range(8)]
+    invs = [_invocation([exe, "300" if i == 5 else "0", str(size)], {}, i) for i in range(8)]
     wall, execs = cni.run_parallel(invs, "ADD")
     slow = execs[5].end_ns
     assert slow is not None and wall >= 300_000_000
