@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -43,8 +45,24 @@ def wait_for(cond: Callable[[], T], what: str | None = None, timeout: float = 60
         time.sleep(interval)
 
 
+#: where the kernel picks the ports of port-0 binds and outgoing connections
+EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing is bound to right now, below the kernel's
+    ephemeral range: no other process's port-0 listener or outgoing connection can be
+    given it before the caller's server binds it (a node test once found its exporter's
+    port answered by some other server: HTTP 404). A port of that range when nothing
+    below it is free."""
+    low = int(Path(EPHEMERAL).read_text().split()[0])
+    candidates = list(range(max(1024, low - 8192), low))
+    random.shuffle(candidates)
+    for port in [*candidates[:200], 0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise AssertionError("no free TCP port on 127.0.0.1")
