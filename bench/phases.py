@@ -49,7 +49,7 @@ STEPS = [
     ("rdma_cni.cni.commands.add", "plan_interfaces", "plan"),
     ("rdma_cni.cni.commands.add", "_free_tables", "free route tables"),
     ("rdma_cni.cni.commands.add", "_states", "the state's origin"),
-    ("rdma_cni.cni.commands.add", "_reserve", "reserve (store lock)"),
+    ("rdma_cni.cni.commands.add", "_reserve", "reserve"),
     ("rdma_cni.store.core", "Store.prepare_ip", "claim record ahead"),
     ("rdma_cni.store.core", "Store.ip_owners", "reservations read"),
     ("rdma_cni.store.core", "Store.reserve_ip", "address reserved"),
