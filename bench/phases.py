@@ -120,15 +120,11 @@ def inner(args: argparse.Namespace) -> int:
 
 def fs_of(path: str) -> str:
     """The type of the file system ``path`` is on (this process's mount table)."""
-    best, kind = "", ""
-    path = os.path.realpath(path)
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        point, fstype = fields[4], fields[fields.index("-") + 1]
-        inside = path == point or path.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, kind = point, fstype
-    return kind
+    from rdma_cni.tools.doctor_integrity import mount_of, parse_mountinfo
+
+    mount = mount_of(os.path.realpath(path),
+                     parse_mountinfo(Path("/proc/self/mountinfo").read_text()))
+    return mount.fstype if mount is not None else ""
 
 
 def _measure(args: argparse.Namespace) -> list[list[Mark]]:

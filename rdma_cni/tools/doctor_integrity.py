@@ -24,6 +24,7 @@ from rdma_cni.models.subconfig import CONF_EXTENSIONS, PLUGIN_TYPE
 class Mount:
     point: str
     propagation: str  # shared | slave | shared+slave | private
+    fstype: str = ""
 
 
 def _unescape(field: str) -> str:
@@ -38,10 +39,12 @@ def parse_mountinfo(text: str) -> list[Mount]:
         fields = line.split()
         if len(fields) < 7 or "-" not in fields[6:]:
             continue
-        optional = fields[6:fields.index("-", 6)]
+        end = fields.index("-", 6)
+        optional = fields[6:end]
         kinds = [k for k in ("shared", "master") if any(o.startswith(k + ":") for o in optional)]
         propagation = "+".join("slave" if k == "master" else k for k in kinds) or "private"
-        out.append(Mount(_unescape(fields[4]), propagation))
+        fstype = fields[end + 1] if end + 1 < len(fields) else ""
+        out.append(Mount(_unescape(fields[4]), propagation, fstype))
     return out
 
 

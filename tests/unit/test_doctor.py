@@ -181,12 +181,14 @@ garbage line
 
 def test_parse_mountinfo() -> None:
     mounts = parse_mountinfo(MOUNTINFO)
-    assert mounts == [Mount("/", "shared"), Mount("/run", "shared"), Mount("/run/netns", "slave"),
-                      Mount("/run/netns/pod a", "shared+slave"),
-                      Mount("/var/lib/kubelet", "private")]
-    assert mount_of("/run/netns", mounts) == Mount("/run/netns", "slave")
-    assert mount_of("/var/lib/kubelet/pods/x", mounts) == Mount("/var/lib/kubelet", "private")
-    assert mount_of("/etc", mounts) == Mount("/", "shared")
+    assert mounts == [Mount("/", "shared", "ext4"), Mount("/run", "shared", "tmpfs"),
+                      Mount("/run/netns", "slave", "tmpfs"),
+                      Mount("/run/netns/pod a", "shared+slave", "nsfs"),
+                      Mount("/var/lib/kubelet", "private", "ext4")]
+    assert mount_of("/run/netns", mounts) == Mount("/run/netns", "slave", "tmpfs")
+    assert mount_of("/var/lib/kubelet/pods/x", mounts) == \
+        Mount("/var/lib/kubelet", "private", "ext4")
+    assert mount_of("/etc", mounts) == Mount("/", "shared", "ext4")
 
 
 @pytest.mark.parametrize(("line", "status"), [
