@@ -37,6 +37,7 @@ import lab  # noqa: E402
 
 #: (module, attribute path, label): the steps timed, as ``cmd_add`` calls them
 STEPS = [
+    ("rdma_cni.cni.dispatch", "run", "ADD (dispatch.run)"),
     ("rdma_cni.cni.dispatch", "_decode", "decode the config"),
     ("rdma_cni.cni.dispatch", "_build_request", "build the request"),
     ("rdma_cni.cni.dispatch", "_call", "the command"),
@@ -60,7 +61,7 @@ STEPS = [
     ("rdma_cni.store.core", "Store.commit_state", "a state record put in place"),
     ("rdma_cni.cni.result", "append", "the result"),
 ]
-ADD = "ADD (dispatch.run)"
+ADD = STEPS[0][2]  # the whole command: the ADD's, and its DEL's
 Mark = tuple[str, int, int]  # label, start, end (ns)
 
 
@@ -129,24 +130,18 @@ def fs_of(path: str) -> str:
 
 def _measure(args: argparse.Namespace) -> list[list[Mark]]:
     """Each counted ADD's marks, its own first (the whole ``dispatch.run``)."""
-    from rdma_cni.cni import dispatch
-
     got: list[list[Mark]] = []
-    adds = inproc.Adds(args.tmp, args.prefix)
-    real_run = dispatch.run
+    adds = inproc.Adds(args.tmp, args.prefix)  # it looks ``dispatch.run`` up at each call
     try:
         for r in range(args.rounds + 1):  # round 0 warms up, not counted
             marks: list[Mark] = []
-            dispatch.run = _wrapper(real_run, ADD, marks)
             with timed(marks):
                 adds.once(lambda: time.sleep(args.pause / 1e3))
-            dispatch.run = real_run
             whole = next(m for m in marks if m[0] == ADD)  # the ADD's, not its DEL's
             if r:
                 got.append([whole] + [m for m in marks if whole[1] <= m[1] and m[2] <= whole[2]
                                       and m is not whole])
     finally:
-        dispatch.run = real_run
         adds.close()
     return got
 
