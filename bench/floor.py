@@ -1,9 +1,10 @@
 """The physical floor on this machine, measured in the same run: an exec of a static
 C ``true`` built as the front is (the least any exec'd plugin costs; and built against
 glibc, for comparison), one netlink round trip (the least
-one kernel request costs), and the kernel's floor of figure 2's ADD and figure 2b's DEL
-(the same netlink requests and store writes `serve` makes, in the same
-order, with nothing else), so the table shows how close each figure is to the limit."""
+one kernel request costs), and the kernel's floor of figure 2's ADD and figure 2b's DEL,
+of figure 1's (eight interfaces) and of figure 3's pass-through (the same netlink
+requests and store writes `serve` makes, in the same order, with nothing else), so the
+table shows how close each figure is to the limit (figure 4's batch: floor_batch.py)."""
 
 from __future__ import annotations
 
@@ -87,22 +88,42 @@ def file_create_us(tmp: str, n: int) -> dict[str, float]:
     return {"create_us": round(statistics.median(times), 1), "n": n}
 
 
-def measure(tmp: str, n: int = 50, pods: Any = None, rounds: int = 15) -> dict[str, Any]:
+def measure(tmp: str, n: int = 50, pods: Any = None, rounds: int = 15,
+            many: int = 8) -> dict[str, Any]:
     """The floor; with ``pods`` (bench/lab.py's Pods, inside the node netns) also the
-    ADD's and DEL's (``rounds`` of each)."""
+    ADD's and DEL's of one interface and of ``many`` (figure 1's), ``rounds`` of each."""
     true, glibc = static_true(tmp), static_true(tmp, "gcc")
     return {"static_true": exec_ms([true], n) if true else None,
             "static_true_glibc": exec_ms([glibc], n) if glibc else None,
+            "static_true_path": true,
             "netlink": netlink_rtt_ms(n * 20),
             "file_create": file_create_us(tmp, n * 4),
-            "add_del": add_del_floor(tmp, pods, rounds) if pods is not None else None}
+            "pass_through": pass_through_floor(tmp, n * 4),
+            "add_del": add_del_floor(tmp, pods, rounds) if pods is not None else None,
+            "add_del_many": add_del_floor(tmp, pods, rounds, many) if pods is not None else None}
 
 
-# -- the kernel's floor of the one-interface resident ADD and DEL --------------------------
+def pass_through_floor(tmp: str, n: int) -> dict[str, Any]:
+    """Median ms of ``n`` of figure 3's floor (:func:`floor_pass_through`)."""
+    store = Store(os.path.join(tmp, "floor-pass-store"))
+    times = []
+    try:
+        for _ in range(n):
+            start = time.perf_counter_ns()
+            floor_pass_through(store)
+            times.append((time.perf_counter_ns() - start) / 1e6)
+    finally:
+        store.close()
+    return {"add_ms": round(statistics.median(times), 4), "n": n}
+
+
+# -- the kernel's floor of the resident ADD and DEL ------------------------------------------
 # The requests and writes below are those `rdma-cni serve` makes for figure 2's ADD and
 # figure 2b's DEL (one block, shared-multi, the stand-in NIC rdma0), in the same order,
-# found with strace on `serve` (bench/README.md, "The kernel's floor"). Nothing is decoded
-# or checked beyond what the next request needs (the new link's index).
+# found with strace on `serve` (bench/README.md, "The kernel's floor"), and for figure 1's
+# (eight blocks on rdma0..rdma7: the lookups of each NIC and table, each interface's ten
+# requests, the links deleted as one group). Nothing is decoded or checked beyond what
+# the next request needs (the new link's index).
 
 NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE, NLM_F_DUMP = 4, 0x200, 0x400, 0x300
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -124,6 +145,10 @@ SOL_NETLINK, NETLINK_GET_STRICT_CHK, CLONE_NEWNET = 270, 12, 0x40000000
 IFF_UP = 1
 #: the sizes of the store's records as `serve` writes them for one interface (bytes)
 CLAIM_BYTES, PENDING_BYTES, READY_BYTES, METRICS_BYTES = 165, 952, 1136, 8200
+#: what each interface past the first adds to the pending and the ready record (8: 4131, 5433)
+PENDING_PER_IFACE, READY_PER_IFACE = 454, 614
+IFLA_GROUP = 27
+AT_FDCWD, RENAME_EXCHANGE = -100, 2
 
 
 def _attr(kind: int, value: bytes) -> bytes:
@@ -217,20 +242,31 @@ class Store:
     metrics file and the log file, written the way `serve` writes them."""
 
     root: str
+    #: False: the layout is there already (another process of figure 4's batch made it)
+    make: bool = True
 
     def __post_init__(self) -> None:
-        for sub in ("addrs", "state"):
-            os.makedirs(os.path.join(self.root, sub), exist_ok=True)
         self.metrics = os.path.join(self.root, "metrics")
-        with open(self.metrics, "wb") as f:
-            f.write(b"\0" * METRICS_BYTES)
+        if self.make:
+            for sub in ("addrs", "state"):
+                os.makedirs(os.path.join(self.root, sub), exist_ok=True)
+            with open(self.metrics, "wb") as f:
+                f.write(b"\0" * METRICS_BYTES)
         self.log = os.open(os.path.join(self.root, "floor.log"),
                            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
     def lock(self) -> int:
         fd = os.open(os.path.join(self.root, "lock"),
                      os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # uncontended but for figure 4's batch (floor_batch.py)
+        return fd
+
+    def record_lock(self, key: str) -> int:
+        """The lock of the attachment's state record, as each step of `serve`'s ADD takes
+        it (rdma_cni/store/recordlock.py): the record opened and flocked."""
+        fd = os.open(os.path.join(self.root, "state", f"{key}.json"),
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fcntl.flock(fd, fcntl.LOCK_EX)
         return fd
 
     @staticmethod
@@ -256,7 +292,7 @@ class Store:
         fd = os.open(self.metrics, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW
                      | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX)
             os.pread(fd, METRICS_BYTES + 1, 0)
             os.pwrite(fd, b"\1" * 128, offset)
         finally:
@@ -271,22 +307,40 @@ class Store:
         os.close(self.log)
 
 
+@dataclass(frozen=True)
+class Iface:
+    """One RDMA interface of a pod: its stand-in NIC ``rdma<k>`` (bench/lab.py), the
+    address (``host`` in the NIC's subnet), the pod's name for it and its route table."""
+
+    k: int = 0
+    host: int = 2
+
+    nic = property(lambda self: f"rdma{self.k}")
+    addr = property(lambda self: f"198.18.{self.k}.{self.host}")
+    gateway = property(lambda self: f"198.18.{self.k}.254")
+    subnet = property(lambda self: f"198.18.{self.k}.0")
+    hpc = property(lambda self: f"198.19.{self.k}.0")
+    ifname = property(lambda self: f"eth{self.k + 1}")
+    table = property(lambda self: TABLE + self.k)
+
+
 @dataclass
 class Attachment:
-    """What one interface of one pod is: the pod's netns, the names and the address."""
+    """What one pod's attachment is: the pod's netns, the key and its interfaces."""
 
     pod_path: str
     key: str
-    nic: str = "rdma0"
-    addr: str = "198.18.0.2"
-    gateway: str = "198.18.0.254"
-    subnet: str = "198.18.0.0"
-    hpc: str = "198.19.0.0"
-    ifname: str = "eth1"
+    ifaces: tuple[Iface, ...] = (Iface(),)
+
+    def tmp_name(self, k: int) -> str:
+        """The name the link is made under, as `serve` names it (rdma_cni/datapath/plan.py)."""
+        return f"rdt{self.key[:9]}{k:x}"
 
     @property
-    def tmp_name(self) -> str:
-        return f"rdt{self.key[:10]}"
+    def record_bytes(self) -> tuple[int, int]:
+        """The sizes of its pending and its ready state record."""
+        more = len(self.ifaces) - 1
+        return PENDING_BYTES + more * PENDING_PER_IFACE, READY_BYTES + more * READY_PER_IFACE
 
 
 @contextlib.contextmanager
@@ -321,83 +375,119 @@ def _ipv4_conf(ifname: str) -> bytes:
         IFLA_AF_SPEC, _attr(socket.AF_INET, _attr(IFLA_INET_CONF | NLA_F_NESTED, conf)))
 
 
-def _locked(store: Store, *steps: Callable[[], Any]) -> Any:
-    fd, out = store.lock(), None
+def _locked(fd: int, *steps: Callable[[], Any]) -> Any:
+    """Run ``steps`` holding the lock taken as ``fd`` (released by closing it)."""
+    out = None
     try:
         for step in steps:
             out = step()
     finally:
-        Store.unlock(fd)
+        os.close(fd)
     return out
 
 
 def floor_add(a: Attachment, store: Store) -> None:
-    """Figure 2's ADD as requests and writes only (see the block comment above)."""
-    rule = _rule(TABLE, 32, 1) + _ip(FRA_SRC, a.addr) + _u32(FRA_TABLE, TABLE) \
-        + _u32(FRA_PRIORITY, PRIORITY)
+    """Figure 2's ADD (one interface) or figure 1's (eight) as requests and writes only
+    (see the block comment above)."""
     with _channels(a.pod_path) as (node, pod, pod_ns):
-        link = node.request(RTM_GETLINK, NLM_F_ACK, _ifinfo() + _name(IFLA_IFNAME, a.nic))
-        nic_index = struct.unpack_from("=i", link, 4)[0]
-        main = _u32(RTA_TABLE, RT_TABLE_MAIN) + _u32(RTA_OIF, nic_index)
         for family, probe, flags in PROBES:  # the node's default route: none in this netns
             raw = socket.inet_pton(family, probe)
             node.request(RTM_GETROUTE, 0, _rtmsg(family, len(raw) * 8, 0, flags=flags)
                          + _attr(RTA_DST, raw), ENETUNREACH)
+        nics = {i.nic: struct.unpack_from("=i", node.request(
+            RTM_GETLINK, NLM_F_ACK, _ifinfo() + _name(IFLA_IFNAME, i.nic)), 4)[0]
+            for i in a.ifaces}
         store.say("INFO no kubelet allocation source on this node: NICs taken from config "
                   "order; GPU/NIC NUMA alignment is not guaranteed")
-        Store.unlock(store.lock())
-        node.request(RTM_GETADDR, NLM_F_DUMP, struct.pack("=BBBBi", socket.AF_INET, 0, 0, 0, 0))
-        node.request(RTM_GETROUTE, NLM_F_DUMP, _rtmsg(socket.AF_INET, 0, RT_TABLE_MAIN) + main)
-        pod.request(RTM_GETRULE, NLM_F_DUMP, _rule())
-        pod.request(RTM_GETROUTE, NLM_F_DUMP, _rtmsg(socket.AF_INET, 0, TABLE)
-                    + _u32(RTA_TABLE, TABLE))
-        claim = store.write_tmp("addrs", "claim", CLAIM_BYTES)
-        state = os.path.join(store.root, "state", f"{a.key}.json")
-
-        def pending() -> None:
-            os.link(claim, os.path.join(store.root, "addrs", a.addr))
-            os.rename(store.write_tmp("state", a.key, PENDING_BYTES), state)
-        _locked(store, pending)
-        os.unlink(claim)
-        _locked(store, lambda: pod.request(RTM_GETLINK, NLM_F_ACK,
-                                           _ifinfo() + _name(IFLA_IFNAME, a.ifname), ENODEV))
-        made = _ifinfo() + _name(IFLA_IFNAME, a.tmp_name) + _u32(IFLA_LINK, nic_index) \
-            + _u32(IFLA_NET_NS_FD, pod_ns) + _u32(IFLA_MTU, 1500) \
-            + _attr(IFLA_LINKINFO, _name(IFLA_INFO_KIND, "macvlan")
-                    + _attr(IFLA_INFO_DATA, _u32(IFLA_MACVLAN_MODE, MACVLAN_MODE_BRIDGE)))
-        link = _locked(
-            store, lambda: node.request(RTM_NEWLINK, NLM_F_ACK | NLM_F_EXCL | NLM_F_CREATE, made),
-            lambda: pod.request(RTM_GETLINK, NLM_F_ACK, _ifinfo() + _name(IFLA_IFNAME, a.tmp_name)))
-        index = struct.unpack_from("=i", link, 4)[0]
-        _locked(store, lambda: pod.request(
-            RTM_SETLINK, NLM_F_ACK, _ifinfo(index) + _name(IFLA_IFNAME, a.ifname)
-            + _name(IFLA_IFALIAS, f"rdma-cni:{a.key}")))
-        _locked(store, lambda: pod.request(RTM_SETLINK, NLM_F_ACK, _ipv4_conf(a.ifname)))
-        new = NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
-        _locked(store, lambda: pod.request(
-            RTM_NEWADDR, new, struct.pack("=BBBBi", socket.AF_INET, 24, 0, 0, index)
-            + _ip(IFA_ADDRESS, a.addr) + _ip(IFA_LOCAL, a.addr)))
-        _locked(store, lambda: pod.request(
-            RTM_SETLINK, NLM_F_ACK, _ifinfo(0, IFF_UP, IFF_UP) + _name(IFLA_IFNAME, a.ifname)
-            + _u32(IFLA_MTU, 1500)))
-        routes = _u32(RTA_TABLE, TABLE) + _u32(RTA_OIF, index)
-        _locked(store, lambda: pod.request(
-                    RTM_NEWROUTE, new, _rtmsg(socket.AF_INET, 24, TABLE, 4, 0xfd, 1)
-                    + _ip(RTA_DST, a.subnet) + routes),
-                lambda: pod.request(
-                    RTM_NEWROUTE, new, _rtmsg(socket.AF_INET, 24, TABLE, 4, 0, 1, 4)
-                    + _ip(RTA_DST, a.hpc) + routes + _ip(RTA_GATEWAY, a.gateway)))
-        _locked(store, lambda: pod.request(RTM_NEWRULE, new, rule))
-        ready = store.write_tmp("state", a.key, READY_BYTES)
-        _locked(store, lambda: os.rename(ready, state))
+        _facts(a, node, pod, nics)
+        _reserve(a, store)
+        for k, i in enumerate(a.ifaces):
+            _steps(a, k, i, store, node, pod, pod_ns, nics[i.nic])
+        ready = store.write_tmp("state", a.key, a.record_bytes[1])
+        _locked(store.record_lock(a.key),
+                lambda: _swap(ready, os.path.join(store.root, "state", f"{a.key}.json")),
+                lambda: os.unlink(ready))  # the pending record, under the temp name now
         store.count(8)
         store.say(f"INFO resident ADD {a.key[:12]} exit 0 in 0.0 ms")
 
 
-def _dellink_unlisted(pod_ns: int, body: bytes, index: int) -> None:
+def _swap(new: str, old: str) -> None:
+    """``renameat2(RENAME_EXCHANGE)``: the record put in place as the store does
+    (rdma_cni/store/atomic.py, ``swap_in_place``)."""
+    if LIBC.renameat2(AT_FDCWD, new.encode(), AT_FDCWD, old.encode(), RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), new)
+
+
+def _facts(a: Attachment, node: Channel, pod: Channel, nics: dict[str, int]) -> None:
+    """The host's addresses and each NIC's routes, the pod's rules and each table's routes."""
+    node.request(RTM_GETADDR, NLM_F_DUMP, struct.pack("=BBBBi", socket.AF_INET, 0, 0, 0, 0))
+    for i in a.ifaces:
+        node.request(RTM_GETROUTE, NLM_F_DUMP, _rtmsg(socket.AF_INET, 0, RT_TABLE_MAIN)
+                     + _u32(RTA_TABLE, RT_TABLE_MAIN) + _u32(RTA_OIF, nics[i.nic]))
+    pod.request(RTM_GETRULE, NLM_F_DUMP, _rule())
+    for i in a.ifaces:
+        pod.request(RTM_GETROUTE, NLM_F_DUMP, _rtmsg(socket.AF_INET, 0, i.table)
+                    + _u32(RTA_TABLE, i.table))
+
+
+def _reserve(a: Attachment, store: Store) -> None:
+    """Each address's claim written ahead of the store lock, then under it the claims linked
+    in place and the pending state; the claims' temp names unlinked after."""
+    claims = [store.write_tmp("addrs", f"claim{k}", CLAIM_BYTES) for k in range(len(a.ifaces))]
+
+    def pending() -> None:
+        for claim, i in zip(claims, a.ifaces, strict=True):
+            os.link(claim, os.path.join(store.root, "addrs", i.addr))
+        os.rename(store.write_tmp("state", a.key, a.record_bytes[0]),
+                  os.path.join(store.root, "state", f"{a.key}.json"))
+    _locked(store.lock(), pending)
+    for claim in claims:
+        os.unlink(claim)
+
+
+def _steps(a: Attachment, k: int, i: Iface, store: Store, node: Channel, pod: Channel,
+           pod_ns: int, nic_index: int) -> None:
+    """One interface's ten requests, each hold of the record's lock as `serve` takes it."""
+    def held(*steps: Callable[[], Any]) -> Any:
+        return _locked(store.record_lock(a.key), *steps)
+
+    held(lambda: pod.request(RTM_GETLINK, NLM_F_ACK, _ifinfo() + _name(IFLA_IFNAME, i.ifname),
+                             ENODEV))
+    made = _ifinfo() + _name(IFLA_IFNAME, a.tmp_name(k)) + _u32(IFLA_LINK, nic_index) \
+        + _u32(IFLA_NET_NS_FD, pod_ns) + _u32(IFLA_MTU, 1500) \
+        + _attr(IFLA_LINKINFO, _name(IFLA_INFO_KIND, "macvlan")
+                + _attr(IFLA_INFO_DATA, _u32(IFLA_MACVLAN_MODE, MACVLAN_MODE_BRIDGE)))
+    link = held(lambda: node.request(RTM_NEWLINK, NLM_F_ACK | NLM_F_EXCL | NLM_F_CREATE, made),
+                lambda: pod.request(RTM_GETLINK, NLM_F_ACK,
+                                    _ifinfo() + _name(IFLA_IFNAME, a.tmp_name(k))))
+    index = struct.unpack_from("=i", link, 4)[0]
+    held(lambda: pod.request(RTM_SETLINK, NLM_F_ACK, _ifinfo(index) + _name(IFLA_IFNAME, i.ifname)
+                             + _name(IFLA_IFALIAS, f"rdma-cni:{a.key}")))
+    held(lambda: pod.request(RTM_SETLINK, NLM_F_ACK, _ipv4_conf(i.ifname)))
+    new = NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+    held(lambda: pod.request(RTM_NEWADDR, new, struct.pack("=BBBBi", socket.AF_INET, 24, 0, 0,
+                                                           index)
+                             + _ip(IFA_ADDRESS, i.addr) + _ip(IFA_LOCAL, i.addr)))
+    held(lambda: pod.request(RTM_SETLINK, NLM_F_ACK, _ifinfo(0, IFF_UP, IFF_UP)
+                             + _name(IFLA_IFNAME, i.ifname) + _u32(IFLA_MTU, 1500)))
+    routes = _u32(RTA_TABLE, i.table) + _u32(RTA_OIF, index)
+    held(lambda: pod.request(RTM_NEWROUTE, new, _rtmsg(socket.AF_INET, 24, i.table, 4, 0xfd, 1)
+                             + _ip(RTA_DST, i.subnet) + routes),
+         lambda: pod.request(RTM_NEWROUTE, new, _rtmsg(socket.AF_INET, 24, i.table, 4, 0, 1, 4)
+                             + _ip(RTA_DST, i.hpc) + routes + _ip(RTA_GATEWAY, i.gateway)))
+    held(lambda: pod.request(RTM_NEWRULE, new, _rule_of(i)))
+
+
+def _rule_of(i: Iface) -> bytes:
+    return _rule(i.table, 32, 1) + _ip(FRA_SRC, i.addr) + _u32(FRA_TABLE, i.table) \
+        + _u32(FRA_PRIORITY, PRIORITY)
+
+
+def _dellink_unlisted(pod_ns: int, body: bytes, indexes: set[int]) -> None:
     """The RTM_DELLINK of ``body`` sent from a thread of its own in the pod netns, waited
-    for until the kernel's RTM_DELLINK notification of link ``index``, as `serve` deletes
-    (rdma_cni/adapters/rtnlunlist.py): the thread finishes the kernel's freeing of it."""
+    for until the kernel's RTM_DELLINK notification of every link of ``indexes``, as `serve`
+    deletes (rdma_cni/adapters/rtnlunlist.py): the thread finishes the kernel's freeing."""
     ready = threading.Event()
     box: dict[str, socket.socket] = {}
 
@@ -416,44 +506,64 @@ def _dellink_unlisted(pod_ns: int, body: bytes, index: int) -> None:
 
     threading.Thread(target=run).start()
     ready.wait()
-    listener = box["listener"]
+    listener, left = box["listener"], set(indexes)
     try:
-        while True:
+        while left:
             data, (sender, _groups) = listener.recvfrom(65536)
             off = 0
             while sender == 0 and off + 24 <= len(data):
                 length, kind = struct.unpack_from("=IH", data, off)
-                if kind == RTM_DELLINK and struct.unpack_from("=i", data, off + 20)[0] == index:
-                    return
+                if kind == RTM_DELLINK:
+                    left.discard(struct.unpack_from("=i", data, off + 20)[0])
                 off += max((length + 3) & ~3, 16)
     finally:
         listener.close()
 
 
 def floor_del(a: Attachment, store: Store) -> None:
-    """Figure 2b's DEL as requests and writes only."""
-    rule = _rule(TABLE, 32, 1) + _ip(FRA_SRC, a.addr) + _u32(FRA_TABLE, TABLE) \
-        + _u32(FRA_PRIORITY, PRIORITY)
+    """Figure 2b's DEL (or figure 1's, eight interfaces) as requests and writes only: two
+    or more links marked with a group of their own and deleted as that group, as `serve`
+    deletes them (rdma_cni/adapters/netlink.py, ``delete_links``)."""
     with _channels(a.pod_path) as (_node, pod, pod_ns):
-        pod.request(RTM_DELRULE, NLM_F_ACK, rule)
-        pod.request(RTM_GETLINK, NLM_F_ACK, _ifinfo() + _name(IFLA_IFNAME, a.tmp_name), ENODEV)
-        found = pod.request(RTM_GETLINK, NLM_F_ACK, _ifinfo() + _name(IFLA_IFNAME, a.ifname))
-        (index,) = struct.unpack_from("=i", found, 4)
-        _dellink_unlisted(pod_ns, _ifinfo() + _name(IFLA_IFNAME, a.ifname), index)
-        pod.request(RTM_GETLINK, NLM_F_ACK, _ifinfo(index), ENODEV)
+        indexes = []
+        for k, i in enumerate(a.ifaces):
+            pod.request(RTM_DELRULE, NLM_F_ACK, _rule_of(i))
+            pod.request(RTM_GETLINK, NLM_F_ACK, _ifinfo() + _name(IFLA_IFNAME, a.tmp_name(k)),
+                        ENODEV)
+            found = pod.request(RTM_GETLINK, NLM_F_ACK, _ifinfo() + _name(IFLA_IFNAME, i.ifname))
+            indexes.append(struct.unpack_from("=i", found, 4)[0])
+        if len(a.ifaces) == 1:
+            which = _name(IFLA_IFNAME, a.ifaces[0].ifname)
+        else:
+            which = _u32(IFLA_GROUP, int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF or 1)
+            for i in a.ifaces:
+                pod.request(RTM_SETLINK, NLM_F_ACK, _ifinfo() + _name(IFLA_IFNAME, i.ifname)
+                            + which)
+        _dellink_unlisted(pod_ns, _ifinfo() + which, set(indexes))
+        for index in indexes:
+            pod.request(RTM_GETLINK, NLM_F_ACK, _ifinfo(index), ENODEV)
 
     def release() -> None:
-        os.unlink(os.path.join(store.root, "addrs", a.addr))
+        for i in a.ifaces:
+            os.unlink(os.path.join(store.root, "addrs", i.addr))
         os.unlink(os.path.join(store.root, "state", f"{a.key}.json"))
-    _locked(store, release)
-    store.say(f"INFO DEL of vpc-cni/{a.key} released 1 interface(s)")
+    _locked(store.lock(), release)
+    store.say(f"INFO DEL of vpc-cni/{a.key} released {len(a.ifaces)} interface(s)")
     store.count(136)
     store.say(f"INFO resident DEL {a.key[:12]} exit 0 in 0.0 ms")
 
 
-def add_del_floor(tmp: str, pods: Any, rounds: int) -> dict[str, Any]:
+def floor_pass_through(store: Store) -> None:
+    """Figure 3's pass-through ADD as writes only: `serve`'s operation count and log line
+    (the answer is the previous result, unchanged: no request to the kernel)."""
+    store.count(8)
+    store.say("INFO resident ADD 0123456789ab exit 0 in 0.0 ms")
+
+
+def add_del_floor(tmp: str, pods: Any, rounds: int, n_ifaces: int = 1) -> dict[str, Any]:
     """Median ms of ``rounds`` floor ADDs and DELs, each on a fresh pod from ``pods``
-    (bench/lab.py's Pods: made and deleted untimed); the node's ``rdma0`` is the NIC."""
+    (bench/lab.py's Pods: made and deleted untimed), of ``n_ifaces`` interfaces on the
+    node's ``rdma0``, ``rdma1``, ..."""
     store = Store(os.path.join(tmp, "floor-store"))
     adds: list[float] = []
     dels: list[float] = []
@@ -462,7 +572,8 @@ def add_del_floor(tmp: str, pods: Any, rounds: int) -> dict[str, Any]:
         for _ in range(rounds):
             (pod,) = pods.create(1)
             try:
-                a = Attachment(pod.path, hashlib.sha1(pod.name.encode()).hexdigest())
+                a = Attachment(pod.path, hashlib.sha1(pod.name.encode()).hexdigest(),
+                               tuple(Iface(k) for k in range(n_ifaces)))
                 before, start = Channel.sent, time.perf_counter_ns()
                 floor_add(a, store)
                 adds.append((time.perf_counter_ns() - start) / 1e6)
@@ -476,7 +587,7 @@ def add_del_floor(tmp: str, pods: Any, rounds: int) -> dict[str, Any]:
     finally:
         store.close()
     return {"add_ms": round(statistics.median(adds), 3),
-            "del_ms": round(statistics.median(dels), 3), "n": rounds,
+            "del_ms": round(statistics.median(dels), 3), "n": rounds, "interfaces": n_ifaces,
             "add_requests": _one(sent["add"]), "del_requests": _one(sent["del"])}
 
 

@@ -67,7 +67,7 @@ def instrument(steps: Steps) -> None:
             return talk(self, kind, flags, body)
 
     floor.Channel._talk = timed_talk  # type: ignore[method-assign]
-    for name in ("write_tmp", "count", "say", "lock"):
+    for name in ("write_tmp", "count", "say", "lock", "record_lock"):
         setattr(floor.Store, name, _wrapped(steps, f"store {name}", getattr(floor.Store, name)))
     channels = floor._channels
 
@@ -127,7 +127,7 @@ def rounds(pods: lab.Pods, store: floor.Store, steps: Steps, n: int,
                 floor.floor_add(a, store)
             if proc_sys:
                 with steps.timed("(apart) the 4 settings under /proc/sys instead"):
-                    proc_sys_writes(pod.path, a.ifname)
+                    proc_sys_writes(pod.path, a.ifaces[0].ifname)
             per_round.append(dict(steps.now))
             floor.floor_del(a, store)
         finally:

@@ -67,8 +67,24 @@ FIGURES = (
 )
 #: what the reference of a figure against itself is, by its baseline scenario
 BASELINE_LABEL = {"s7-0": "none", "s8-0": "none"}
-#: the figures shown beside the kernel's floor of their command, and that floor's key
-FLOOR_OF = {"2": "add_ms", "2b": "del_ms"}
+#: each figure's floor: how many execs of the static C ``true`` (the least an exec'd
+#: plugin costs) and which parts of the record's ``floor`` (bench/floor.py: the same
+#: netlink requests and store writes as `serve`'s, nothing else); figure 4's batch has
+#: its execs inside (bench/floor_batch.py). Figures 5 and 5b (memory) have none.
+FLOOR_OF: dict[str, tuple[int, tuple[tuple[str, str], ...]]] = {
+    "1": (2, (("add_del_many", "add_ms"), ("add_del_many", "del_ms"))),
+    "1a": (1, (("add_del_many", "add_ms"),)),
+    "1b": (1, (("add_del_many", "del_ms"),)),
+    "2": (1, (("add_del", "add_ms"),)),
+    "2b": (1, (("add_del", "del_ms"),)),
+    "3": (1, (("pass_through", "add_ms"),)),
+    "4": (0, (("batch", "add_ms"),)),
+    "4b": (0, (("batch", "del_ms"),)),
+    "6": (1, (("add_del", "add_ms"),)),
+    "6l": (1, (("add_del", "add_ms"),)),
+    "7": (1, (("add_del_busy", "add_ms"),)),
+    "8": (1, (("add_del", "add_ms"),)),
+}
 #: the resident process after the ADD/DEL cycles: an absolute bound, MiB
 RESIDENT_RSS_GOAL_MIB = 80.0
 
@@ -138,18 +154,33 @@ def rows(scenarios: dict[str, Scenario], paths: Sequence[str]) -> list[dict[str,
     return out
 
 
+def floor_of(fig_id: str, fl: dict[str, Any] | None) -> float | None:
+    """The kernel's floor of figure ``fig_id`` (``FLOOR_OF``) from the run's floor record,
+    ms; None when the figure has none or a part of it was not measured."""
+    if fig_id not in FLOOR_OF or not fl:
+        return None
+    execs, parts = FLOOR_OF[fig_id]
+    true = fl.get("static_true") or {}
+    if execs and not true:
+        return None
+    total = execs * true["wall_ms"] if execs else 0.0
+    for key, metric in parts:
+        value = (fl.get(key) or {}).get(metric)
+        if not value:
+            return None
+        total += value
+    return round(total, 3)
+
+
 def add_floor(figure_rows: list[dict[str, Any]], fl: dict[str, Any] | None) -> None:
-    """Beside figures 2 and 2b (``FLOOR_OF``), the kernel's floor of their command
-    (``fl["add_del"]``, bench/floor.py) and how many times it each figure's median is."""
-    cmd = (fl or {}).get("add_del")
-    if not cmd:
-        return
+    """Beside each figure that has one, the kernel's floor of its command (``floor_of``)
+    and how many times it the figure's median is."""
     for row in figure_rows:
-        key = FLOOR_OF.get(row["id"])
-        if key is None or not cmd.get(key):
+        floor = floor_of(row["id"], fl)
+        if floor is None:
             continue
-        row["floor_ms"] = cmd[key]
-        row["floor_ratio"] = round(row["rdma_cni"]["median"] / cmd[key], 3)
+        row["floor_ms"] = floor
+        row["floor_ratio"] = round(row["rdma_cni"]["median"] / floor, 3)
 
 
 def cycle_rows(cycles: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -294,7 +325,7 @@ def _floor_line(fl: dict[str, Any] | None) -> list[str]:
         f"; the kernel's floor of figure 2's ADD ({cmd['add_requests']} netlink requests, "
         # runs before the settings went through netlink wrote them under /proc/sys
         f"{'4 sysctl writes, ' if cmd['add_requests'] == 15 else ''}"
-        f"the store's records written and renamed as `serve` does, "
+        f"the store's records written and put in place as `serve` does, "
         f"no exec) {cmd['add_ms']:.2f} ms and of figure 2b's DEL ({cmd['del_requests']} "
         f"requests, the records removed) {cmd['del_ms']:.2f} ms, medians of {cmd['n']} "
         "(bench/floor.py)")
@@ -303,7 +334,31 @@ def _floor_line(fl: dict[str, Any] | None) -> list[str]:
         f"{made['create_us']:.0f} us" if made else ""
     return ["", f"Physical floor on this machine, same run: {t}; one netlink round trip "
                 f"(RTM_GETLINK) {fl['netlink']['rtt_ms'] * 1e3:.0f} us{create}{kernel}."
-                + _busy_floor(fl.get("add_del_busy"), cmd)]
+                + _other_floors(fl) + _busy_floor(fl.get("add_del_busy"), cmd)]
+
+
+def _other_floors(fl: dict[str, Any]) -> str:
+    """Figures 1, 3 and 4's floors of their commands, and how a figure's floor is made."""
+    out = []
+    many, passing, batch = fl.get("add_del_many"), fl.get("pass_through"), fl.get("batch")
+    if many:
+        out.append(f"of figure 1's ADD of {many['interfaces']} interfaces "
+                   f"({many['add_requests']} requests) {many['add_ms']:.2f} ms and its DEL "
+                   f"({many['del_requests']} requests, the links deleted as one group) "
+                   f"{many['del_ms']:.2f} ms, medians of {many['n']}")
+    if passing:
+        out.append(f"of figure 3's pass-through ADD (the operation's count and a log line, "
+                   f"no request) {passing['add_ms'] * 1e3:.0f} us")
+    if batch:
+        execs = "each after an exec of the static `true`, " if batch["with_exec"] else ""
+        out.append(f"of figure 4's {batch['pods']} ADDs at once (one process each, "
+                   f"{execs}let go at a gate) {batch['add_ms']:.2f} ms and of their DELs at "
+                   f"once {batch['del_ms']:.2f} ms, medians of {batch['n']} batches "
+                   "(bench/floor_batch.py)")
+    if not out:
+        return ""
+    return (" The kernel's floor " + "; ".join(out) + ". Beside each figure: its command's "
+            "floor plus one exec of the static `true` per exec the figure makes.")
 
 
 def _busy_floor(busy: dict[str, Any] | None, none: dict[str, Any] | None) -> str:

@@ -27,6 +27,7 @@ import busy
 import cni
 import figures
 import floor
+import floor_batch
 import lab
 import report
 import resident
@@ -340,7 +341,10 @@ def driver_main(args: argparse.Namespace) -> int:
         record = build_record(args, paths, done, daemon, load)
         record["resident_cycles"] = cycles
         record.update(extra)
-        record["floor"] = floor.measure(tmp, pods=pods, rounds=args.rounds)
+        record["floor"] = floor.measure(tmp, pods=pods, rounds=args.rounds, many=lab.N_NICS)
+        if "s4" in done:
+            record["floor"]["batch"] = floor_batch.batch_floor(
+                tmp, pods, args.pods, args.parallel_rounds, record["floor"]["static_true_path"])
         if record.get("busy_node", {}).get("floor"):
             record["floor"]["add_del_busy"] = {**record["busy_node"]["floor"],
                                                "attachments": record["busy_node"]["attachments"]}

@@ -1,7 +1,9 @@
 """bench/run.py end to end, in its quick form for figures 2 and 4 on the resident path: the
 built plugin as `install` lays it out against Debian's Go plugins. Its record says how
 figure 4's batch began and what built the measurer, figure 4 finds no duplicate address,
-its table says the same, and the run leaves no netns and no temp dir behind."""
+its table says the same, figures 2 and 4 have the kernel's floor of their command beside
+them (figure 4's: a batch of as many pods), and the run leaves no netns and no temp dir
+behind."""
 
 from __future__ import annotations
 
@@ -38,6 +40,12 @@ def test_a_quick_run_of_figures_2_and_4_gated(tmp_path: Path) -> None:
     four = next(f for f in record["figures"] if f["id"] == "4" and f["path"] == "resident")
     assert four["duplicates"] == {"rdma_cni": 0, "go": 0}
     assert four["rdma_cni"]["median"] > 0 and four["go"]["median"] > 0
+    floor = record["floor"]
+    assert floor["batch"]["pods"] == record["config"]["pods"] == 8
+    assert four["floor_ms"] == floor["batch"]["add_ms"] > 0
+    two = next(f for f in record["figures"] if f["id"] == "2" and f["path"] == "resident")
+    assert two["floor_ms"] == round(floor["add_del"]["add_ms"]
+                                    + floor["static_true"]["wall_ms"], 3)
     table = out.with_suffix(".md").read_text()
     assert "Figure 4's batches: every exec started and held at a gate" in table
     assert named("rcb") == before_ns

@@ -1,5 +1,5 @@
 """bench/report.py's rows of figures measured against rdma-cni itself (figures 7 and 8:
-a busier node against a quiet one) and the kernel's floor beside figures 2 and 2b."""
+a busier node against a quiet one) and the kernel's floor beside each figure."""
 
 from __future__ import annotations
 
@@ -60,13 +60,41 @@ def _row(fig_id: str, median: float) -> dict[str, Any]:
             "go": cell, "ratio": 1.0, "goal": None, "goal_kind": "ratio"}
 
 
-def test_the_kernels_floor_goes_beside_figures_2_and_2b_only() -> None:
-    rows = [_row("2", 9.3), _row("2b", 60.0), _row("3", 5.0)]
-    report.add_floor(rows, {"add_del": {"add_ms": 3.1, "del_ms": 30.0, "n": 5}})
-    assert (rows[0]["floor_ms"], rows[0]["floor_ratio"]) == (3.1, 3.0)
-    assert (rows[1]["floor_ms"], rows[1]["floor_ratio"]) == (30.0, 2.0)
-    assert "floor_ms" not in rows[2]
-    assert "kernel's floor 3.1 ms: 3.0x" in report._line(rows[0])
+FLOOR = {"static_true": {"wall_ms": 0.1, "cpu_ms": 0.05, "n": 5},
+         "add_del": {"add_ms": 3.0, "del_ms": 30.0, "n": 5, "add_requests": 17,
+                     "del_requests": 5},
+         "add_del_many": {"add_ms": 10.0, "del_ms": 5.0, "n": 5, "interfaces": 8,
+                          "add_requests": 108, "del_requests": 41},
+         "pass_through": {"add_ms": 0.01, "n": 20},
+         "batch": {"add_ms": 40.0, "del_ms": 50.0, "n": 2, "pods": 32, "with_exec": True},
+         "add_del_busy": {"add_ms": 4.0, "del_ms": 31.0, "n": 5, "attachments": 512}}
+
+
+def test_each_figures_floor_is_its_commands_with_one_exec_per_exec() -> None:
+    want = {"1": 0.2 + 15.0, "1a": 10.1, "1b": 5.1, "2": 3.1, "2b": 30.1, "3": 0.11,
+            "4": 40.0, "4b": 50.0, "6": 3.1, "6l": 3.1, "7": 4.1, "8": 3.1}
+    rows = [_row(i, 9.3) for i in want] + [_row("5", 1.0), _row("5b", 60.0)]
+    report.add_floor(rows, FLOOR)
+    got = {r["id"]: r.get("floor_ms") for r in rows}
+    assert got == {**{i: round(v, 3) for i, v in want.items()}, "5": None, "5b": None}
+    two = next(r for r in rows if r["id"] == "2")
+    assert two["floor_ratio"] == 3.0
+    assert "kernel's floor 3.1 ms: 3.0x" in report._line(two)
+
+
+def test_a_floor_not_measured_whole_is_not_shown() -> None:
+    rows = [_row("2", 9.3), _row("4", 100.0), _row("1", 20.0)]
+    report.add_floor(rows, {**FLOOR, "static_true": None, "add_del_many": None})
+    assert [r.get("floor_ms") for r in rows] == [None, 40.0, None]
+
+
+def test_the_floor_line_says_figures_1_3_and_4s_floors() -> None:
+    (line,) = [t for t in report._floor_line({**FLOOR, "netlink": {"rtt_ms": 0.002}})
+               if t]
+    assert "of figure 1's ADD of 8 interfaces" in line
+    assert "figure 3's pass-through ADD" in line and "10 us" in line
+    assert "figure 4's 32 ADDs at once" in line and "40.00 ms" in line
+    assert "one exec of the static `true` per exec" in line
 
 
 def test_no_floor_of_the_command_leaves_the_rows_as_they_are() -> None:
