@@ -62,6 +62,7 @@ class RdmaCni:
                             for k in range(self.n_nics)],
                 "dataDir": os.path.join(self.data_dir, "state"),
                 "logFile": os.path.join(self.data_dir, "rdma-cni.log"),
+                "metricsFile": os.path.join(self.data_dir, "metrics"),
                 "kubelet": {"podResourcesSocket": f"{kubelet}/kubelet.sock",
                             "checkpointFile": f"{kubelet}/checkpoint",
                             "devicePluginDir": kubelet},
