@@ -94,6 +94,16 @@ def formatter(fmt: str, log_format: object = "text") -> logging.Formatter:
     return JsonLines() if log_format == "json" else _Escaping(fmt)
 
 
+#: the test seam of :func:`default_file` (listed with the others in rdma_cni/testhooks.py)
+TEST_LOG_FILE = "RDMA_CNI_TEST_LOG_FILE"
+
+
+def default_file() -> str:
+    """``logFile`` for a config that names none or cannot be read: the node's log, or the
+    file a test names in ``RDMA_CNI_TEST_LOG_FILE`` (rdma_cni/testhooks.py)."""
+    return os.environ.get(TEST_LOG_FILE) or DEFAULTS["logFile"]
+
+
 def setup(conf: dict[str, Any] | None = None, stderr_level: int = logging.WARNING) -> None:
     """Configure the ``rdma_cni`` logger from a raw config dict (tolerates bad values)."""
     conf = conf or {}
@@ -106,7 +116,7 @@ def setup(conf: dict[str, Any] | None = None, stderr_level: int = logging.WARNIN
     err.setLevel(stderr_level)
     err.setFormatter(_Brief("rdma-cni: %(levelname)s %(message)s"))
     logger.addHandler(err)
-    path = conf.get("logFile", DEFAULTS["logFile"])
+    path = conf.get("logFile", default_file())
     if isinstance(path, str) and path:
         _add_file(logger, path, level, conf.get("logFormat", DEFAULTS["logFormat"]))
 

@@ -11,6 +11,10 @@ these variables is part of the configuration, and nothing reads them otherwise.
 - ``RDMA_CNI_TEST_CRASH_IN_DEL=k``: DEL kills itself before its k-th teardown action
   (counted from 0: per interface, last first: rules, link; exclusive: host recovery;
   then the end of the teardown, before the caller purges the store).
+- ``RDMA_CNI_TEST_LOG_FILE=path``: the log file of a request whose config names none or
+  cannot be read (the plugin's and ``serve``'s; :func:`rdma_cni.logsetup.default_file`),
+  instead of the node's ``/var/log/rdma-cni.log``: the tests feed undecodable configs
+  without writing a node's log.
 """
 
 from __future__ import annotations

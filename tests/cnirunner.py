@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from support.netns import ip_json
-from support.proc import sh
+from support.proc import plugin_env, sh
 
 REPO = Path(__file__).resolve().parents[1]
 BINARY = REPO / "dist" / "rdma-cni" / "rdma-cni"  # the image's bundle: every subcommand
@@ -139,8 +139,7 @@ def plugin_invocation(
         argv = list(binary)
     if node_ns:
         argv = ["ip", "netns", "exec", node_ns, *argv]
-    full_env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-                "CNI_COMMAND": cmd, "CNI_PATH": cni_path, "PYTHONDONTWRITEBYTECODE": "1"}
+    full_env = plugin_env(CNI_COMMAND=cmd, CNI_PATH=cni_path, PYTHONDONTWRITEBYTECODE="1")
     if binary is None:  # this checkout's package, not whatever the venv installed
         full_env["PYTHONPATH"] = str(REPO)
     if container_id:
@@ -172,11 +171,13 @@ def run_plugin(cmd: str, conf: Mapping[str, Any], *, timeout: float = 60,
 
 
 def plugin_conf(mode: str, devices: Sequence[str], tmp: Path, **extra: Any) -> dict[str, Any]:
-    """Our conflist entry for a test: data dir and log under ``tmp``, no kubelet source
-    (NICs come from ``devices``), the annotation capability declared."""
+    """Our conflist entry for a test: data dir, log and operation counts under ``tmp``
+    (never the node's own files), no kubelet source (NICs come from ``devices``), the
+    annotation capability declared."""
     conf: dict[str, Any] = {
         "type": "rdma-cni", "mode": mode, "devices": list(devices),
         "dataDir": str(tmp / "data"), "logFile": str(tmp / "rdma-cni.log"), "logLevel": "debug",
+        "metricsFile": str(tmp / "metrics"),
         "capabilities": {CAP_ANNOTATIONS: True},
         "kubelet": {"podResourcesSocket": str(tmp / "no-kubelet.sock"),
                     "checkpointFile": str(tmp / "no-checkpoint"),

@@ -14,9 +14,10 @@ import pytest
 VM_SKIP_REASON = "needs the VM tier kernel (ipvlan/dummy/rdma_rxe); run scripts/vm-run.sh"
 ROOT_SKIP_REASON = "needs root (euid 0)"
 
-# The root tiers' node rig (rig, runner, built_binary, installed_plugin): one
-# registration here, so no conftest imports another.
-pytest_plugins = ["support.rigs"]
+# The root tiers' node rig (rig, runner, built_binary, installed_plugin) and the check
+# that no test writes the node's own rdma-cni files: one registration here, so no
+# conftest imports another.
+pytest_plugins = ["support.rigs", "support.hostpaths"]
 
 
 def in_vm() -> bool:

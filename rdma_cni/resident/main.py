@@ -46,7 +46,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
         conf = read_json_object(args.config)
     args.socket = args.socket or conf.get("residentSocket") or DEFAULTS["residentSocket"]
     if args.log_file is None:  # "" in the config turns the file off, as in the plugin
-        args.log_file = conf.get("logFile", DEFAULTS["logFile"])
+        args.log_file = conf.get("logFile", logsetup.default_file())
     args.log_level = args.log_level or conf.get("logLevel") or DEFAULTS["logLevel"]
     args.log_format = args.log_format or conf.get("logFormat") or DEFAULTS["logFormat"]
     return args

@@ -104,8 +104,8 @@ class _Nowhere(logging.Handler):
 def _settings(conf: dict[str, Any] | None) -> tuple[str, int, str]:
     """(logFile, level, logFormat) of a request config, with the plugin's defaults."""
     conf = conf or {}
-    path = conf.get("logFile", DEFAULTS["logFile"])
+    path = conf.get("logFile", logsetup.default_file())
     fmt = conf.get("logFormat", DEFAULTS["logFormat"])
-    return (path if isinstance(path, str) else DEFAULTS["logFile"],
+    return (path if isinstance(path, str) else logsetup.default_file(),
             logsetup.level_of(conf.get("logLevel", DEFAULTS["logLevel"])),
             fmt if fmt in CHOICES["logFormat"] else DEFAULTS["logFormat"])

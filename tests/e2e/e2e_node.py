@@ -77,7 +77,7 @@ def install_plugin(cd: Containerd, data: Path, mode: str) -> None:
     """`rdma-cni install` with the built binary into containerd's CNI dirs."""
     entry = {"type": "rdma-cni", "devices": list(NICS), "allocation": "config",
              "dataDir": str(data), "logFile": str(data.parent / "rdma-cni.log"),
-             "logLevel": "debug"}
+             "metricsFile": str(data.parent / "metrics"), "logLevel": "debug"}
     cfg = data.parent / "rdma-cni.json"
     cfg.write_text(json.dumps(entry))
     out = run(str(BINARY), "install", "--bundle", str(BINARY.parent), "--cni-bin-dir",

@@ -39,7 +39,8 @@ def _agent_once(rig, conf: dict) -> None:  # type: ignore[no-untyped-def,type-ar
     path = rig.tmp / "agent.json"
     path.write_text(json.dumps(conf))
     proc = subprocess.run(["ip", "netns", "exec", rig.node.ns, str(PYTHON), "-m", "rdma_cni",
-                           "agent", "--config", str(path), "--once"],
+                           "agent", "--config", str(path), "--once",
+                           "--status-file", str(rig.tmp / "agent-status.json")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
 

@@ -84,7 +84,8 @@ def test_log_files_are_private_whatever_the_umask(rig: Rig, tmp_path: Path) -> N
             assert chain.add("c1", rig.pod().path, rdma_blocks(1)).rc == 0
             assert chain.delete("c1").rc == 0
             # an ADD without its container ID: refused (code 4) and logged
-            bad = run_plugin("ADD", {"cniVersion": "1.0.0", "name": "n", "logFile": str(old)},
+            bad = run_plugin("ADD", {"cniVersion": "1.0.0", "name": "n", "logFile": str(old),
+                                     "metricsFile": str(tmp_path / "metrics")},
                              node_ns=rig.node.ns)
             assert bad.code == 4, bad
         finally:

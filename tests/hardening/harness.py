@@ -19,6 +19,7 @@ from typing import Any
 
 from cnirunner import CAP_ANNOTATIONS, ip_json, snapshot
 from support.netns import named as netns_named
+from support.proc import plugin_env
 
 #: figures per suite, printed by conftest's pytest_terminal_summary
 FIGURES: dict[str, dict[str, float]] = defaultdict(dict)
@@ -56,7 +57,7 @@ def run_raw(argv: Sequence[str], env: Mapping[str, str], stdin: bytes,
             node_ns: str | None = None, timeout: float = 60) -> RawRun:
     """Exec the plugin with exactly ``env`` (plus PATH) and ``stdin`` bytes."""
     full = ["ip", "netns", "exec", node_ns, *argv] if node_ns else list(argv)
-    environ = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), **env}
+    environ = plugin_env(**env)
     proc = subprocess.run(full, input=stdin, env=environ, capture_output=True,
                           timeout=timeout, cwd="/")
     return RawRun(proc.returncode, proc.stdout.decode(errors="replace"),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.proc import plugin_env
 
 REPO = Path(__file__).resolve().parents[2]
 BINARY = REPO / "dist" / "rdma-cni" / "rdma-cni"
@@ -72,7 +73,7 @@ class Ran:
 
 def execute(cmd: list[str], command: str | None, stdin: bytes | dict[str, Any],
             env: dict[str, str] | None = None) -> Ran:
-    full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(ENV if env is None else env)}
+    full = plugin_env(**(ENV if env is None else env))
     if command is not None:
         full["CNI_COMMAND"] = command
     raw = stdin if isinstance(stdin, bytes) else json.dumps(stdin).encode()

@@ -158,10 +158,11 @@ def test_unknown_subcommand(built_binary: list[str]) -> None:
     assert '"frobnicate"' in line and all(n in line for n in SUBCOMMANDS)
 
 
-def test_missing_cni_version_is_named(built_binary: list[str]) -> None:
+def test_missing_cni_version_is_named(built_binary: list[str], tmp_path: Path) -> None:
     env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/nonexistent",
            "CNI_IFNAME": "eth0", "CNI_PATH": "/nonexistent"}
-    res = run(built_binary, env=env, stdin=json.dumps({"name": "n", "type": "rdma-cni"}))
+    res = run(built_binary, env=env, stdin=json.dumps({
+        "name": "n", "type": "rdma-cni", "metricsFile": str(tmp_path / "metrics")}))
     assert res.returncode == 1, res
     doc = json.loads(res.stdout)
     assert doc["code"] == 1 and doc["msg"].startswith("missing cniVersion: set it to one of")

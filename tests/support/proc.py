@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import subprocess
@@ -66,3 +67,17 @@ def free_port() -> int:
                 continue
             return int(s.getsockname()[1])
     raise AssertionError("no free TCP port on 127.0.0.1")
+
+
+#: the plugin's test seam for the log of a config it cannot read (rdma_cni/testhooks.py),
+#: which the session sets (tests/support/hostpaths.py)
+TEST_LOG_FILE = "RDMA_CNI_TEST_LOG_FILE"
+
+
+def plugin_env(**env: str) -> dict[str, str]:
+    """A plugin's environment as a runtime gives it (PATH), with the session's log seam
+    when it is set, then ``env``: the node's own log is never the tests'."""
+    base = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    if os.environ.get(TEST_LOG_FILE):
+        base[TEST_LOG_FILE] = os.environ[TEST_LOG_FILE]
+    return {**base, **env}

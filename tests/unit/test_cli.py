@@ -100,7 +100,7 @@ def test_the_exec_d_plugin_ends_with_its_answer_and_log_written(tmp_path: Path) 
     """The entry ends the exec with os._exit (no interpreter teardown): the answer on
     stdout, the exit code and the log line must all be out by then."""
     log = tmp_path / "rdma-cni.log"
-    conf = {**BAD_MODE_ADD, "logFile": str(log)}
+    conf = {**BAD_MODE_ADD, "logFile": str(log), "metricsFile": str(tmp_path / "metrics")}
     proc = subprocess.run([sys.executable, "-m", "rdma_cni"], input=json.dumps(conf),
                           capture_output=True, text=True, timeout=60, cwd=str(ROOT),
                           env=_plugin_env("ADD"))

@@ -392,7 +392,8 @@ def test_allocate_is_refused_while_the_node_does_not_chain_rdma_cni(
     _conflist(net_d, "vpc-cni", "rdma-cni", "portmap")
     proc = subprocess.Popen(
         [sys.executable, "-m", "rdma_cni.kube.deviceplugin", "--config", str(conf),
-         "--sysfs-root", str(root), "--poll", "0.1", "--cni-conf-dir", str(net_d)],
+         "--sysfs-root", str(root), "--poll", "0.1", "--cni-conf-dir", str(net_d),
+         "--status-file", str(root / "dp-status.json")],
         cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
         kubelet.wait_registrations(1, timeout=20)

@@ -17,8 +17,8 @@ import pytest
 from rdma_cni import errors, log
 from rdma_cni.cni import dispatch, versions
 from rdma_cni.cni.request import Request
+from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import CniError, Code
-from rdma_cni.store import metrics_file
 
 ENV = {
     "CNI_CONTAINERID": "c0ffee01",
@@ -43,8 +43,9 @@ OUR_RESULT = {
 
 @pytest.fixture(autouse=True)
 def _metrics_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The dispatcher counts every operation in a metrics file: keep it off the host's /run."""
-    monkeypatch.setattr(metrics_file, "DEFAULT_PATH", str(tmp_path / "metrics"))
+    """The dispatcher counts every operation in the metrics file of its config, the node's
+    by default (``DEFAULTS``, read at each call): keep it off the host's /run."""
+    monkeypatch.setitem(DEFAULTS, "metricsFile", str(tmp_path / "metrics"))
 
 
 @dataclass

@@ -140,3 +140,22 @@ def test_json_lines_are_one_object_a_record(tmp_path: Path) -> None:
     assert docs[0]["level"] == "warning" and docs[0]["msg"] == "pod evil\n{\"level\": \"error\"}"
     assert set(docs[0]) == {"time", "pid", "level", "msg"} and docs[0]["time"].endswith("Z")
     assert docs[1]["level"] == "error" and "boom\nline two" in docs[1]["exc"]
+
+
+def test_a_config_without_a_log_file_logs_to_the_test_seam_or_the_nodes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RDMA_CNI_TEST_LOG_FILE`` (rdma_cni/testhooks.py) takes the place of the node's log
+    for a config that names none; unset, the default is the node's."""
+    seam = tmp_path / "seam.log"
+    monkeypatch.setenv(logsetup.TEST_LOG_FILE, str(seam))
+    assert logsetup.default_file() == str(seam)
+    try:
+        logsetup.setup({}, stderr_level=logging.CRITICAL)
+        logging.getLogger("rdma_cni").warning("a config nobody could read")
+    finally:
+        for h in logging.getLogger("rdma_cni").handlers:
+            h.close()
+        logging.getLogger("rdma_cni").handlers.clear()
+    assert "a config nobody could read" in seam.read_text()
+    monkeypatch.delenv(logsetup.TEST_LOG_FILE)
+    assert logsetup.default_file() == "/var/log/rdma-cni.log"
