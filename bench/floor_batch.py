@@ -51,12 +51,14 @@ def _batch(command: str, batch: list[floor.Attachment], store: floor.Store,
         wall = (time.perf_counter_ns() - start) / 1e6
     finally:
         os.close(gate)
-        if opener >= 0:  # something failed before the gate opened: let them all go
-            os.close(opener)
         for p in procs:
+            if opener >= 0:  # something failed before the gate opened: none may start
+                p.kill()
             p.wait()
             if p.stdout is not None:
                 p.stdout.close()
+        if opener >= 0:
+            os.close(opener)
     if any(codes):
         raise RuntimeError(f"floor: {sum(1 for c in codes if c)} of the batch's "
                            f"{len(batch)} pods failed")
