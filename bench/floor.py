@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import fcntl
 import hashlib
+import ipaddress
 import os
 import socket
 import statistics
@@ -22,6 +23,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import lab
 
 RTM_GETLINK, NLM_F_REQUEST = 18, 1
 
@@ -269,11 +272,6 @@ class Store:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return fd
 
-    @staticmethod
-    def unlock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
     def write_tmp(self, sub: str, name: str, size: int) -> str:
         """A temp file in ``sub``: created exclusively, flocked, written, closed (the store
         writes its records without an fsync: rdma_cni/store/boot.py)."""
@@ -315,11 +313,12 @@ class Iface:
     k: int = 0
     host: int = 2
 
-    nic = property(lambda self: f"rdma{self.k}")
-    addr = property(lambda self: f"198.18.{self.k}.{self.host}")
-    gateway = property(lambda self: f"198.18.{self.k}.254")
-    subnet = property(lambda self: f"198.18.{self.k}.0")
-    hpc = property(lambda self: f"198.19.{self.k}.0")
+    nic = property(lambda self: lab.nic(self.k))
+    addr = property(lambda self: str(ipaddress.ip_network(lab.nic_subnet(self.k))[self.host]))
+    gateway = property(lambda self: lab.nic_gateway(self.k))
+    subnet = property(lambda self: str(ipaddress.ip_network(lab.nic_subnet(self.k))
+                                       .network_address))
+    hpc = property(lambda self: f"198.19.{self.k}.0")  # lab.make_node's HPC route
     ifname = property(lambda self: f"eth{self.k + 1}")
     table = property(lambda self: TABLE + self.k)
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rdma_cni.logsetup import TEST_LOG_FILE
+
 T = TypeVar("T")
 
 
@@ -69,15 +71,12 @@ def free_port() -> int:
     raise AssertionError("no free TCP port on 127.0.0.1")
 
 
-#: the plugin's test seam for the log of a config it cannot read (rdma_cni/testhooks.py),
-#: which the session sets (tests/support/hostpaths.py)
-TEST_LOG_FILE = "RDMA_CNI_TEST_LOG_FILE"
-
-
 def plugin_env(**env: str) -> dict[str, str]:
     """A plugin's environment as a runtime gives it (PATH), with the session's log seam
     when it is set, then ``env``: the node's own log is never the tests'."""
     base = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    # the plugin's seam for the log of a config it cannot read (rdma_cni/testhooks.py),
+    # which the session sets (tests/support/hostpaths.py)
     if os.environ.get(TEST_LOG_FILE):
         base[TEST_LOG_FILE] = os.environ[TEST_LOG_FILE]
     return {**base, **env}
