@@ -12,10 +12,13 @@ the request's thread starting), the request thread's wall and CPU and how long i
 waited runnable for a CPU (/proc/thread-self/schedstat), the answer's (the request up
 to its reply, what the caller waits for; the thread goes on with what
 ``serve`` does after it), the dispatcher's, the view check's, the frame's decoding, the
-choice of the request's log file, and each store lock: the wait for it and
-how long it was held, by the function that took it. With ``--at-once``, also per round:
+choice of the request's log file, each store lock: the wait for it and
+how long it was held, by the function that took it, and (one pod at a time) the CPU of
+the intake loops' rounds the request caused, every process's and that of the process
+that took it. With ``--at-once``, also per round:
 the wall of the whole batch, each process's request CPU against that wall (how much of
-its one interpreter it used), the share of the wall the store lock was held, and the
+its one interpreter it used), the intake loops' CPU per request, the share of the wall
+the store lock was held, and the
 share of the CPUs' time they idled (their ``cpuidle`` states' time, where the kernel
 shows it).
 
@@ -61,6 +64,7 @@ from rdma_cni.store import lock
 
 now, cpu = time.perf_counter_ns, time.thread_time_ns
 done, accepted, local = [], {}, threading.local()
+steps = []  # each round of a process's intake loop: (pid, its end, its thread's CPU)
 
 
 def timed(owner, name, field):
@@ -87,6 +91,15 @@ def taker():
         f = f.f_back
     return "/".join(names)
 
+
+step = intake.Intake.step
+def _step(self, *a, **k):
+    c0 = cpu()
+    try:
+        return step(self, *a, **k)
+    finally:
+        steps.append((os.getpid(), now(), cpu() - c0))
+intake.Intake.step = _step
 
 admit = intake.Intake._admit
 def _admit(self, conn):
@@ -144,7 +157,7 @@ lock.FileLock.__enter__, lock.FileLock.__exit__ = _enter, _leave
 stop = server.Server.stop
 def _stop(self):
     with open(f"{os.environ['TIMELINE_OUT']}.{os.getpid()}", "w") as f:
-        json.dump(done, f)
+        json.dump({"requests": done, "steps": steps}, f)
     stop(self)
 server.Server.stop = _stop
 # run as `<bundle> serve ...` is: the subcommand dropped, the workers chosen here
@@ -165,16 +178,20 @@ def start_serve(tmp: str, workers: int) -> resident.Daemon:
                                  os.path.join(tmp, "serve.log"))
 
 
-def stop_serve(daemon: resident.Daemon, tmp: str) -> list[dict[str, Any]]:
-    """Stop serve and return every process's requests (serve waits for its workers, and
-    each wrote its file as it stopped)."""
+def stop_serve(daemon: resident.Daemon,
+               tmp: str) -> tuple[list[dict[str, Any]], list[list[float]]]:
+    """Stop serve and return every process's requests and its intake loop's rounds
+    (serve waits for its workers, and each wrote its file as it stopped)."""
     daemon.stop()
     records: list[dict[str, Any]] = []
+    steps: list[list[float]] = []
     for name in sorted(os.listdir(tmp)):
         if name.startswith("timeline."):
             with open(os.path.join(tmp, name)) as f:
-                records += json.load(f)
-    return records
+                got = json.load(f)
+            records += got["requests"]
+            steps += got["steps"]
+    return records, steps
 
 
 def us(ns: float) -> float:
@@ -187,6 +204,20 @@ def held_by(r: dict[str, Any]) -> dict[str, float]:
     for site, _wait, held in r["locks"]:
         sites[site] += held
     return sites
+
+
+def intake_shares(records: list[dict[str, Any]], steps: list[list[float]]) -> None:
+    """One pod at a time: each request's share of the intake loops' CPU, every process's
+    (``intake_cpu``) and its own process's (``intake_cpu_own``): the rounds that ended
+    from its connection's acceptance up to the next request's (its acceptance, the
+    arrival of its frame, the sibling woken by the same connection, the wake-up once it is
+    answered). Rounds before the first request's acceptance are not counted."""
+    order = sorted((r for r in records if r["accepted"]), key=lambda r: r["accepted"])
+    for i, r in enumerate(order):
+        until = order[i + 1]["accepted"] if i + 1 < len(order) else float("inf")
+        mine = [(pid, c) for pid, end, c in steps if r["accepted"] <= end < until]
+        r["intake_cpu"] = sum(c for _, c in mine)
+        r["intake_cpu_own"] = sum(c for pid, c in mine if pid == r["pid"])
 
 
 def per_request(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -206,6 +237,9 @@ def per_request(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             for k in ("answer", "dispatch", "view", "decode", "log routing"):
                 cols[f"{k} wall"].append(r.get(k, 0))
                 cols[f"{k} CPU"].append(r.get(f"{k}_cpu", 0))
+            if "intake_cpu" in r:
+                cols["intake CPU, every process"].append(r["intake_cpu"])
+                cols["intake CPU, the process that took it"].append(r["intake_cpu_own"])
             cols["store locks"].append(len(r["locks"]))
             sites = held_by(r)
             cols["lock wait, all"].append(sum(w for _, w, _ in r["locks"]))
@@ -228,14 +262,17 @@ def cpu_idle_us() -> int | None:
         return None
 
 
-def batches(records: list[dict[str, Any]], windows: list[tuple[str, int, int]],
+def batches(records: list[dict[str, Any]], steps: list[list[float]],
+            windows: list[tuple[str, int, int]],
             idle: list[int | None]) -> list[dict[str, Any]]:
     """Per batch (``--at-once``): its wall, each process's request CPU against it, the
-    share of it the store lock was held (by the function that took it), and the share of
-    the CPUs' time they were idle (``idle``: us of it per batch; None: not known)."""
+    intake loops' CPU per request (their rounds that ended within the batch), the share
+    of it the store lock was held (by the function that took it), and the share of the
+    CPUs' time they were idle (``idle``: us of it per batch; None: not known)."""
     out = []
     for (cmd, start, end), idle_us in zip(windows, idle, strict=True):
         inside = [r for r in records if r.get("cmd") == cmd and start <= r["start"] <= end]
+        intake_ns = sum(c for _, t, c in steps if start <= t <= end)
         wall = end - start
         per_pid: dict[int, float] = defaultdict(float)
         sites: dict[str, float] = defaultdict(float)
@@ -245,6 +282,7 @@ def batches(records: list[dict[str, Any]], windows: list[tuple[str, int, int]],
                 sites[site] += held
         out.append({"cmd": cmd, "requests": len(inside), "wall_ms": round(wall / 1e6, 1),
                     "process_cpu_share": sorted(round(c / wall, 2) for c in per_pid.values()),
+                    "intake_cpu_per_request_us": us(intake_ns / max(len(inside), 1)),
                     "lock_held_share": round(sum(sites.values()) / wall, 2),
                     "cpu_idle_share": None if idle_us is None else
                     round(idle_us * 1e3 / (wall * (os.cpu_count() or 1)), 2),
@@ -283,14 +321,16 @@ def inner(args: argparse.Namespace) -> int:
                 idle.append(None if idle0 is None or idle1 is None else idle1 - idle0)
             pods_api.delete(pods)
     finally:
-        records = stop_serve(serve, args.tmp)
+        records, steps = stop_serve(serve, args.tmp)
         pods_api.close()
     first = windows[0][1] if windows else 0
     records = [r for r in records if r["start"] >= first]  # not the warm-up's
+    if not args.at_once:
+        intake_shares(records, steps)
     report = {"rounds": args.rounds, "at_once": args.at_once, "workers": args.workers,
               "per_request_us": per_request(records)}
     if args.at_once:
-        report["batches"] = batches(records, windows, idle)
+        report["batches"] = batches(records, steps, windows, idle)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
@@ -309,7 +349,8 @@ def show(report: dict[str, Any]) -> None:
                 print(f"  {v:>10} {k}")
     for b in report.get("batches", []):
         print(f"batch {b['cmd']}: {b['requests']} requests in {b['wall_ms']} ms; request CPU "
-              f"per process / wall {b['process_cpu_share']}; store lock held "
+              f"per process / wall {b['process_cpu_share']}; intake loops' CPU "
+              f"{b['intake_cpu_per_request_us']} us per request; store lock held "
               f"{b['lock_held_share']} of the wall {b['lock_held_share_by']}; CPUs idle "
               f"{b['cpu_idle_share']} of it")
 

@@ -1,8 +1,8 @@
 """bench/serve_timeline.py, serve's request path timed from inside it, runs end to end
 through the built front (one pod at a time, and 3 pods at once) and leaves nothing
 behind: every ADD and DEL is seen by serve with its CPU, its dispatch and its store
-locks, and the batches with the share of their wall the lock was held and the CPUs
-idled."""
+locks and the intake loops' CPU it caused, and the batches with the share of their wall
+the lock was held and the CPUs idled."""
 
 from __future__ import annotations
 
@@ -41,9 +41,13 @@ def test_serve_requests_are_timed_from_inside_and_nothing_is_left(tmp_path: Path
         assert 0 <= cols["request runnable, waiting for a CPU"] <= cols["request wall"], cols
         assert cols["store locks"] >= 1, cols
         assert any(k.startswith("lock held by ") for k in cols), cols
+        if not at_once:  # the intake's rounds each request caused: its own process's at least
+            own = cols["intake CPU, the process that took it"]
+            assert 0 < own <= cols["intake CPU, every process"], cols
     if at_once:
         assert [b["cmd"] for b in report["batches"]] == ["ADD", "DEL"] * 2
         assert all(b["requests"] == at_once and 0 < b["lock_held_share"] < 1
+                   and b["intake_cpu_per_request_us"] > 0
                    for b in report["batches"]), report["batches"]
         idle = [b["cpu_idle_share"] for b in report["batches"]]
         assert all(i is None or 0 <= i <= 1 for i in idle), idle
