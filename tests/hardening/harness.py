@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cnirunner import CAP_ANNOTATIONS, ip_json, snapshot
+import cnirunner
+from cnirunner import ip_json, snapshot
 from support.netns import named as netns_named
 from support.proc import plugin_env
 
@@ -151,20 +152,16 @@ def pod_ipv4(ns: str) -> list[tuple[str, str]]:
 
 
 def plugin_conf(mode: str, devices: Sequence[str], tmp: Path, **extra: Any) -> dict[str, Any]:
-    """Our conflist entry for the hardening suites: in-process (no resident server),
-    logs and metrics outside the data dir, no kubelet sources unless given."""
-    conf: dict[str, Any] = {
-        "type": "rdma-cni", "mode": mode, "devices": list(devices),
-        "dataDir": str(tmp / "data"), "logFile": str(tmp / "log" / "rdma-cni.log"),
-        "metricsFile": str(tmp / "log" / "metrics"), "logLevel": "debug",
+    """Our conflist entry for the hardening suites: :func:`cnirunner.plugin_conf`'s, run
+    in-process (no resident server), its log and metrics in a directory of their own
+    outside the data dir, no kubelet sources unless given."""
+    ours: dict[str, Any] = {
+        "logFile": str(tmp / "log" / "rdma-cni.log"), "metricsFile": str(tmp / "log" / "metrics"),
         "residentSocket": "",
-        "capabilities": {CAP_ANNOTATIONS: True},
         "kubelet": {"podResourcesSocket": str(tmp / "no-kubelet.sock"),
                     "checkpointFile": str(tmp / "no-checkpoint"),
-                    "devicePluginDir": str(tmp / "no-dp")},
-    }
-    conf.update(extra)
-    return conf
+                    "devicePluginDir": str(tmp / "no-dp")}}
+    return cnirunner.plugin_conf(mode, devices, tmp, **{**ours, **extra})
 
 
 def checkpoint(entries: Mapping[str, Sequence[str]],
