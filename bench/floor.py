@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import lab
@@ -312,12 +312,18 @@ class Iface:
 
     k: int = 0
     host: int = 2
+    #: the address and the subnet's, worked out once when the interface is made (outside
+    #: the timed requests, which read them several times each)
+    addr: str = field(init=False)
+    subnet: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        net = ipaddress.ip_network(lab.nic_subnet(self.k))
+        object.__setattr__(self, "addr", str(net[self.host]))
+        object.__setattr__(self, "subnet", str(net.network_address))
 
     nic = property(lambda self: lab.nic(self.k))
-    addr = property(lambda self: str(ipaddress.ip_network(lab.nic_subnet(self.k))[self.host]))
     gateway = property(lambda self: lab.nic_gateway(self.k))
-    subnet = property(lambda self: str(ipaddress.ip_network(lab.nic_subnet(self.k))
-                                       .network_address))
     hpc = property(lambda self: f"198.19.{self.k}.0")  # lab.make_node's HPC route
     ifname = property(lambda self: f"eth{self.k + 1}")
     table = property(lambda self: TABLE + self.k)
