@@ -8,11 +8,12 @@ device-ID resolution is a callable too, so tests need neither sockets nor sysfs.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from rdma_cni.errors import AllocationError, CniError, ConfigError, NicUnavailable, shown
+from rdma_cni.errors import AllocationError, CniError, ConfigError, NicUnavailable, escaped, shown
 from rdma_cni.node.discovery import normalize_ids
 from rdma_cni.vocab.modes import RESOURCE_RDMA, Mode, NicRule
 
@@ -90,7 +91,11 @@ def kubelet_sources(
     """The real (PodResources, checkpoint) sources for ``lookup``."""
     from rdma_cni.adapters import kubelet
 
+    # a request that names no pod (no K8S_POD_NAME or K8S_POD_UID in CNI_ARGS) is listed
+    # by no source that exists: it gets [] from it, never "no source" (DESIGN §8)
     def from_api() -> list[str] | None:
+        if not pod.name:
+            return [] if os.path.exists(pod_resources_socket) else None
         found = kubelet.pod_resources_candidates(
             pod_resources_socket, pod.namespace, pod.name, resource, timeout
         )
@@ -100,7 +105,7 @@ def kubelet_sources(
 
     def from_checkpoint() -> list[str] | None:
         if not pod.uid:
-            return None
+            return None if kubelet.checkpoint_owners(checkpoint_file, resource) is None else []
         return kubelet.checkpoint_devices(checkpoint_file, pod.uid, resource)
 
     return from_api, from_checkpoint
@@ -145,21 +150,37 @@ def assign(
     rule = Mode.of(mode).traits.nics
     if ids is None:
         return _assign_unallocated(rule, nics, n_blocks, busy)
+    who = f"pod {_plain(pod, 256)}" if pod else \
+        "a request that names no pod (no K8S_POD_NAME in CNI_ARGS)"
     if not ids:
         raise AllocationError(
-            f"pod {pod} has no {resource} allocated: request it in the pod spec "
+            f"{who} has no {resource} allocated: request it in the pod spec "
             "to get RDMA interfaces"
         )
     allocated = [] if rule is NicRule.EVERY else _distinct_netdevs(normalize_ids(ids), resolve)
 
     def too_few(have: int) -> CniError:
         return AllocationError(
-            f"pod {pod} asks for {n_blocks} RDMA interfaces but has {have} "
-            f"distinct NICs of {resource} allocated ({', '.join(ids)}): in {mode} mode "
+            f"{who} asks for {n_blocks} RDMA interfaces but has {have} "
+            f"distinct NICs of {resource} allocated ({_ids_shown(ids)}): in {mode} mode "
             "each interface needs its own NIC"
         )
 
     return _by_rule(rule, [nic.netdev for nic in nics], allocated, n_blocks, too_few)
+
+
+def _plain(text: str, limit: int) -> str:
+    """A value of the runtime's (CNI_ARGS, deviceID) as a message shows it: control
+    characters escaped, cut at ``limit`` characters."""
+    text = escaped(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _ids_shown(ids: Sequence[str], most: int = 8) -> str:
+    """Device IDs as a message lists them (never trusted to be short or printable): each
+    escaped and cut, at most ``most`` of them."""
+    more = f" and {len(ids) - most} more" if len(ids) > most else ""
+    return ", ".join(_plain(i, 64) for i in ids[:most]) + more
 
 
 def _by_rule(rule: NicRule, every: list[str], candidates: list[str], n_blocks: int,

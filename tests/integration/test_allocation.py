@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cnirunner import PYTHON, rdma_blocks
+from cnirunner import PYTHON, pod_networks, rdma_blocks, vpc_result
 from kubeletlab import RESOURCE, kubelet
 
 pytestmark = pytest.mark.root
@@ -72,4 +72,21 @@ def test_unlisted_pod_and_short_allocation_get_101(lab: Any, tmp_path: Path) -> 
         assert unlisted.code == 101, unlisted
         short = chain.add("c2", pod.path, rdma_blocks(2), pod="p2")
         assert short.code == 101 and "2" in short.out["msg"] and "1" in short.out["msg"], short
+        assert sorted(pod.links()) == ["eth0", "lo"]  # the rig checks node and data dir
+
+
+@pytest.mark.parametrize("cni_args", ["IgnoreUnknown=1",
+                                      "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME="])
+def test_a_request_naming_no_pod_gets_101_where_the_kubelet_answers(
+        lab: Any, tmp_path: Path, cni_args: str) -> None:
+    """A caller that names no pod on a node whose kubelet lists allocations gets no NICs
+    (DESIGN §8): config order is for nodes with no kubelet source at all."""
+    with _kubelet(lab, tmp_path, "exclusive") as k:
+        k.kubelet.set_pod("default", "p1", {RESOURCE: ["rnic0"]})
+        pod = lab.pod()
+        chain = lab.chain("exclusive", list(NICS), kubelet=k.kubelet_conf())
+        conf = chain.conf(vpc_result(pod.path, version=chain.cni_version),
+                          pod_networks(rdma_blocks(1)))
+        run = chain._run("ADD", conf, "c1", pod.path, "eth0", cni_args, None)
+        assert run.code == 101 and "names no pod" in run.out["msg"], run
         assert sorted(pod.links()) == ["eth0", "lo"]  # the rig checks node and data dir

@@ -212,6 +212,43 @@ def test_kubelet_sources_end_to_end(kubelet: FakeKubelet, tmp_path: Path) -> Non
     assert (ans.ids, ans.source) == (["eth1"], SRC_CHECKPOINT)
 
 
+@pytest.mark.parametrize("pod", [PodRef("", "", ""), PodRef("team", "", ""),
+                                 PodRef("team", "job-0", ""), PodRef("", "", "uid-1")])
+def test_a_request_naming_no_pod_is_listed_by_no_source_that_exists(
+        kubelet: FakeKubelet, tmp_path: Path, pod: PodRef) -> None:
+    """DESIGN §8: NICs come from config order only where no kubelet source exists. A
+    request without the pod's name (or UID) cannot be looked up, which is not the same:
+    where the socket or the checkpoint exists it is allocated nothing (101)."""
+    kubelet.set_pod("team", "job-0", {RES: ["eth2@3"]})
+    cp_file = _checkpoint(tmp_path, [_entry("uid-1", ["eth1"])])
+    absent = str(tmp_path / "absent")
+    assert kubelet.pr_socket
+    for socket, checkpoint in ((kubelet.pr_socket, absent), (absent, cp_file),
+                               (kubelet.pr_socket, cp_file)):
+        pr_src, cp_src = kubelet_sources(pod, RES, pod_resources_socket=socket,
+                                         checkpoint_file=checkpoint, timeout=5)
+        ans = lookup(pod_resources=pr_src, checkpoint=cp_src)
+        if (pod.name and socket != absent) or (pod.uid and checkpoint != absent):
+            assert ans.ids, (socket, checkpoint)  # the source that can name it does
+        else:
+            assert ans.ids == [], (socket, checkpoint)
+    pr_src, cp_src = kubelet_sources(pod, RES, pod_resources_socket=absent,
+                                     checkpoint_file=absent, timeout=5)
+    assert lookup(pod_resources=pr_src, checkpoint=cp_src).ids is None  # no source at all
+
+
+def test_no_pod_and_runtime_values_in_allocation_messages() -> None:
+    with pytest.raises(AllocationError) as exc:
+        assign("shared", NICS, [], 1, resolve=_resolve, pod="", resource=RES)
+    assert "names no pod" in str(exc.value)
+    hostile = "eth1@\x1b[2J\nFAKE" + "A" * 5000
+    with pytest.raises(AllocationError) as exc:
+        assign("shared", NICS, [hostile], 2, resolve=_resolve, pod="ns/p\x1b\r", resource=RES)
+    msg = str(exc.value)
+    assert len(msg) < 600 and not any(ord(c) < 0x20 for c in msg), msg
+    assert "ns/p\\x1b\\x0d" in msg, msg
+
+
 # --- assign ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)

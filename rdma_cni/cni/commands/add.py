@@ -119,7 +119,7 @@ def _allocation(req: Request, nc: NetConf) -> AllocationAnswer:
                                 checkpoint_file=nc.kubelet.checkpointFile,
                                 timeout=KUBELET_TIMEOUT)
     answer = lookup(allocation="auto", device_id=nc.device_id,
-                    pod_resources=api if pod.name else None, checkpoint=ckpt)
+                    pod_resources=api, checkpoint=ckpt)
     if answer.ids is None:
         log.info("no kubelet allocation source on this node: NICs taken from config order; "
                  "GPU/NIC NUMA alignment is not guaranteed")
