@@ -3,7 +3,10 @@
 One rule set for every reader (records, config files, the pod annotation): a size
 limit checked before parsing, undecodable bytes, invalid JSON and nesting too deep
 for the parser all read as one :class:`JsonRefused` with a short reason, and the
-top-level type is checked. Stdlib only: DEL and the pass-through path use it.
+top-level type is checked. So do numbers JSON has not got: Python's parser takes
+``NaN`` and ``Infinity`` and reads ``1e999`` as infinite, and what is read here may be
+written out again (a prevResult in the result), where ``json.dumps`` would print them
+as no JSON parser reads them. Stdlib only: DEL and the pass-through path use it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,21 @@ class JsonRefused(ValueError):  # noqa: N818 - a reason, wrapped by each caller'
     """Why a document was refused; ``str()`` is a short reason for a message."""
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value - value != 0.0:  # inf or nan
+        raise ValueError(f"{text[:40]} is out of range for a number")
+    return value
+
+
+#: the C scanner with both hooks (made once: ``json.loads`` with them builds one per call)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+
+
 def decode(raw: bytes | str, limit: int, expect: type,
            wrong_type: str = "not the expected JSON type") -> Any:
     """``raw`` parsed as JSON whose top level is an ``expect`` (dict or list);
@@ -36,7 +54,9 @@ def decode(raw: bytes | str, limit: int, expect: type,
     if size > limit:
         raise JsonRefused(f"larger than {_size(limit)}")
     try:
-        doc = json.loads(raw)
+        text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw),
+                                                           "surrogatepass")
+        doc = _DECODER.decode(text)
     except RecursionError:
         raise JsonRefused("not valid JSON: nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as e:

@@ -15,7 +15,7 @@ from typing import IO, Any, Protocol
 from rdma_cni import jsondoc
 from rdma_cni.cni import versions
 from rdma_cni.cni.request import Request, check_container_id, check_ifname, check_netns, check_path
-from rdma_cni.errors import CniError, Code, DecodeError, EnvError, VersionError, shown
+from rdma_cni.errors import CniError, Code, DecodeError, EnvError, VersionError, escaped, shown
 from rdma_cni.log import LazyLogger
 from rdma_cni.models.cniargs import parse_cni_args
 
@@ -23,6 +23,7 @@ log = LazyLogger()
 
 MAX_STDIN = 1 << 20
 MAX_DEPTH = 64  # nesting of the stdin document (CNI configs are a few levels deep)
+MAX_MESSAGE = 2000  # characters of an error's msg or details (they may quote the input)
 COMMANDS = ("ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC")
 # CNI spec 1.1.0, "Parameters": what each command needs
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -104,7 +105,7 @@ def _serve(env: Mapping[str, str], command: str, stdin: bytes, stdout: IO[str],
         return int(exc.code)
     except Exception as exc:  # the one place an unexpected exception becomes a CNI error
         log.exception("%s failed with an internal error", command)
-        msg = f"{command} failed: internal error: {type(exc).__name__}: {exc}"[:1000]
+        msg = escaped(f"{command} failed: internal error: {type(exc).__name__}: {exc}")[:1000]
         _emit(stdout, _error_doc(version, Code.IO_FAILURE, msg, ""))
         return int(Code.IO_FAILURE)
 
@@ -202,8 +203,8 @@ def _netns(command: str, value: str) -> str:
             raise
         # DEL must not stop the chain over a path it cannot use: it works from the saved
         # state alone (the netns recorded at ADD, if that still is one)
-        log.warning("DEL ignores CNI_NETNS %r (%s): cleanup from the saved state only",
-                    value[:256], exc.msg)
+        log.warning("DEL ignores CNI_NETNS %s (%s): cleanup from the saved state only",
+                    shown(value, 256), exc.msg)
         return ""
 
 
@@ -239,13 +240,23 @@ def _default_handlers() -> Handlers:
 
 
 def _error_doc(version: str, code: int, msg: str, details: str) -> dict[str, Any]:
-    doc: dict[str, Any] = {"cniVersion": version, "code": int(code), "msg": msg}
+    """The error document. Its texts are the runtime's to show (kubelet events, logs):
+    every control character escaped, each text cut at :data:`MAX_MESSAGE`, whatever a
+    message quoted from the input."""
+    doc: dict[str, Any] = {"cniVersion": version, "code": int(code), "msg": _bounded(msg)}
     if details:
-        doc["details"] = details
+        doc["details"] = _bounded(details)
     return doc
 
 
+def _bounded(text: str) -> str:
+    text = escaped(text)
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+
+
 def _emit(stdout: IO[str], doc: dict[str, Any]) -> None:
-    stdout.write(json.dumps(doc, separators=(",", ":")))
+    # JSON only: a non-finite number raises here, before anything is written (jsondoc
+    # refuses them in the input, so none reaches a result)
+    stdout.write(json.dumps(doc, separators=(",", ":"), allow_nan=False))
     stdout.write("\n")
     stdout.flush()

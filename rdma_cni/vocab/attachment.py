@@ -57,7 +57,9 @@ def _digest(network: str, container_id: str, ifname: str, instance: str) -> str:
     parts = [network, container_id, ifname]
     if instance:
         parts.append(instance)
-    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:40]
+    # surrogatepass: an environment's undecodable bytes (CNI_IFNAME) and JSON's lone
+    # "\udXXX" escapes (a network name) have a key too; valid text encodes as before
+    return hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
 DEFAULT_INSTANCE = defaults.CNI_CONF_NAME

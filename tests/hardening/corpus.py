@@ -55,6 +55,8 @@ def _deep(n: int) -> bytes:
 
 PREV_031 = {"cniVersion": "0.3.1", "interfaces": [{"name": "eth0", "sandbox": "@POD"}],
             "ips": [{"version": "4", "address": "203.0.113.5/24", "interface": 0}]}
+PREV_ROUTE = {"cniVersion": "0.4.0", "interfaces": [{"name": "eth0", "sandbox": "@POD"}],
+              "ips": [{"version": "4", "address": "203.0.113.5/24", "interface": 0}]}
 PREV_110 = {"cniVersion": "1.1.0", "interfaces": [{"name": "eth0", "sandbox": "@POD",
                                                    "mtu": 1500}],
             "ips": [{"address": "203.0.113.5/24", "interface": 0}],
@@ -182,6 +184,15 @@ STDIN_CASES = [
     Case("prev-0.3.1-in-1.0.0", OK, conf={"cniVersion": "1.0.0"}, prev=PREV_031),
     Case("prev-1.1.0-in-0.4.0", OK, prev=PREV_110),
     Case("prev-absent", OK, prev=None),
+    # what Python's parser takes and no JSON parser reads back (a result echoes prevResult)
+    Case("prev-metric-infinity", 6, "not a json number",
+         prev={**PREV_ROUTE, "routes": [{"dst": "0.0.0.0/0", "metric": float("inf")}]}),
+    Case("prev-metric-nan-pass-through", 6, "not a json number", blocks=None,
+         prev={**PREV_ROUTE, "routes": [{"dst": "0.0.0.0/0", "metric": float("nan")}]}),
+    Case("prev-metric-overflow-pass-through", 6, "out of range", blocks=None,
+         raw=b'{"cniVersion":"0.4.0","name":"n","mode":"shared-multi","prevResult":'
+             b'{"cniVersion":"0.4.0","interfaces":[],"ips":[],'
+             b'"routes":[{"dst":"0.0.0.0/0","metric":1e999}]}}'),
     Case("status-datadir-file", 50, "not available", cmd="STATUS",
          conf={"cniVersion": "1.1.0", "dataDir": "@FILE"}),
     Case("gc-valid-not-list", 7, "valid-attachments", cmd="GC",

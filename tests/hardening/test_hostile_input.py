@@ -1,4 +1,4 @@
-"""The bad and hostile input corpus (corpus.py: 171 inputs) through the built binary as
+"""The bad and hostile input corpus (corpus.py: 174 inputs) through the built binary as
 `install` lays it out (<bin>/rdma-cni is the native front, the bundle beside it), each
 input twice (342 runs of the plugin): with forwarding off (the front execs the bundle,
 which runs in-process) and through a running `rdma-cni serve` (the front forwards; the
@@ -240,5 +240,5 @@ def _expect_ok(world: World, case: Case, env: dict[str, str], stdin: bytes, rc: 
 def test_corpus_size() -> None:
     """The inputs of the corpus (each runs once per path: in-process and through serve)."""
     put(SUITE, "inputs", len(CORPUS))
-    assert len(CORPUS) == 171  # the figure docs/reliability.md and the README quote
+    assert len(CORPUS) == 174  # the figure docs/reliability.md and the README quote
     assert len({c.id for c in CORPUS}) == len(CORPUS), "duplicate case ids"

@@ -153,15 +153,24 @@ def _repeat(req: Request, store: Store, session: Session, token: str
 def _not_twice(req: Request, state: AttachmentState) -> None:
     """A repeated ADD gets the primary's result as prevResult, without our interfaces; when
     they are in it, an earlier rdma-cni entry of this conflist made them (same key)."""
-    ours = {i.get("name") for i in (state.result or {}).get("interfaces") or []}
-    prev = {i.get("name") for i in (req.prev_result or {}).get("interfaces") or []
-            if isinstance(i, dict) and i.get("sandbox") == req.netns}
+    ours = _names_in(state.result, "")
+    prev = _names_in(req.prev_result, req.netns)  # the primary's: any shape at all
     if ours & prev:
         name = state.conf_name or req.netconf.cniConfName
         raise ConfigError(
             f"invalid network configuration: another rdma-cni entry of this conflist already "
-            f"made {', '.join(sorted(str(n) for n in ours & prev))} with cniConfName "
-            f"{name!r}: give each RDMA network its own cniConfName")
+            f"made {', '.join(shown(n) for n in sorted(ours & prev))} with cniConfName "
+            f"{shown(name)}: give each RDMA network its own cniConfName")
+
+
+def _names_in(result: dict[str, Any] | None, sandbox: str) -> set[str]:
+    """The names of a result's interfaces (those in ``sandbox`` when one is given)."""
+    out = set()
+    for i in (result or {}).get("interfaces") or []:
+        if isinstance(i, dict) and isinstance(i.get("name"), str) and \
+                (not sandbox or i.get("sandbox") == sandbox):
+            out.add(i["name"])
+    return out
 
 
 def _intact(session: Session, state: AttachmentState, digest: str) -> bool:
