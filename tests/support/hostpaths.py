@@ -8,7 +8,9 @@ are that node's. Outside the VM tier only: the VM's /run and /var are its own.
 
 A request whose config cannot be read logs where no config can say: the session points
 the plugin's test seam for that (``RDMA_CNI_TEST_LOG_FILE``, rdma_cni/testhooks.py) at
-a file of its own, inherited by every plugin, ``serve`` and runtime the tests start."""
+a file of its own, inherited by every plugin, ``serve`` and runtime the tests start. The
+components' heartbeats (``RDMA_CNI_HEALTH_DIR``, default ``/tmp``: a container's own, the
+host's outside one) go to that directory too."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from collections.abc import Iterator
 import pytest
 
 from rdma_cni import defaults, logsetup
+from rdma_cni.store.run import heartbeat
 
 
 def _entries(directory: str) -> list[os.DirEntry[str]]:
@@ -35,6 +38,7 @@ NODE_PATHS = (
     defaults.DEVICE_PLUGIN_STATUS, defaults.CONFIG_RECORD, defaults.RESIDENT_SOCKET,
     defaults.DATA_DIR, defaults.NCCL_ENV_HOST_PATH,
     os.path.dirname(defaults.NCCL_ENV_HOST_PATH),
+    *(os.path.join("/tmp", f"rdma-cni-{c}.health") for c in ("device-plugin", "agent")),
     # the conflists there (the primary's, which `install` edits); not the directory,
     # where a runtime under test (podman) adds its own network's
     *sorted(entry.path for entry in _entries(defaults.CNI_CONF_DIR)),
@@ -65,12 +69,16 @@ def pytest_configure(config: pytest.Config) -> None:
         config._rdma_cni_log_dir = tempfile.mkdtemp(prefix="rdma-cni-tests.")  # type: ignore[attr-defined]
         os.environ[logsetup.TEST_LOG_FILE] = os.path.join(
             config._rdma_cni_log_dir, "rdma-cni.log")  # type: ignore[attr-defined]
+        os.environ.setdefault(heartbeat.HEALTH_DIR_ENV,
+                              config._rdma_cni_log_dir)  # type: ignore[attr-defined]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     made = getattr(config, "_rdma_cni_log_dir", None)
     if made is not None:
         os.environ.pop(logsetup.TEST_LOG_FILE, None)
+        if os.environ.get(heartbeat.HEALTH_DIR_ENV) == made:
+            os.environ.pop(heartbeat.HEALTH_DIR_ENV, None)
         shutil.rmtree(made, ignore_errors=True)
 
 
