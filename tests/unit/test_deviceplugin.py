@@ -22,11 +22,14 @@ from support.fakes.sysfs import FakeSys
 from support.proc import wait_for
 
 from rdma_cni.adapters.sysfs import Sysfs
+from rdma_cni.kube.deviceplugin.cli import _parser, build
 from rdma_cni.kube.deviceplugin.devices import preferred_allocation
 from rdma_cni.kube.deviceplugin.inventory import Inventory, PluginSettings
 from rdma_cni.kube.deviceplugin.server import DevicePlugin, socket_name
 from rdma_cni.kube.exporter.deviceplugin import DevicePluginCollector
+from rdma_cni.store.core import Store
 from rdma_cni.store.run import pluginstatus as status
+from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.nic import Nic
 
 REPO = Path(__file__).resolve().parents[2]
@@ -446,7 +449,6 @@ def test_the_nodes_own_nic_is_never_advertised(fs: FakeSys, root: Path) -> None:
 def test_a_pinned_list_naming_the_nodes_own_nic_stops_the_device_plugin(
         root: Path, fs: FakeSys, capsys: pytest.CaptureFixture[str]) -> None:
     from rdma_cni.errors import ConfigError
-    from rdma_cni.kube.deviceplugin.cli import _parser, build
 
     conf = root / "c.json"
     conf.write_text(json.dumps({"mode": "exclusive", "devices": ["eth1", "eth2"],
@@ -462,3 +464,65 @@ def test_a_pinned_list_naming_the_nodes_own_nic_stops_the_device_plugin(
                                                     "node's address 192.0.2.10: the node's "
                                                     "own NIC")):
         build(args, lambda n: 250, primary)
+
+
+# --- exclusive mode: a NIC in a pod is in use, not gone ------------------------------
+# Where the mode moves the NIC into its pod (exclusive), a NIC gone from the host that a
+# pod holds (the store's NIC claim) is in use, not broken: the device plugin keeps it
+# Healthy. The kubelet's allocatable counts Healthy devices only and the scheduler
+# subtracts the pods' requests from it, so an in-use NIC reported Unhealthy is counted
+# twice: with two of four NICs in a pod, a pod asking for the other two stays Pending.
+
+RES = "vke.volcengine.com/rdma"
+ALL_HEALTHY = dict.fromkeys(PCI.values(), True)
+
+
+def _health(inv: Inventory) -> dict[str, bool]:
+    inv.refresh()
+    return {d.id: d.healthy for d in inv.devices}
+
+
+def _into_pod(root: Path, netdev: str) -> None:
+    """What the host's sysfs shows once the NIC moved into a pod: no such netdev."""
+    os.unlink(root / f"sys/class/net/{netdev}")
+
+
+@pytest.mark.parametrize("pinned", [None, ["eth1", "eth2", "eth3", "eth4"]])
+def test_an_exclusive_nic_a_pod_holds_stays_healthy(fs: FakeSys, root: Path,
+                                                    pinned: list[str] | None) -> None:
+    claims = ["eth1"]
+    inv = Inventory(PluginSettings(mode="exclusive", resource=RES, pinned=pinned),
+                    Sysfs(str(root)), lambda n: 250, claimed=lambda: claims)
+    assert _health(inv) == ALL_HEALTHY
+    _into_pod(root, "eth1")
+    _into_pod(root, "eth2")  # gone with no pod holding it: a NIC the node lost
+    assert _health(inv) == {**ALL_HEALTHY, PCI["eth2"]: False}
+    claims.clear()  # the pod's DEL released it, and the NIC is still not back
+    assert _health(inv)[PCI["eth1"]] is False
+
+
+def test_where_nics_stay_on_the_host_a_claim_does_not_hide_a_lost_one(
+        fs: FakeSys, root: Path) -> None:
+    inv = Inventory(PluginSettings(mode="shared", resource=RES), Sysfs(str(root)),
+                    lambda n: 250, claimed=lambda: ["eth1"])
+    assert _health(inv)[PCI["eth1"]] is True
+    _into_pod(root, "eth1")  # shared mode: the pod has an ipvlan, the NIC never leaves
+    assert _health(inv)[PCI["eth1"]] is False
+
+
+def test_the_device_plugin_reads_the_claims_of_its_config_data_dir(
+        fs: FakeSys, root: Path) -> None:
+    data = root / "data"
+    Store(str(data)).claim_nic("eth1", AttachmentKey("net", "c1", "eth0"), "eth1")
+    listing = sorted(os.listdir(data))
+    conf = root / "c.json"
+    conf.write_text(json.dumps({"mode": "exclusive", "dataDir": str(data),
+                                "kubelet": {"devicePluginDir": str(root / "dp")}}))
+    args = _parser().parse_args(["--config", str(conf), "--sysfs-root", str(root),
+                                 "--cni-conf-dir", ""])
+    plugin = build(args, lambda n: 250, lambda names, ips: {})
+    assert all(_health(plugin.inv).values())
+    _into_pod(root, "eth1")
+    _into_pod(root, "eth2")
+    assert _health(plugin.inv) == {**ALL_HEALTHY, PCI["eth2"]: False}
+    assert sorted(os.listdir(data)) == listing  # read, never written

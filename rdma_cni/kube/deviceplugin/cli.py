@@ -85,13 +85,21 @@ def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None 
         pinned = discover(sysfs, settings.pinned)
         keep_off(pinned, primary([n.netdev for n in pinned], settings.node_ips), pinned=True)
     inventory = Inventory(settings, sysfs, free_addresses or PoolSizes(settings.ranges),
-                          primary)
+                          primary, _claims_of(conf.dataDir))
     return DevicePlugin(inventory, conf.kubelet.devicePluginDir,
                         exists=lambda p: sysfs.exists(p.lstrip("/")),
                         nccl_env_path=args.nccl_env or None,
                         nccl_env_seen_at=_seen_at(args.host_root, args.nccl_env),
                         poll=args.poll, chain_problem=chain_problem,
                         status_file=args.status_file or None)
+
+
+def _claims_of(data_dir: str) -> Callable[[], list[str]]:
+    """The netdevs the store (``dataDir``, mounted read-only; read without tidying, as
+    the exporter reads it) says pods hold; none when it cannot be read."""
+    from rdma_cni.kube.exporter.storeview import StoreView
+
+    return StoreView(data_dir).nic_claims
 
 
 def _seen_at(host_root: str, host_path: str) -> str | None:

@@ -3,19 +3,25 @@
 ``Inventory.refresh()`` re-reads sysfs; when the device list changes (a port
 leaves ACTIVE, a netdev disappears or comes back, capacity changes) it bumps a
 version and wakes ``ListAndWatch`` streams waiting in ``wait()``. A NIC seen
-once and then gone stays listed, Unhealthy, under its last known identity.
+once and then gone stays listed, Unhealthy, under its last known identity; but where
+the mode moves the NIC into its pod (exclusive), a NIC gone from the host that the
+store says a pod holds (its claim, ``claimed``) is in use, not broken, and stays
+Healthy: the kubelet's allocatable counts Healthy devices only, and the scheduler
+subtracts the pods' requests from it, so an in-use NIC reported Unhealthy would be
+counted twice and keep a pod Pending with NICs free.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.kube.deviceplugin.devices import Device, build_devices, nic_healthy
 from rdma_cni.node.discovery import discover
 from rdma_cni.node.pools import NodeSettings, host_slots, nic_slots
 from rdma_cni.node.primary import PrimaryReader, keep_off
+from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.modes import Capacity
 from rdma_cni.vocab.nic import Nic
 
@@ -29,11 +35,15 @@ class Inventory:
         sysfs: Sysfs,
         free_addresses: Callable[[Nic], int],
         primary: PrimaryReader | None = None,
+        claimed: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.settings = settings
         self.sysfs = sysfs
         self.free_addresses = free_addresses
         self.primary = primary
+        # the netdevs pods hold (the store's NIC claims); read only where NICs move
+        moves = settings.mode.traits.link is LinkKind.PHYSICAL
+        self.claimed = claimed if moves else None
         self._known: dict[str, Nic] = {}
         self._slots: dict[str, int] = {}
         self._cond = threading.Condition()
@@ -57,8 +67,16 @@ class Inventory:
             gone = [n for name, n in self._known.items() if name not in present]
             nics = sorted(nics + gone, key=lambda n: n.netdev)
             present.update({n.netdev: False for n in gone})
-        health = {n.netdev: nic_healthy(n, present[n.netdev]) for n in nics}
+        in_pods = self._in_pods([n.netdev for n in nics if not present[n.netdev]])
+        health = {n.netdev: nic_healthy(n, present[n.netdev] or n.netdev in in_pods)
+                  for n in nics}
         return nics, health
+
+    def _in_pods(self, gone: list[str]) -> Collection[str]:
+        """Which of the netdevs gone from the host a pod holds (empty unless NICs move)."""
+        if not gone or self.claimed is None:
+            return ()
+        return set(gone) & set(self.claimed())
 
     def _capacity(self, nic: Nic, healthy: bool) -> int:
         """Free addresses of the NIC's range; the last healthy reading while unhealthy
