@@ -77,7 +77,7 @@ def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None 
     def chain_problem() -> str | None:
         from rdma_cni.kube.deviceplugin.chain import chain_problem as check
 
-        return check(conf_dir) if conf_dir else None
+        return check(conf_dir, args.host_root) if conf_dir else None
 
     settings = PluginSettings.from_netconf(conf)
     sysfs = Sysfs(args.sysfs_root)
