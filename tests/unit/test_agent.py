@@ -166,3 +166,23 @@ def test_run_once_reports_a_suspect_view_on_the_node(store: Store, tmp_path: Pat
     assert json.loads((tmp_path / "s.json").read_text())["lastPass"] == 100.0
     agent.run_once(ag, now=200.0)
     assert len(cluster.events) == 2  # not repeated within the hour
+
+
+def test_marks_read_back_from_the_status_file_are_checked(store: Store) -> None:
+    """The status file is read back at every start: a mark that is not two numbers (a
+    hand edit, another release's shape) is dropped, never a pass that fails forever."""
+    from rdma_cni.kube.agent.plan import restored_marks
+
+    gone = attach(store, "gone", "/var/run/netns/gone", ["198.51.100.3"])
+    ev = Evidence(sandboxes={}, runtime_present=True)
+    for bad in ({"first": 1.0}, 5, {"first": "x", "passes": 1}, {"first": True, "passes": 1},
+                None, [1, 2]):
+        marks = restored_marks({gone.digest(): bad, 7: {"first": 1.0, "passes": 1.0}})
+        assert marks == {}, bad
+        plan, released = agent.reconcile(store, ev, "node-a", marks, now=100.0, interval=10.0)
+        assert released == [] and plan.marks[gone.digest()]["passes"] == 1.0
+    kept = restored_marks({gone.digest(): {"first": 90, "passes": 1}})
+    assert kept == {gone.digest(): {"first": 90.0, "passes": 1.0}}
+    _, released = agent.reconcile(store, ev, "node-a", kept, now=111.0, interval=10.0)
+    assert released == [gone]
+

@@ -15,6 +15,7 @@ from typing import Any
 from rdma_cni.adapters.cri import CriClient, default_socket
 from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import CniError
+from rdma_cni.kube.agent.plan import restored_marks
 from rdma_cni.kube.agent.reconciler import Agent, connect_kube, log, run_once
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, data_dir_of, load_config
 from rdma_cni.node.origin import node_identity
@@ -53,7 +54,7 @@ def _agent(args: argparse.Namespace, config: dict[str, Any]) -> Agent:
                   status_path=args.status_file, node=node_identity(),
                   node_name=args.node_name, interval=args.interval,
                   cri=CriClient(cri_socket) if cri_socket else None,
-                  marks=marks if isinstance(marks, dict) else {},
+                  marks=restored_marks(marks),
                   mode=str(config.get("mode") or ""), netns_mode=read_netns_mode)
     connect_kube(agent)
     agent.reporter.restore((previous or {}).get("eventsSent"))

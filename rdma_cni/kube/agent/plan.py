@@ -46,6 +46,20 @@ def _ripe(mark: dict[str, float], state: AttachmentState, now: float,
     return state.status != Status.PENDING or waited >= PENDING_GRACE
 
 
+def restored_marks(raw: object) -> dict[str, dict[str, float]]:
+    """The marks of an earlier pass as its status file kept them: an entry that is not
+    ``{"first": <number>, "passes": <number>}`` is dropped (the file is read back at
+    every start: one bad entry must not stop every pass)."""
+    out: dict[str, dict[str, float]] = {}
+    for digest, mark in (raw.items() if isinstance(raw, dict) else ()):
+        values = [mark.get(k) for k in ("first", "passes")] if isinstance(mark, dict) else []
+        numbers = [float(v) for v in values if isinstance(v, int | float)
+                   and not isinstance(v, bool)]
+        if isinstance(digest, str) and len(numbers) == 2:
+            out[digest] = {"first": numbers[0], "passes": numbers[1]}
+    return out
+
+
 def _label(state: AttachmentState) -> str:
     key = state.key
     pod = state.pod or "?"
