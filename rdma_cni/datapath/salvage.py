@@ -15,6 +15,12 @@ while the record is unreadable), and every link ADD made carries the alias
   by the mark and renamed back; its addresses died with the pod's copy of them and
   are logged as not restored.
 
+The mark is readable in the pod, so a pod with ``CAP_NET_ADMIN`` can put it on a link
+of its own making. Only a mode that moves NICs (``moves_nics``) takes a marked link
+other than a sub-interface for its NIC, and only under a name this key's NIC claim
+records; anything else marked is left where it is, and logged. A dummy made in the
+pod and marked never goes to the host, under a NIC's name or any other.
+
 Pure except for the reads through the netlink sessions it is given.
 """
 
@@ -81,9 +87,15 @@ def _physical_on_host(k: int, link: Link, nic: str) -> IfacePlan:
                      table=0, identity=_identity(link, HOST), host_mtu=0, host_up=link.up)
 
 
+def _not_ours(link: Link, where: str) -> None:
+    log.warning("DEL of an unreadable state record: link %s %s bears this attachment's mark "
+                "but is no NIC it claims: left as it is", link.name, where)
+
+
 def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: LinkView,
-            netns: str, priority: int) -> AttachmentState:
-    """A state record for teardown, built from the store and our marked links."""
+            netns: str, priority: int, moves_nics: bool) -> AttachmentState:
+    """A state record for teardown, built from the store and our marked links
+    (``moves_nics``: the network's mode moves NICs into pods)."""
     marker = f"rdma-cni:{key.digest()}"
     claims = {ifname: netdev for netdev, (k, ifname) in store.nic_claims().items() if k == key}
     ips: dict[str, list[IPv4Interface]] = {}
@@ -96,13 +108,18 @@ def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: Lin
         for link in (lk for lk in pod.links() if lk.alias == marker):
             if link.kind in SUBLINK_KINDS:
                 plans.append(_sublink(len(plans), link, ips.get(link.name, []), tables))
-            else:
-                nic = claims.get(link.name, link.name)
+            elif moves_nics and link.name in claims:
+                nic = claims[link.name]
                 plans.append(_physical_in_pod(len(plans), pod, link, nic, tables))
+            else:
+                _not_ours(link, "in the pod")
     in_pod = {p.name for p in plans}
     left = [netdev for ifname, netdev in sorted(claims.items()) if ifname not in in_pod]
     for link in (lk for lk in host.links() if lk.alias == marker and lk.kind not in SUBLINK_KINDS):
-        plans.append(_physical_on_host(len(plans), link, left.pop(0) if left else link.name))
+        if moves_nics and left:
+            plans.append(_physical_on_host(len(plans), link, left.pop(0)))
+        else:
+            _not_ours(link, "on the host")
     log.warning("DEL of %s/%s from an unreadable state record: %d interface(s) found by "
                 "their mark", key.network, key.container_id, len(plans))
     return make_state(SALVAGED, "", netns, "", "", priority, plans)

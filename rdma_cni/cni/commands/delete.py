@@ -14,7 +14,8 @@ from rdma_cni.log import LazyLogger
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState
 from rdma_cni.vocab.attachment import AttachmentKey
-from rdma_cni.vocab.kinds import PENDING
+from rdma_cni.vocab.kinds import PENDING, LinkKind
+from rdma_cni.vocab.modes import Mode
 
 #: DEL keeps failing (code 11) for an exclusive NIC the kernel has not returned for
 #: this long after the first such DEL; then it releases the attachment and logs it
@@ -64,10 +65,11 @@ def salvage(store: Store, req: Request, key: AttachmentKey) -> None:
     from rdma_cni.datapath.salvage import rebuild
 
     priority = req.netconf.routing.rulePriority
+    moves_nics = Mode.of(req.netconf.mode).traits.link is LinkKind.PHYSICAL
 
     def rebuilt(session: Session) -> AttachmentState:
         assert session.host is not None
-        return rebuild(store, key, session.pod, session.host, req.netns, priority)
+        return rebuild(store, key, session.pod, session.host, req.netns, priority, moves_nics)
 
     _tear_down(store, key, req.netns, req.netns_fd, rebuilt)
     log.info("DEL of %s/%s released what an unreadable state record held", key.network,
