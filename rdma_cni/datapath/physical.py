@@ -25,7 +25,7 @@ from rdma_cni.errors import IOFailure, NicUnavailable, TryAgain
 from rdma_cni.vocab.modes import Mode
 from rdma_cni.vocab.netlink import Link
 from rdma_cni.vocab.plan import IfacePlan
-from rdma_cni.vocab.ports import LinkChanges, LinkView
+from rdma_cni.vocab.ports import LinkView, NetlinkPort
 
 log = logging.getLogger("rdma_cni")
 #: the netns an index of a NIC without a bus device was recorded in
@@ -86,12 +86,9 @@ def _out_of_pod(ctx: Ctx, current: str, p: IfacePlan) -> None:
     _home_from(tmp, current, p, ctx)
 
 
-def _home_from(tmp: LinkChanges, current: str, p: IfacePlan, ctx: Ctx) -> None:
-    name = p.nic
-    if ctx.host.link(p.nic) is not None:
-        name = fallback_name(p)
-        log.warning("host name %s of the returning NIC is taken: it comes back as %s",
-                    p.nic, name)
+def _home_from(tmp: NetlinkPort, current: str, p: IfacePlan, ctx: Ctx) -> None:
+    link = tmp.link(current)
+    name = home_name(p, lambda n: ctx.host.link(n) is not None, link.index if link else 0)
     if current != name:
         tmp.rename(current, name, "", f"rename {current} to {name}")
     tmp.move_to_netns(name, ctx.host_fd, f"return {name} to the host")
@@ -115,8 +112,26 @@ def rdma_out(ctx: Ctx, p: IfacePlan) -> None:
 
 
 def fallback_name(p: IfacePlan) -> str:
-    return f"rdma{(p.identity.get('pci') or p.identity.get('mac') or p.nic)[-6:]}".replace(
-        ":", "").replace(".", "")[:15]
+    """A host name of its own for a returning NIC whose name is taken: ``rdma`` and its
+    whole PCI address (``0000:48:00.0``: ``rdma000048000``), else its MAC's last digits,
+    else its old name's. Two NICs of a node never share one (the last six characters of
+    the PCI address did: ``0000:48:00.0`` and ``0000:88:00.0``)."""
+    ident = str(p.identity.get("pci") or p.identity.get("mac") or p.nic)
+    return "rdma" + "".join(c for c in ident if c.isascii() and c.isalnum())[-11:]
+
+
+def home_name(p: IfacePlan, taken: Callable[[str], bool], index: int) -> str:
+    """The name a returning NIC gets on the host: its own, else :func:`fallback_name`,
+    else one from its interface index (``index``; a NIC is never left out because a
+    name is taken)."""
+    for name in (p.nic, fallback_name(p), f"rdmaif{index}"):
+        if not taken(name):
+            if name != p.nic:
+                log.warning("host name %s of the returning NIC is taken: it comes back as %s",
+                            p.nic, name)
+            return name
+    raise IOFailure(f"failed to return {p.nic}: the names {p.nic}, {fallback_name(p)} and "
+                    f"rdmaif{index} are all taken on the host")
 
 
 def with_index(p: IfacePlan, index: int) -> IfacePlan:

@@ -17,8 +17,8 @@ from rdma_cni.datapath import sublinks
 from rdma_cni.datapath.physical import (
     HOST,
     NicNotBack,
-    fallback_name,
     find_moved,
+    home_name,
     lookalikes,
     move_out,
     rdma_out,
@@ -141,7 +141,9 @@ def _recover_on_host(host: NetlinkPort, p: IfacePlan, marker: str, sysfs: Sysfs 
                 f"exclusive NIC {p.nic} ({device}) is neither in the pod nor back on the "
                 "host: the kernel has not returned it yet; the state is kept for a retry")
         log.info("DEL: exclusive NIC %s is back on the host as %s", p.nic, current)
-    name = p.nic if host.link(p.nic) is None else fallback_name(p)
+    found = host.link(current)
+    name = current if found is not None and found.name == p.nic else \
+        home_name(p, lambda n: host.link(n) is not None, found.index if found else 0)
     if current != name:
         host.rename(current, name, "", f"rename {current} to {name}")
     restore_host(host, name, p)

@@ -122,3 +122,19 @@ def test_del_keeps_failing_until_the_give_up_horizon(tmp_path: Path) -> None:
     old = marked.with_(nic_pending_since=time.time() - delete.GIVE_UP - 1)
     assert delete._give_up(store, key, old, "not back")
     assert store.get_state(key) is None and store.nic_claims() == {}
+
+
+def test_fallback_names_of_two_nics_differ_and_a_taken_one_is_not_a_failure() -> None:
+    """A returning NIC whose host name is taken comes back under a name of its own. It was
+    ``rdma`` and the last six characters of the PCI address, the same for 0000:48:00.0 and
+    0000:88:00.0 (and the second one's rename then failed with EEXIST at every DEL)."""
+    from rdma_cni.datapath.physical import fallback_name, home_name
+
+    a, b = (replace(PLAN, identity={"pci": pci}) for pci in ("0000:48:00.0", "0000:88:00.0"))
+    assert fallback_name(a) == "rdma000048000" and fallback_name(b) == "rdma000088000"
+    by_mac = replace(PLAN, identity={"mac": "02:00:00:00:00:01"})
+    assert len(fallback_name(by_mac)) <= 15 and fallback_name(by_mac) != fallback_name(a)
+    taken = {"rnic0", fallback_name(a)}
+    assert home_name(a, taken.__contains__, 9) == "rdmaif9"
+    assert home_name(b, taken.__contains__, 9) == "rdma000088000"
+    assert home_name(replace(b, nic="rnic1"), taken.__contains__, 9) == "rnic1"
