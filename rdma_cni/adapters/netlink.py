@@ -193,6 +193,9 @@ class Netlink(Layer3):
     def set_alias(self, name: str, alias: str, action: str) -> None:
         self._set(name, action, [("IFLA_IFALIAS", alias)], alias=alias or None)
 
+    def set_mac(self, name: str, mac: str, action: str) -> None:
+        self._set(name, action, [("IFLA_ADDRESS", mac)], mac=mac)
+
     def delete_link(self, name: str) -> bool:
         self._known.pop(name, None)
         gone = False

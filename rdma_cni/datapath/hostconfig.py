@@ -30,6 +30,7 @@ DAD_WAIT = 3.0
 
 
 def restore_host(host: NetlinkPort, name: str, p: IfacePlan) -> None:
+    restore_mac(host, name, p)
     if p.host_mtu:
         host.set_mtu(name, p.host_mtu, f"restore MTU of {name}")
     set_mode(host, name, p.inet6_mode)
@@ -42,6 +43,21 @@ def restore_host(host: NetlinkPort, name: str, p: IfacePlan) -> None:
     link = host.require(name)
     saved = p.host_routes or tuple(HostRoute(dst, gw, 0, 0, False) for dst, gw in p.routes)
     add_routes(host, name, [route_of(HostRoute(*r), link.index) for r in saved])
+
+
+def restore_mac(host: NetlinkPort, name: str, p: IfacePlan) -> None:
+    """The MAC the NIC had on the host (ADD records it), if the pod changed it: the host
+    must not answer the fabric with an address a pod chose. Set while the link is down
+    (a move takes it down), as most drivers require; a driver that refuses leaves a
+    warning, never a DEL that fails at every retry."""
+    mac = p.identity.get("mac")
+    link = host.link(name)
+    if not isinstance(mac, str) or not mac or link is None or link.mac == mac:
+        return
+    try:
+        host.set_mac(name, mac, f"restore the MAC address of {name}")
+    except NetlinkFailure as exc:
+        log.warning("%s (the pod changed it to %s)", exc.msg, link.mac)
 
 
 def set_mode(nl: L3Changes, name: str, mode: int | None) -> None:

@@ -141,12 +141,17 @@ def _recover_on_host(host: NetlinkPort, p: IfacePlan, marker: str, sysfs: Sysfs 
                 f"exclusive NIC {p.nic} ({device}) is neither in the pod nor back on the "
                 "host: the kernel has not returned it yet; the state is kept for a retry")
         log.info("DEL: exclusive NIC %s is back on the host as %s", p.nic, current)
+    restore_host(host, _named_home(host, current, p), p)
+
+
+def _named_home(host: NetlinkPort, current: str, p: IfacePlan) -> str:
+    """The NIC, back on the host as ``current``, under its host name (or a fallback)."""
     found = host.link(current)
-    name = current if found is not None and found.name == p.nic else \
+    name = current if current == p.nic else \
         home_name(p, lambda n: host.link(n) is not None, found.index if found else 0)
     if current != name:
         host.rename(current, name, "", f"rename {current} to {name}")
-    restore_host(host, name, p)
+    return name
 
 
 def hardware_of(p: IfacePlan, sysfs: Sysfs) -> str | None:

@@ -81,7 +81,6 @@ class LinkChanges(Bound, Protocol):
 
     def set_up(self, name: str, action: str, mtu: int | None = None) -> None: ...
     def set_down(self, name: str, action: str) -> None: ...
-    def set_mtu(self, name: str, mtu: int, action: str) -> None: ...
     def set_alias(self, name: str, alias: str, action: str) -> None: ...
     def delete_link(self, name: str) -> bool:
         """False if there was no such link."""
@@ -92,6 +91,13 @@ class LinkChanges(Bound, Protocol):
         them one by one."""
         for name in dict.fromkeys(names):
             self.delete_link(name)
+
+
+class LinkSettings(Bound, Protocol):
+    """A link's own settings an exclusive NIC gets back on the host."""
+
+    def set_mtu(self, name: str, mtu: int, action: str) -> None: ...
+    def set_mac(self, name: str, mac: str, action: str) -> None: ...
 
 
 class L3View(Bound, Protocol):
@@ -152,5 +158,5 @@ class L3Changes(Bound, Protocol):
         as ``/proc/sys/net/ipv4/conf/<name>/<key>`` names them) in one request."""
 
 
-class NetlinkPort(LinkView, LinkChanges, L3View, L3Changes, Protocol):
+class NetlinkPort(LinkView, LinkChanges, LinkSettings, L3View, L3Changes, Protocol):
     """rtnetlink of one netns: every intent."""

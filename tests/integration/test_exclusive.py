@@ -77,12 +77,18 @@ def test_down_nic_with_two_addresses_comes_back_as_it_was(rig, built_binary) -> 
     assert rig.node_changes() == {}
 
 
-def test_host_name_taken_meanwhile_uses_fallback(rig, built_binary) -> None:
+def _added(rig, built_binary):  # type: ignore[no-untyped-def]
+    """The NIC's MAC, the pod and the chain, once ADD moved the NIC into the pod."""
     _nic(rig)
     mac = rig.node.links()["rnic0"]["address"]
     pod = rig.pod()
     chain = rig.chain("exclusive", binary=built_binary)
     assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    return mac, pod, chain
+
+
+def test_host_name_taken_meanwhile_uses_fallback(rig, built_binary) -> None:
+    mac, pod, chain = _added(rig, built_binary)
     # something else takes the name rnic0 on the node
     sh("ip", "-n", rig.node.ns, "link", "add", "name", "rnic0", "type", "veth",
        "peer", "name", "squat")
@@ -114,6 +120,15 @@ def test_renamed_in_pod_is_found_by_mac(rig, built_binary) -> None:
     run = chain.delete("c1")
     assert run.rc == 0, run
     assert sorted(pod.links()) == ["eth0", "lo"]
+    assert rig.node_changes() == {}
+
+
+def test_a_mac_the_pod_set_does_not_come_back_to_the_host(rig, built_binary) -> None:
+    mac, pod, chain = _added(rig, built_binary)
+    sh("ip", "-n", pod.name, "link", "set", "dev", "eth1", "address", "02:00:5e:00:53:99")
+    run = chain.delete("c1")
+    assert run.rc == 0, run
+    assert rig.node.links()["rnic0"]["address"] == mac
     assert rig.node_changes() == {}
 
 

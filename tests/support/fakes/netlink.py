@@ -233,6 +233,10 @@ class FakeNetlink(NetlinkPort):
         link = self._get(name, action)
         self.ns.links[link.index] = replace(link, alias=alias or None)
 
+    def set_mac(self, name: str, mac: str, action: str) -> None:
+        link = self._get(name, action)
+        self.ns.links[link.index] = replace(link, mac=mac)
+
     def set_ipv4_conf(self, name: str, values: Sequence[tuple[str, int]], action: str) -> None:
         self._get(name, action)
         for key, value in values:
