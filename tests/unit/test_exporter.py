@@ -424,3 +424,36 @@ def test_the_host_ip_is_a_node_address_when_it_is_one(monkeypatch: pytest.Monkey
     for bad in ("", "node-1", "198.51.100.1:9469"):
         monkeypatch.setenv("HOST_IP", bad)
         assert node_addresses() == []
+
+
+@pytest.mark.parametrize("pinned", [None, ["eth1", "eth2"]])
+def test_exclusive_nics_in_pods_count_in_capacity_and_allocated(
+        tmp_path: Path, pinned: list[str] | None) -> None:
+    """An exclusive NIC in a pod is gone from the host's sysfs: the node's capacity still
+    counts it (the device plugin keeps it Healthy) and it is allocated. Before, capacity
+    fell by every NIC in use and allocated read 0 whenever NICs were in use."""
+    from rdma_cni.kube.exporter.capacity import CapacityCollector
+
+    fake = FakeSys(tmp_path / "root")
+    for i, (netdev, pci) in enumerate((("eth1", "0000:3b:00.0"), ("eth2", "0000:5e:00.0"))):
+        fake.netdev(netdev, pci=pci, numa=0, ifindex=10 + i)
+        fake.ibdev(f"mlx5_{i}", pci=pci, numa=0, uverbs=f"uverbs{i}")
+    data = tmp_path / "data"
+    with Store(str(data)).lock():
+        Store(str(data)).claim_nic("eth1", AttachmentKey("net", "c1", "eth0"), "eth1")
+    sysfs = Sysfs(str(tmp_path / "root"))
+
+    def host(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
+        here = [n for n in names if sysfs.exists(f"sys/class/net/{n}")]
+        return {n: HostNic((IPv4Interface("198.51.100.1/26"),)) for n in here}, set()
+
+    collector = CapacityCollector(Settings("exclusive", "r", pinned=pinned), sysfs,
+                                  StoreView(str(data)), host)
+
+    def slots() -> dict[str, float]:
+        return {m.name: m.samples[0].value for m in collector.collect()
+                if m.name.startswith("rdma_cni_slots")}
+
+    assert slots() == {"rdma_cni_slots_capacity": 2, "rdma_cni_slots_allocated": 1}
+    (tmp_path / "root/sys/class/net/eth1").unlink()  # ADD moved it into the pod
+    assert slots() == {"rdma_cni_slots_capacity": 2, "rdma_cni_slots_allocated": 1}

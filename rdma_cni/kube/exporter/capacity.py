@@ -23,6 +23,7 @@ from rdma_cni.kube.exporter.storeview import StoreView
 from rdma_cni.node.discovery import discover
 from rdma_cni.node.pools import HostReader, NodeSettings, build_pools, slot_capacity
 from rdma_cni.node.primary import PrimaryReader
+from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.modes import Capacity
 from rdma_cni.vocab.nic import HostNic
 
@@ -69,7 +70,8 @@ class CapacityCollector:
             own = self.primary(names, self.settings.node_ips)
             names = [n for n in names if n not in own]
         facts, host_addrs = self.host(names)
-        nics = [n for n in names if n in facts]
+        present = [n for n in names if n in facts]
+        nics = present + self._in_pods(present)
         pools = (build_pools(facts, host_addrs, self.settings.ranges)
                  if self.settings.mode.traits.pod_ipam else {})
         res = [self.settings.resource]
@@ -82,6 +84,17 @@ class CapacityCollector:
         yield cap
         yield used
         yield from self._ipam(pools)
+
+    def _in_pods(self, present: Sequence[str]) -> list[str]:
+        """Where the mode moves NICs into pods (exclusive): the claimed NICs the host no
+        longer shows (a pod holds them), which the node's capacity counts as the device
+        plugin does (it keeps them Healthy)."""
+        if self.settings.mode.traits.link is not LinkKind.PHYSICAL:
+            return []
+        on_host = set(self.sysfs.listdir("sys/class/net"))
+        wanted = set(self.settings.pinned) if self.settings.pinned is not None else None
+        return sorted(n for n in self.view.nic_claims() if n not in on_host and
+                      (wanted is None or n in wanted) and n not in present)
 
     def _ipam(self, pools: Mapping[str, Pool]) -> Iterator[Metric]:
         lab = ["nic", "subnet"]
