@@ -526,3 +526,32 @@ def test_the_device_plugin_reads_the_claims_of_its_config_data_dir(
     _into_pod(root, "eth2")
     assert _health(plugin.inv) == {**ALL_HEALTHY, PCI["eth2"]: False}
     assert sorted(os.listdir(data)) == listing  # read, never written
+
+
+def test_a_nic_back_under_another_name_is_listed_once(fs: FakeSys, root: Path) -> None:
+    """A NIC that comes back under a new name (a fallback name, a udev rename) has its
+    device ID once: the entry of its old name went on listing it, Unhealthy, beside the
+    new Healthy one, and the kubelet counted the ID in both."""
+    inv = _inventory(root, "exclusive")
+    assert _health(inv) == {**ALL_HEALTHY}
+    os.unlink(root / "sys/class/net/eth1")
+    shutil.rmtree(root / f"sys/devices/pci0000:00/{PCI['eth1']}/net/eth1")
+    assert _health(inv)[PCI["eth1"]] is False
+    fs.netdev("rnic9", pci=PCI["eth1"], numa=0, ifindex=30)
+    inv.refresh()
+    ids = [d.id for d in inv.devices]
+    assert sorted(ids) == sorted(PCI.values()), ids
+    assert _health(inv) == {**ALL_HEALTHY}
+
+
+def test_a_nic_that_lost_its_rdma_device_is_unhealthy(fs: FakeSys, root: Path) -> None:
+    """A pinned NIC whose RDMA device is gone (its driver unloaded, a failed recovery) and
+    whose netdev stays: a pod given it would get no uverbs device."""
+    inv = _inventory(root, "exclusive", pinned=["eth1", "eth2", "eth3", "eth4"])
+    assert _health(inv) == {**ALL_HEALTHY}
+    dev = root / f"sys/devices/pci0000:00/{PCI['eth1']}"
+    (root / "sys/class/infiniband/mlx5_0").unlink()  # mlx5_ib unloaded: the device goes
+    shutil.rmtree(dev / "infiniband")
+    shutil.rmtree(dev / "infiniband_verbs")
+    shutil.rmtree(root / "sys/class/infiniband_verbs/uverbs0")
+    assert _health(inv) == {**ALL_HEALTHY, PCI["eth1"]: False}

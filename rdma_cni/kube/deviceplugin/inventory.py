@@ -3,7 +3,10 @@
 ``Inventory.refresh()`` re-reads sysfs; when the device list changes (a port
 leaves ACTIVE, a netdev disappears or comes back, capacity changes) it bumps a
 version and wakes ``ListAndWatch`` streams waiting in ``wait()``. A NIC seen
-once and then gone stays listed, Unhealthy, under its last known identity; but where
+once and then gone stays listed, Unhealthy, under its last known identity (until a
+NIC of the node shows its device ID again, under another name); a NIC once seen with
+an RDMA device and now without one is Unhealthy (a pod given it would get no uverbs
+device); but where
 the mode moves the NIC into its pod (exclusive), a NIC gone from the host that the
 store says a pod holds (its claim, ``claimed``) is in use, not broken, and stays
 Healthy: the kubelet's allocatable counts Healthy devices only, and the scheduler
@@ -45,6 +48,7 @@ class Inventory:
         moves = settings.mode.traits.link is LinkKind.PHYSICAL
         self.claimed = claimed if moves else None
         self._known: dict[str, Nic] = {}
+        self._rdma: set[str] = set()  # netdevs once seen with an RDMA device
         self._slots: dict[str, int] = {}
         self._cond = threading.Condition()
         self.version = 0
@@ -62,15 +66,25 @@ class Inventory:
         for nic in current:
             if present[nic.netdev]:
                 self._known[nic.netdev] = nic
+                if nic.ibdev is not None:
+                    self._rdma.add(nic.netdev)
             nics.append(nic if present[nic.netdev] else self._known.get(nic.netdev, nic))
         if self.settings.pinned is None:
-            gone = [n for name, n in self._known.items() if name not in present]
-            nics = sorted(nics + gone, key=lambda n: n.netdev)
-            present.update({n.netdev: False for n in gone})
+            nics = sorted(nics + self._gone(nics, present), key=lambda n: n.netdev)
+            present.update({n.netdev: False for n in nics if n.netdev not in present})
         in_pods = self._in_pods([n.netdev for n in nics if not present[n.netdev]])
         health = {n.netdev: nic_healthy(n, present[n.netdev] or n.netdev in in_pods)
-                  for n in nics}
+                  and not (n.ibdev is None and n.netdev in self._rdma) for n in nics}
         return nics, health
+
+    def _gone(self, nics: list[Nic], present: dict[str, bool]) -> list[Nic]:
+        """NICs seen before and gone now; not one whose device ID a NIC of the node has
+        again under another name (the kubelet would get that ID twice, Healthy and not)."""
+        ids = {n.device_id for n in nics}
+        for name in [name for name, n in self._known.items()
+                     if name not in present and n.device_id in ids]:
+            del self._known[name]
+        return [n for name, n in self._known.items() if name not in present]
 
     def _in_pods(self, gone: list[str]) -> Collection[str]:
         """Which of the netdevs gone from the host a pod holds (empty unless NICs move)."""
