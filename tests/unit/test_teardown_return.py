@@ -138,3 +138,13 @@ def test_fallback_names_of_two_nics_differ_and_a_taken_one_is_not_a_failure() ->
     assert home_name(a, taken.__contains__, 9) == "rdmaif9"
     assert home_name(b, taken.__contains__, 9) == "rdma000088000"
     assert home_name(replace(b, nic="rnic1"), taken.__contains__, 9) == "rnic1"
+
+
+def test_a_nic_back_under_its_own_host_name_keeps_it(sysfs: Sysfs) -> None:
+    """The pod's name for the NIC may be its host name (VKE's nodes name RDMA NICs eth1,
+    eth2, ... as pods name their interfaces): the kernel then returns it under that
+    name, which is taken by the NIC itself. It was renamed to its fallback name."""
+    host = FakeHost(after=0.3)  # returned while DEL waits for it
+    _recover_on_host(host, replace(PLAN, nic="eth1"), MARK, sysfs, wait=5)  # type: ignore[arg-type]
+    assert host.name == "eth1" and not any(c.startswith("rename") for c in host.calls)
+    assert "add 192.0.2.1/26 to eth1" in host.calls
