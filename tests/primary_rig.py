@@ -7,7 +7,8 @@ agent does), with random pauses. Before each write it reads its file back: a gen
 older than its last write means another writer put an older one back (*undone*). The
 reader records every (time, generation, chained) change it sees at the conf dir path.
 :func:`rollbacks` then lists what the runtime could have seen go backwards: a generation
-older than one the primary had finished writing before the read began.
+older than one the primary had finished writing before the read began (apart: those
+inside the swap window install's compare and swap leaves, which the next view undoes).
 
 Run as a script: ``primary_rig.py primary PATH MODE COUNT SEED`` or
 ``primary_rig.py reader PATH`` (until SIGTERM); each prints one JSON report.
@@ -102,19 +103,31 @@ def run_reader(path: str) -> dict[str, Any]:
     return {"seen": seen, "reads": reads}
 
 
-def rollbacks(done: list[list[int]], seen: list[list[Any]]) -> list[str]:
+#: how soon the newest generation is back after the watch swapped a file built on an
+#: older one onto the path (two system calls, rdma_cni/tools/conffile.py, "What remains")
+SWAP_BACK_NS = 50_000_000
+
+
+def rollbacks(done: list[list[int]], seen: list[list[Any]]) -> tuple[list[str], list[str]]:
     """Reads that found a generation older than one the primary had finished writing
-    before the read began, or older than an earlier read found."""
-    out, newest, k, high = [], 0, 0, 0
-    for t, gen, _ in seen:
+    before the read began, or older than an earlier read found: (those the runtime could
+    have acted on, those inside the window conffile.py documents). A view is in that
+    window when it holds our entry (the watch's file) and the next view, within
+    :data:`SWAP_BACK_NS`, is the newest generation again (the swap back)."""
+    lost, window, newest, k, high = [], [], 0, 0, 0
+    for i, (t, gen, chained) in enumerate(seen):
         while k < len(done) and done[k][1] < t:
             newest = done[k][0]
             k += 1
         if gen < newest or gen < high:
-            out.append(f"read at {t}: generation {gen}, after the primary wrote {newest} "
-                       f"and a read found {high}")
+            text = (f"read at {t}: generation {gen}, after the primary wrote {newest} "
+                    f"and a read found {high}")
+            after = seen[i + 1] if i + 1 < len(seen) else None
+            back = after is not None and after[1] >= max(newest, high) and \
+                after[0] - t <= SWAP_BACK_NS
+            (window if chained and back else lost).append(text)
         high = max(high, gen)
-    return out
+    return lost, window
 
 
 class Race:
