@@ -2,16 +2,16 @@
 
 ``Inventory.refresh()`` re-reads sysfs; when the device list changes (a port
 leaves ACTIVE, a netdev disappears or comes back, capacity changes) it bumps a
-version and wakes ``ListAndWatch`` streams waiting in ``wait()``. A NIC seen
-once and then gone stays listed, Unhealthy, under its last known identity (until a
-NIC of the node shows its device ID again, under another name); a NIC once seen with
-an RDMA device and now without one is Unhealthy (a pod given it would get no uverbs
-device); but where
-the mode moves the NIC into its pod (exclusive), a NIC gone from the host that the
-store says a pod holds (its claim, ``claimed``) is in use, not broken, and stays
-Healthy: the kubelet's allocatable counts Healthy devices only, and the scheduler
-subtracts the pods' requests from it, so an in-use NIC reported Unhealthy would be
-counted twice and keep a pod Pending with NICs free.
+version and wakes ``ListAndWatch`` streams waiting in ``wait()``.
+
+A NIC seen once and then gone stays listed, Unhealthy, under its last known identity,
+until a NIC of the node shows its device ID again under another name. A NIC once seen
+with an RDMA device and now without one is Unhealthy: a pod given it would get no
+uverbs device. Where the mode moves the NIC into its pod (exclusive), a NIC gone from
+the host that the store says a pod holds (its claim, ``claimed``) is in use, not
+broken, and stays Healthy: the kubelet's allocatable counts Healthy devices only, and
+the scheduler subtracts the pods' requests from it, so an in-use NIC reported
+Unhealthy would be counted twice and keep a pod Pending with NICs free.
 """
 
 from __future__ import annotations
