@@ -88,9 +88,14 @@ class Traits:
         """A NIC prefix this long or longer is refused; None: any prefix will do."""
         return SHARED_MAX_PREFIX if self.pod_ipam else None
 
+    @property
+    def moves_nic(self) -> bool:
+        """The NIC itself moves into the pod (gone from the host while a pod holds it)."""
+        return self.link is LinkKind.PHYSICAL
+
     def moves_rdma_device(self, netns_mode: str | None) -> bool:
         """The NIC's RDMA device moves with its netdev (exclusive RDMA netns mode)."""
-        return self.link is LinkKind.PHYSICAL and netns_mode == RdmaNetnsMode.EXCLUSIVE
+        return self.moves_nic and netns_mode == RdmaNetnsMode.EXCLUSIVE
 
 
 _SHARED_ONLY = (RdmaNetnsMode.SHARED,)

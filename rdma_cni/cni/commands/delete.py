@@ -14,7 +14,7 @@ from rdma_cni.log import LazyLogger
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState
 from rdma_cni.vocab.attachment import AttachmentKey
-from rdma_cni.vocab.kinds import PENDING, LinkKind
+from rdma_cni.vocab.kinds import PENDING
 from rdma_cni.vocab.modes import Mode
 
 #: DEL keeps failing (code 11) for an exclusive NIC the kernel has not returned for
@@ -65,7 +65,7 @@ def salvage(store: Store, req: Request, key: AttachmentKey) -> None:
     from rdma_cni.datapath.salvage import rebuild
 
     priority = req.netconf.routing.rulePriority
-    moves_nics = Mode.of(req.netconf.mode).traits.link is LinkKind.PHYSICAL
+    moves_nics = Mode.of(req.netconf.mode).traits.moves_nic
 
     def rebuilt(session: Session) -> AttachmentState:
         assert session.host is not None

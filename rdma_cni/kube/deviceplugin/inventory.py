@@ -24,7 +24,6 @@ from rdma_cni.kube.deviceplugin.devices import Device, build_devices, nic_health
 from rdma_cni.node.discovery import discover
 from rdma_cni.node.pools import NodeSettings, host_slots, nic_slots
 from rdma_cni.node.primary import PrimaryReader, keep_off
-from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.modes import Capacity
 from rdma_cni.vocab.nic import Nic
 
@@ -45,8 +44,7 @@ class Inventory:
         self.free_addresses = free_addresses
         self.primary = primary
         # the netdevs pods hold (the store's NIC claims); read only where NICs move
-        moves = settings.mode.traits.link is LinkKind.PHYSICAL
-        self.claimed = claimed if moves else None
+        self.claimed = claimed if settings.mode.traits.moves_nic else None
         self._known: dict[str, Nic] = {}
         self._rdma: set[str] = set()  # netdevs once seen with an RDMA device
         self._slots: dict[str, int] = {}

@@ -23,7 +23,6 @@ from rdma_cni.kube.exporter.storeview import StoreView
 from rdma_cni.node.discovery import discover
 from rdma_cni.node.pools import HostReader, NodeSettings, build_pools, slot_capacity
 from rdma_cni.node.primary import PrimaryReader
-from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.modes import Capacity
 from rdma_cni.vocab.nic import HostNic
 
@@ -89,7 +88,7 @@ class CapacityCollector:
         """Where the mode moves NICs into pods (exclusive): the claimed NICs the host no
         longer shows (a pod holds them), which the node's capacity counts as the device
         plugin does (it keeps them Healthy)."""
-        if self.settings.mode.traits.link is not LinkKind.PHYSICAL:
+        if not self.settings.mode.traits.moves_nic:
             return []
         on_host = set(self.sysfs.listdir("sys/class/net"))
         wanted = set(self.settings.pinned) if self.settings.pinned is not None else None
