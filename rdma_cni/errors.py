@@ -147,6 +147,13 @@ def escaped(text: str) -> str:
     return _UNSAFE.sub(_escape_one, text)
 
 
+def clipped(text: str, limit: int) -> str:
+    """``text`` as a message or an error document may show it: :func:`escaped`, then
+    cut at ``limit`` characters (a value from the input is never trusted to be short)."""
+    text = escaped(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _escape_one(m: re.Match[str]) -> str:
     code = ord(m.group(0))
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

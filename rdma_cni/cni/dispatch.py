@@ -15,7 +15,16 @@ from typing import IO, Any, Protocol
 from rdma_cni import jsondoc
 from rdma_cni.cni import versions
 from rdma_cni.cni.request import Request, check_container_id, check_ifname, check_netns, check_path
-from rdma_cni.errors import CniError, Code, DecodeError, EnvError, VersionError, escaped, shown
+from rdma_cni.errors import (
+    CniError,
+    Code,
+    DecodeError,
+    EnvError,
+    VersionError,
+    clipped,
+    escaped,
+    shown,
+)
 from rdma_cni.log import LazyLogger
 from rdma_cni.models.cniargs import parse_cni_args
 
@@ -243,15 +252,11 @@ def _error_doc(version: str, code: int, msg: str, details: str) -> dict[str, Any
     """The error document. Its texts are the runtime's to show (kubelet events, logs):
     every control character escaped, each text cut at :data:`MAX_MESSAGE`, whatever a
     message quoted from the input."""
-    doc: dict[str, Any] = {"cniVersion": version, "code": int(code), "msg": _bounded(msg)}
+    doc: dict[str, Any] = {"cniVersion": version, "code": int(code),
+                           "msg": clipped(msg, MAX_MESSAGE)}
     if details:
-        doc["details"] = _bounded(details)
+        doc["details"] = clipped(details, MAX_MESSAGE)
     return doc
-
-
-def _bounded(text: str) -> str:
-    text = escaped(text)
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
 
 
 def _emit(stdout: IO[str], doc: dict[str, Any]) -> None:

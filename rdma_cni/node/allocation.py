@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from rdma_cni.errors import AllocationError, CniError, ConfigError, NicUnavailable, escaped, shown
+from rdma_cni.errors import AllocationError, CniError, ConfigError, NicUnavailable, clipped, shown
 from rdma_cni.node.discovery import normalize_ids
 from rdma_cni.vocab.modes import RESOURCE_RDMA, Mode, NicRule
 
@@ -150,7 +150,7 @@ def assign(
     rule = Mode.of(mode).traits.nics
     if ids is None:
         return _assign_unallocated(rule, nics, n_blocks, busy)
-    who = f"pod {_plain(pod, 256)}" if pod else \
+    who = f"pod {clipped(pod, 256)}" if pod else \
         "a request that names no pod (no K8S_POD_NAME in CNI_ARGS)"
     if not ids:
         raise AllocationError(
@@ -169,18 +169,11 @@ def assign(
     return _by_rule(rule, [nic.netdev for nic in nics], allocated, n_blocks, too_few)
 
 
-def _plain(text: str, limit: int) -> str:
-    """A value of the runtime's (CNI_ARGS, deviceID) as a message shows it: control
-    characters escaped, cut at ``limit`` characters."""
-    text = escaped(text)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _ids_shown(ids: Sequence[str], most: int = 8) -> str:
     """Device IDs as a message lists them (never trusted to be short or printable): each
     escaped and cut, at most ``most`` of them."""
     more = f" and {len(ids) - most} more" if len(ids) > most else ""
-    return ", ".join(_plain(i, 64) for i in ids[:most]) + more
+    return ", ".join(clipped(i, 64) for i in ids[:most]) + more
 
 
 def _by_rule(rule: NicRule, every: list[str], candidates: list[str], n_blocks: int,
