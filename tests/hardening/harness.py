@@ -19,6 +19,7 @@ from typing import Any
 
 import cnirunner
 from cnirunner import ip_json, snapshot
+from support.cnijson import STRICT
 from support.netns import named as netns_named
 from support.proc import plugin_env
 
@@ -45,8 +46,7 @@ class RawRun:
     def docs(self) -> list[Any]:
         """Every JSON document on stdout (a valid run has at most one), read as strictly
         as Go's encoding/json (libcni) reads it: ``NaN`` and ``Infinity`` are no JSON."""
-        dec = json.JSONDecoder(parse_constant=_not_json)
-        text, out, pos = self.stdout.strip(), [], 0
+        dec, text, out, pos = STRICT, self.stdout.strip(), [], 0
         while pos < len(text):
             doc, end = dec.raw_decode(text, pos)
             out.append(doc)
@@ -54,10 +54,6 @@ class RawRun:
             while pos < len(text) and text[pos].isspace():
                 pos += 1
         return out
-
-
-def _not_json(name: str) -> Any:
-    raise AssertionError(f"stdout holds {name}, which is not JSON")
 
 
 def run_raw(argv: Sequence[str], env: Mapping[str, str], stdin: bytes,

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.cnijson import STRICT
 
 from rdma_cni.cni import dispatch
 from rdma_cni.cni.commands import add
@@ -41,13 +42,9 @@ class Handlers:
         return self.result
 
 
-def _not_json(name: str) -> Any:
-    raise AssertionError(f"stdout holds {name}, which is not JSON")
-
-
 def strict(text: str) -> dict[str, Any]:
     """The one document on stdout, read as Go's encoding/json (libcni) reads it."""
-    doc, end = json.JSONDecoder(parse_constant=_not_json).raw_decode(text)
+    doc, end = STRICT.raw_decode(text)
     assert text[end:].strip() == "" and isinstance(doc, dict), text
     return doc
 
