@@ -38,7 +38,7 @@ NODE_PATHS = (
     defaults.DEVICE_PLUGIN_STATUS, defaults.CONFIG_RECORD, defaults.RESIDENT_SOCKET,
     defaults.DATA_DIR, defaults.NCCL_ENV_HOST_PATH,
     os.path.dirname(defaults.NCCL_ENV_HOST_PATH),
-    *(os.path.join("/tmp", f"rdma-cni-{c}.health") for c in ("device-plugin", "agent")),
+    *(heartbeat.heartbeat_path(c, heartbeat.DEFAULT_DIR) for c in ("device-plugin", "agent")),
     # the conflists there (the primary's, which `install` edits); not the directory,
     # where a runtime under test (podman) adds its own network's
     *sorted(entry.path for entry in _entries(defaults.CNI_CONF_DIR)),

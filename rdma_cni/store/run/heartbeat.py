@@ -12,10 +12,14 @@ import time
 from typing import Any
 
 HEALTH_DIR_ENV = "RDMA_CNI_HEALTH_DIR"
+DEFAULT_DIR = "/tmp"
 
 
-def heartbeat_path(component: str) -> str:
-    return os.path.join(os.environ.get(HEALTH_DIR_ENV) or "/tmp", f"rdma-cni-{component}.health")
+def heartbeat_path(component: str, directory: str | None = None) -> str:
+    """``component``'s heartbeat file in ``directory``, else ``RDMA_CNI_HEALTH_DIR``, else
+    :data:`DEFAULT_DIR`."""
+    where = directory or os.environ.get(HEALTH_DIR_ENV) or DEFAULT_DIR
+    return os.path.join(where, f"rdma-cni-{component}.health")
 
 
 def beat(component: str, period: float, **facts: Any) -> None:
