@@ -8,30 +8,37 @@ while the record is unreadable), and every link ADD made carries the alias
 
 - a sub-interface (macvlan/ipvlan) in the pod: deleted, with the rules from its
   reserved addresses (their table read from the pod's rules);
-- an exclusive NIC still in the pod: moved back under the name its claim records,
-  with the MTU, up-state, IPv4 addresses and main-table routes it has in the pod (the
-  pod got the NIC's own configuration at ADD);
-- an exclusive NIC the kernel already returned (pod netns gone): found on the host
-  by the mark and renamed back; its addresses died with the pod's copy of them and
-  are logged as not restored.
+- an exclusive NIC: the interface its claim holds (:mod:`rdma_cni.store.nics`), as ADD
+  planned it from the host: teardown finds the NIC by the identity recorded there (in
+  the pod, or on the host where the kernel returned it) and restores the host
+  configuration recorded there, as for a readable record;
+- an exclusive NIC claimed by an earlier release (no plan in its claim): a marked link
+  in the pod that is a bus device (a pod makes none) under the name its claim records,
+  moved back with the MTU, up-state, IPv4 addresses and main-table routes it has in the
+  pod; or, the pod netns gone, a marked link on the host, renamed back, its addresses
+  logged as not restored.
 
-The mark is readable in the pod, so a pod with ``CAP_NET_ADMIN`` can put it on a link
-of its own making. Only a mode that moves NICs (``moves_nics``) takes a marked link
-other than a sub-interface for its NIC, and only under a name this key's NIC claim
-records; anything else marked is left where it is, and logged. A dummy made in the
-pod and marked never goes to the host, under a NIC's name or any other.
+The mark and the names are the pod's to set: a pod with ``CAP_NET_ADMIN`` can put the
+mark on a link of its own making, under the name a claim records, and give it
+addresses and routes. Only a mode that moves NICs (``moves_nics``) takes anything but a
+sub-interface, and then only what is proven its NIC (the claim's identity, or for an
+earlier release's claim a bus device); anything else marked is left where it is, and
+logged. A dummy made in the pod and marked never goes to the host, under a NIC's name
+or any other.
 
-Pure except for the reads through the netlink sessions it is given.
+Pure except for the reads through the netlink sessions and the store it is given.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface
 from typing import Any
 
 from rdma_cni.datapath.physical import HOST, POD, SUBLINK_KINDS
 from rdma_cni.store.core import Store
+from rdma_cni.store.records import plan_from_dict
 from rdma_cni.store.state import AttachmentState, make_state
 from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.kinds import SALVAGED, LinkKind
@@ -92,35 +99,71 @@ def _not_ours(link: Link, where: str) -> None:
                 "but is no NIC it claims: left as it is", link.name, where)
 
 
+def _planned(k: int, nic: str, plan: dict[str, Any]) -> IfacePlan | None:
+    """The interface the claim of ``nic`` holds (None: unusable)."""
+    try:
+        p = plan_from_dict(plan)
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError):
+        return None
+    if p.kind != LinkKind.PHYSICAL or p.nic != nic:
+        return None
+    if p.extra.get("hostRoutesLeft"):
+        log.warning("DEL of an unreadable state record: exclusive NIC %s had more routes "
+                    "than its claim keeps; they are not restored", nic)
+    return replace(p, k=k)
+
+
+def _real_device(link: Link) -> bool:
+    """A link no pod can make: a NIC's own driver (no kind) on a bus device."""
+    return link.kind is None and link.parent_dev is not None
+
+
+def _claimed(store: Store, key: AttachmentKey, moves_nics: bool
+             ) -> tuple[list[IfacePlan], dict[str, str]]:
+    """The interfaces ``key``'s NIC claims hold (in a mode that moves NICs), and the
+    claims that hold none (ifname -> netdev: an earlier release's)."""
+    plans: list[IfacePlan] = []
+    claims: dict[str, str] = {}
+    for netdev, (ifname, plan) in sorted(store.claimed_plans(key).items()):
+        p = _planned(len(plans), netdev, plan) if moves_nics and plan else None
+        if p is not None:
+            plans.append(p)
+        else:
+            claims[ifname] = netdev
+    return plans, claims
+
+
+def _reserved(store: Store, key: AttachmentKey) -> dict[str, list[IPv4Interface]]:
+    ips: dict[str, list[IPv4Interface]] = {}
+    for pool, ip, ifname in store.ips_of(key):
+        prefix = pool.split("/")[1] if "/" in pool else "32"
+        ips.setdefault(ifname, []).append(IPv4Interface(f"{ip}/{prefix}"))
+    return ips
+
+
 def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: LinkView,
             netns: str, priority: int, moves_nics: bool) -> AttachmentState:
     """A state record for teardown, built from the store and our marked links
     (``moves_nics``: the network's mode moves NICs into pods)."""
     marker = f"rdma-cni:{key.digest()}"
-    claims = {ifname: netdev for netdev, (k, ifname) in store.nic_claims().items() if k == key}
-    ips: dict[str, list[IPv4Interface]] = {}
-    for pool, ip, ifname in store.ips_of(key):
-        prefix = pool.split("/")[1] if "/" in pool else "32"
-        ips.setdefault(ifname, []).append(IPv4Interface(f"{ip}/{prefix}"))
-    plans: list[IfacePlan] = []
+    plans, claims = _claimed(store, key, moves_nics)
+    planned = {p.name for p in plans}
     if pod is not None:
-        tables = _tables(pod, priority)
+        ips, tables = _reserved(store, key), _tables(pod, priority)
         for link in (lk for lk in pod.links() if lk.alias == marker):
             if link.kind in SUBLINK_KINDS:
                 plans.append(_sublink(len(plans), link, ips.get(link.name, []), tables))
-            elif moves_nics and link.name in claims:
-                nic = claims[link.name]
+            elif moves_nics and link.name in claims and _real_device(link):
+                nic = claims.pop(link.name)
                 plans.append(_physical_in_pod(len(plans), pod, link, nic, tables))
-            else:
+            elif not (planned and (_real_device(link) or link.name in planned)):
                 _not_ours(link, "in the pod")
-    in_pod = {p.name for p in plans}
-    left = [netdev for ifname, netdev in sorted(claims.items()) if ifname not in in_pod]
+    left = [netdev for _, netdev in sorted(claims.items())]
     for link in (lk for lk in host.links() if lk.alias == marker and lk.kind not in SUBLINK_KINDS):
         if moves_nics and left:
             plans.append(_physical_on_host(len(plans), link, left.pop(0)))
-        else:
+        elif not planned:
             _not_ours(link, "on the host")
     log.warning("DEL of %s/%s from an unreadable state record: %d interface(s) found by "
-                "their mark", key.network, key.container_id, len(plans))
+                "their claims and marks", key.network, key.container_id, len(plans))
     return make_state(SALVAGED, "", netns, "", "", priority, plans)
-

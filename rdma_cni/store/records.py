@@ -17,6 +17,7 @@ load. Keys this release does not know (a newer release wrote them) are kept in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface
 from typing import Any
 
@@ -45,6 +46,19 @@ def plan_to_dict(p: IfacePlan) -> dict[str, Any]:
             d["host_addrs"] = [list(a) for a in p.host_addrs]
             d["inet6_mode"] = p.inet6_mode
     return {**p.extra, **d}
+
+
+#: the most host routes a NIC claim keeps (:func:`claim_plan`)
+CLAIM_ROUTES = 1024
+
+
+def claim_plan(p: IfacePlan) -> dict[str, Any]:
+    """``p`` as a NIC claim keeps it (:mod:`rdma_cni.store.nics`): its saved form, with
+    no host routes when it has more than :data:`CLAIM_ROUTES` (``hostRoutesLeft``), so
+    that a NIC with a routing table of its own never makes its claim a large record."""
+    if len(p.host_routes) <= CLAIM_ROUTES:
+        return plan_to_dict(p)
+    return {**plan_to_dict(replace(p, host_routes=())), "hostRoutesLeft": True}
 
 
 def mirrored(host_routes: tuple[HostRoute, ...]) -> tuple[tuple[str, str | None], ...]:

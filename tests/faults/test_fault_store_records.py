@@ -112,3 +112,33 @@ def test_a_hand_corrupted_record_of_an_exclusive_nic_returns_it(rig, faults) -> 
               json.loads(sh("ip", "-n", rig.node.ns, "-j", "route", "show", "dev", "rnic0"))}
     assert (HPC_NET, GW) in routes
     assert set(pod.links()) == {"lo", "eth0"}
+
+
+def test_a_corrupted_record_does_not_let_a_pod_pass_off_its_own_link_as_the_nic(  # type: ignore[no-untyped-def]
+        rig, faults) -> None:
+    """The pod (CAP_NET_ADMIN) hides its exclusive NIC under another name and makes a veth
+    under the NIC's pod name, with our mark, an address and a route. DEL of the unreadable
+    record brings back the NIC ADD recorded in its claim, with the host's configuration,
+    and leaves the pod's link where it is (before: the look-alike went to the node as
+    rnic0, with the pod's address, and the NIC stayed behind)."""
+    rig.nic("rnic0", "198.51.100.1/26")
+    chain = faults.chain("exclusive")
+    pod = rig.pod()
+    assert chain.add("cid-a", pod.path, rdma_blocks(1)).rc == 0
+    nic = pod.links()["eth1"]
+    batch = (f"link set eth1 down\nlink set eth1 name hidden0\n"
+             f"link add eth1 type veth peer name fake1\nlink set eth1 alias {nic['ifalias']}\n"
+             "addr add 192.0.2.77/24 dev eth1\nlink set eth1 up\n"
+             "route add 198.18.0.0/24 via 192.0.2.1 dev eth1\n")
+    sh("ip", "-n", pod.name, "-batch", "-", input=batch)
+    [state] = _state_files(rig)
+    state.write_text(json.dumps({"schema": 1, "key": {"network": 7}}))
+    assert chain.delete("cid-a").rc == 0
+    back = rig.node.links()["rnic0"]
+    assert back["ifindex"] == nic["ifindex"]
+    node_addrs = sh("ip", "-n", rig.node.ns, "-4", "-o", "addr", "show")
+    assert "198.51.100.1/26" in node_addrs and "192.0.2.77" not in node_addrs
+    routes = {(r["dst"], r.get("gateway")) for r in
+              json.loads(sh("ip", "-n", rig.node.ns, "-j", "route", "show"))}
+    assert (HPC_NET, GW) in routes and ("198.18.0.0/24", "192.0.2.1") not in routes
+    assert "eth1" in pod.links() and "hidden0" not in pod.links()

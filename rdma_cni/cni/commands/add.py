@@ -42,6 +42,7 @@ from rdma_cni.node.origin import origin_of
 from rdma_cni.node.pools import ranges_of
 from rdma_cni.store.core import Store
 from rdma_cni.store.files import Identity
+from rdma_cni.store.records import claim_plan
 from rdma_cni.store.state import AttachmentState, make_state
 from rdma_cni.vocab.kinds import PENDING, READY
 from rdma_cni.vocab.plan import IfacePlan, NicFacts
@@ -220,7 +221,8 @@ def _reserve(req: Request, nc: NetConf, store: Store, plans: list[IfacePlan],
             _first_owner(req, store)
             try:
                 for p in plans:
-                    if nc.mode.traits.claims_nic and not store.claim_nic(p.nic, key, p.name):
+                    if nc.mode.traits.claims_nic and \
+                            not store.claim_nic(p.nic, key, p.name, claim_plan(p)):
                         owner = store.nic_owner(p.nic)
                         who = owner[0].container_id[:12] if owner else "another pod"
                         raise NicUnavailable(f"RDMA NIC {p.nic} is serving another pod ({who})")
