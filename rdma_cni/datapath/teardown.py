@@ -53,23 +53,20 @@ def teardown(session: Session, state: AttachmentState, digest: str) -> None:
     failures: list[tuple[str, CniError]] = []
     tick = testhooks.del_ticker()  # inert unless the test seam is set
     doomed: list[str] = []  # our sub-links in the pod, deleted together at the end
+    back: list[tuple[IfacePlan, str]] = []  # exclusive NICs found on the host, and as what
     for p in reversed(state.interfaces):
         try:
-            # an exclusive NIC: moved home from the pod (and restored), or look-alikes of it
-            home, fakes = False, list[str]()
-            if session.has_pod:
-                names, home, fakes = _in_pod(session, p, marker, priority, tick)
-                doomed += names
-            if p.kind == LinkKind.PHYSICAL:
-                assert session.host is not None
-                tick()
-                if not home:
-                    _recover_on_host(session.host, p, marker, fakes=fakes)
+            current = _undo(session, p, marker, priority, tick, doomed)
+            if current is not None:
+                back.append((p, current))
         except CniError as exc:
             if p.kind == LinkKind.PHYSICAL:
                 failures.append((p.nic, exc))
             else:
                 log.warning("DEL of %s: %s (ignored)", p.name, exc.msg)
+    if back:
+        assert session.host is not None
+        failures += _home_all(session.host, back)
     tick()
     if doomed:
         _delete_sublinks(session, marker, priority, doomed)
@@ -78,6 +75,21 @@ def teardown(session: Session, state: AttachmentState, digest: str) -> None:
     if failures:
         raise IOFailure("failed to return exclusive NIC(s) to the host: " +
                         "; ".join(f"{nic}: {f.msg}" for nic, f in failures))
+
+
+def _undo(session: Session, p: IfacePlan, marker: str, priority: int,
+          tick: Callable[[], None], doomed: list[str]) -> str | None:
+    """Undo ``p`` in the pod (a sub-link's name added to ``doomed``); an exclusive NIC not
+    moved home from there: its name on the host (None: gone with its hardware)."""
+    home, fakes = False, list[str]()
+    if session.has_pod:
+        names, home, fakes = _in_pod(session, p, marker, priority, tick)
+        doomed += names
+    if p.kind != LinkKind.PHYSICAL or home:
+        return None
+    assert session.host is not None
+    tick()
+    return _find_on_host(session.host, p, marker, fakes=fakes)
 
 
 def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,
@@ -108,19 +120,26 @@ def _delete_sublinks(session: Session, marker: str, priority: int, names: list[s
 
 def _recover_on_host(host: NetlinkPort, p: IfacePlan, marker: str, sysfs: Sysfs | None = None,
                      wait: float | None = None, fakes: Sequence[str] = ()) -> None:
-    """The NIC came back by itself (pod netns died) or a move half-finished: fix name and
-    config. Not on the host either while ``fakes`` in the pod look like it: the pod hides
-    it (in a netns of its own, until that dies and the kernel returns a physical NIC),
-    and nothing is taken in its place: :class:`NicNotBack` at once."""
+    """:func:`_find_on_host`, then the NIC named and restored (one NIC alone)."""
+    current = _find_on_host(host, p, marker, sysfs, wait, fakes)
+    if current is not None:
+        for _, exc in _home_all(host, [(p, current)]):
+            raise exc
+
+
+def _find_on_host(host: NetlinkPort, p: IfacePlan, marker: str, sysfs: Sysfs | None = None,
+                  wait: float | None = None, fakes: Sequence[str] = ()) -> str | None:
+    """The NIC came back by itself (pod netns died) or a move half-finished: its name on
+    the host (None: gone with its hardware). Not on the host either while ``fakes`` in the
+    pod look like it: the pod hides it (in a netns of its own, until that dies and the
+    kernel returns a physical NIC), and nothing is taken in its place: :class:`NicNotBack`
+    at once."""
     sysfs = sysfs or Sysfs()
 
     def device_path(name: str) -> str | None:
         return sysfs.realpath(f"sys/class/net/{name}/device") if "/" not in name else None
 
     current = find_moved(host, p, marker, HOST, device_path)
-    if current is not None and current == p.nic:
-        restore_host(host, p.nic, p)
-        return
     if current is None and fakes:
         log.warning("DEL: exclusive NIC %s is not in the pod under the identity recorded "
                     "at ADD, nor on the host; %s in the pod only looks like it and is not "
@@ -131,7 +150,7 @@ def _recover_on_host(host: NetlinkPort, p: IfacePlan, marker: str, sysfs: Sysfs 
     if current is None:
         device = hardware_of(p, sysfs)
         if device is None:
-            return  # gone with its hardware (or a virtual stand-in gone with its netns)
+            return None  # gone with its hardware (or a virtual stand-in gone with its netns)
         wait = RETURN_WAIT if wait is None else wait
         log.info("DEL: exclusive NIC %s (%s) is in no netns in sight: waiting up to %.0f s "
                  "for the kernel to return it", p.nic, device, wait)
@@ -141,7 +160,34 @@ def _recover_on_host(host: NetlinkPort, p: IfacePlan, marker: str, sysfs: Sysfs 
                 f"exclusive NIC {p.nic} ({device}) is neither in the pod nor back on the "
                 "host: the kernel has not returned it yet; the state is kept for a retry")
         log.info("DEL: exclusive NIC %s is back on the host as %s", p.nic, current)
-    restore_host(host, _named_home(host, current, p), p)
+    return current
+
+
+def _home_all(host: NetlinkPort, back: list[tuple[IfacePlan, str]]
+              ) -> list[tuple[str, CniError]]:
+    """Name and restore the NICs found on the host (``back``: each with its name there);
+    the failures, by NIC. The kernel returns a NIC under the name it had in the pod, which
+    may be the host name of another NIC of the same pod (pods and VKE's nodes both name
+    them eth1, eth2, ...), each sitting on the other's: the one named first goes to its
+    fallback name, and once every NIC has moved, to its own name if that is free now.
+    All of it before any NIC is up again: a kernel before 6.2 renames no link that is."""
+    named: list[tuple[IfacePlan, str]] = []
+    failures: list[tuple[str, CniError]] = []
+    for p, current in back:
+        try:
+            named.append((p, current if current == p.nic else _named_home(host, current, p)))
+        except CniError as exc:
+            failures.append((p.nic, exc))
+    for p, name in named:
+        try:
+            if name != p.nic and host.link(p.nic) is None:
+                host.rename(name, p.nic, "", f"rename {name} to {p.nic}")
+                log.info("DEL: exclusive NIC %s is back under its own name", p.nic)
+                name = p.nic
+            restore_host(host, name, p)
+        except CniError as exc:
+            failures.append((p.nic, exc))
+    return failures
 
 
 def _named_home(host: NetlinkPort, current: str, p: IfacePlan) -> str:

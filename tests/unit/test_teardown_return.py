@@ -148,3 +148,57 @@ def test_a_nic_back_under_its_own_host_name_keeps_it(sysfs: Sysfs) -> None:
     _recover_on_host(host, replace(PLAN, nic="eth1"), MARK, sysfs, wait=5)  # type: ignore[arg-type]
     assert host.name == "eth1" and not any(c.startswith("rename") for c in host.calls)
     assert "add 192.0.2.1/26 to eth1" in host.calls
+
+
+def test_two_nics_back_on_each_others_host_names_both_get_their_own() -> None:
+    """VKE's nodes name RDMA NICs eth1, eth2, ... and pods name their interfaces so too:
+    the pod's eth1 may be the host's eth2 and the other way round. When the pod's netns
+    dies first, the kernel returns each under its pod name, the other's host name. DEL
+    renamed the first to its fallback name and left it there for good (the second took
+    the name the first freed), and the device plugin's config, which names eth1 and eth2,
+    lost a NIC."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+    from fakes.netlink import FakeKernel
+
+    from rdma_cni.datapath.plan import identity_of
+    from rdma_cni.datapath.session import Session
+    from rdma_cni.datapath.teardown import teardown
+    from rdma_cni.store.state import make_state
+    from rdma_cni.vocab.kinds import LinkKind
+    from rdma_cni.vocab.plan import NicFacts
+
+    k = FakeKernel()
+    pod_ns = k.netns("pod", "/run/netns/pod")
+    host = k.port(k.host)
+    plans, indexes = [], {}
+    for n, (nic, in_pod, ip) in enumerate((("eth2", "eth1", "198.51.100.1/26"),
+                                           ("eth1", "eth2", "198.51.100.65/26"))):
+        pci = f"0000:{0x48 + n:02x}:00.0"
+        link = k.add_nic(k.host, nic, parent_dev=pci, parent_bus="pci")
+        k.host.links[link.index] = link = replace(link, kind=None)
+        indexes[nic] = link.index
+        facts = NicFacts(name=nic, index=link.index, mtu=1500, mac=link.mac, pci=pci,
+                         parent_dev=pci, parent_bus="pci")
+        plans.append(IfacePlan(k=n, name=in_pod, tmp=in_pod, nic=nic, kind=LinkKind.PHYSICAL,
+                               mtu=1500, table=0, addresses=(IPv4Interface(ip),),
+                               identity=identity_of(facts), host_mtu=1500, host_up=True))
+    pod = k.port(pod_ns)
+    for p in plans:  # as ADD left them: in the pod under the pod's names
+        host.move_to_netns(p.nic, pod_ns.fd, "move")
+        pod.rename(p.nic, f"t{p.k}", MARK, "rename")
+    for p in plans:
+        pod.rename(f"t{p.k}", p.name, MARK, "rename")
+    k.remove_netns(pod_ns.fd)
+    assert {lk.name: lk.index for lk in host.links() if lk.name != "lo"} == \
+        {"eth1": indexes["eth2"], "eth2": indexes["eth1"]}
+    session = Session("/run/netns/pod", pod_required=False, ops=k)
+    try:
+        teardown(session, make_state("ready", "exclusive", "/run/netns/pod", "", "", 20000,
+                                     plans), "abc")
+    finally:
+        session.close()
+    assert {lk.name: lk.index for lk in host.links() if lk.name != "lo"} == indexes
+    assert [str(a) for _, a in host.addresses(indexes["eth2"])] == ["198.51.100.1/26"]
+    assert [str(a) for _, a in host.addresses(indexes["eth1"])] == ["198.51.100.65/26"]
+    assert all(lk.up for lk in host.links() if lk.name != "lo")
