@@ -26,7 +26,7 @@ from rdma_cni.errors import (
     shown,
 )
 from rdma_cni.log import LazyLogger
-from rdma_cni.models.cniargs import parse_cni_args
+from rdma_cni.models.cniargs import CniArgs, parse_cni_args
 
 log = LazyLogger()
 
@@ -195,7 +195,7 @@ def _build_request(
         req.ifname = check_ifname(env["CNI_IFNAME"])
         req.cni_path = check_path(env.get("CNI_PATH", ""))
         req.netns = _netns(command, env.get("CNI_NETNS", ""))
-    req.args = parse_cni_args(env.get("CNI_ARGS", ""))
+    req.args = _cni_args(command, env.get("CNI_ARGS", ""))
     prev = conf.get("prevResult")
     if prev is not None:
         req.prev_result = _prev_result(prev, command)
@@ -215,6 +215,17 @@ def _netns(command: str, value: str) -> str:
         log.warning("DEL ignores CNI_NETNS %s (%s): cleanup from the saved state only",
                     shown(value, 256), exc.msg)
         return ""
+
+
+def _cni_args(command: str, value: str) -> CniArgs:
+    try:
+        return parse_cni_args(value)
+    except EnvError as exc:
+        if command != "DEL":
+            raise
+        # DEL does not use them: failing here would stop the chain (the primary's DEL)
+        log.warning("DEL ignores CNI_ARGS: %s", exc.msg)
+        return parse_cni_args("")
 
 
 def _prev_result(prev: object, command: str) -> dict[str, Any] | None:

@@ -116,6 +116,11 @@ ENV_CASES = [
     Case("del-netns-missing", OK, cmd="DEL", env={"CNI_NETNS": DROP}),
     Case("del-network-dotdot", OK, cmd="DEL", conf={"name": "../../etc"}),
     Case("del-prevresult-malformed", OK, cmd="DEL", prev={"ips": "nope"}),
+    # DEL does not use CNI_ARGS, and no ADD keeps anything under a dataDir it refuses:
+    # failing would stop the chain, the primary's DEL with it (DESIGN §1, §8)
+    Case("del-args-unknown", OK, cmd="DEL", env={"CNI_ARGS": "FOO=bar"}),
+    Case("del-args-newline", OK, cmd="DEL", env={"CNI_ARGS": "IgnoreUnknown=1\nX=y"}),
+    Case("del-datadir-relative", OK, cmd="DEL", conf={"dataDir": "var/lib/cni/rdma-cni"}),
     Case("check-netns-directory", 4, "CNI_NETNS", cmd="CHECK",
          env={"CNI_NETNS": "@DIR", "CNI_CONTAINERID": "ca"}),
 ]
@@ -161,7 +166,7 @@ STDIN_CASES = [
       for key in ("dataDir", "logFile", "metricsFile", "residentSocket")],
     *[Case(f"kubelet-{key.lower()}-nul", 7, key, conf={"kubelet": {key: "/tmp/x\x00y"}})
       for key in ("podResourcesSocket", "checkpointFile", "devicePluginDir")],
-    Case("del-datadir-nul", 7, "dataDir", cmd="DEL", conf={"dataDir": "/tmp/x\x00y"}),
+    Case("del-datadir-nul", OK, cmd="DEL", conf={"dataDir": "/tmp/x\x00y"}),
     Case("name-nul", OK, conf={"name": "vpc\x00cni"}),
     Case("stdin-nul-byte-in-string", 6, "decode",
          raw=b'{"cniVersion":"0.4.0","name":"a\x00b","mode":"shared-multi"}'),

@@ -174,6 +174,28 @@ def test_gc_releases_unlisted_keeps_listed(rig) -> None:
     chain.cache.clear()
 
 
+def test_gc_reads_the_list_under_either_name_and_refuses_none(rig) -> None:  # type: ignore[no-untyped-def]
+    """The published text of spec 1.1.0 names the list ``cni.dev/attachments`` (libcni sends
+    both names since v1.2.3): a GC naming only that one released every pod of the network,
+    and so did a GC naming no list at all. The latter is now refused (7), changing nothing."""
+    rig.nic()
+    chain = rig.chain("shared-multi", cni_version="1.1.0")
+    keep, drop = rig.pod(), rig.pod()
+    assert chain.add("keep", keep.path, rdma_blocks(1)).rc == 0
+    assert chain.add("drop", drop.path, rdma_blocks(1)).rc == 0
+    run = chain._run("GC", chain.conf())
+    assert run.rc == 1 and run.code == 7 and "cni.dev/valid-attachments" in run.out["msg"], run
+    assert keep.addrs("eth1") and drop.addrs("eth1") and len(rig.files()) == 4
+    listed = [{"containerID": "keep", "ifname": "eth0"}]
+    run = chain._run("GC", chain.conf(extra={"cni.dev/attachments": listed}))
+    assert run.rc == 0 and run.out is None, run
+    _pod_clean(drop)
+    assert keep.addrs("eth1") == ["198.51.100.2/26"] and len(rig.files()) == 2
+    assert chain.gc([]).rc == 0
+    _pod_clean(keep)
+    chain.cache.clear()
+
+
 def test_status_ok_and_unusable_data_dir(rig, tmp_path) -> None:
     rig.nic()
     chain = rig.chain("shared-multi", cni_version="1.1.0")

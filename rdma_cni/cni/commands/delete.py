@@ -36,7 +36,14 @@ def data_dir(req: Request) -> str:
 
 
 def cmd_del(req: Request) -> None:
-    store = Store(data_dir(req))
+    try:
+        directory = data_dir(req)
+    except ConfigError as exc:
+        # ADD refuses such a dataDir: nothing can be held there, and failing here would
+        # stop the chain (the primary's DEL would never run)
+        log.warning("DEL of %s: nothing to undo: %s", req.container_id, exc.msg)
+        return
+    store = Store(directory)
     key = req.key
     state = store.get_state(key)  # a record teardown cannot use reads as absent (moved aside)
     if state is None and key.legacy is not None:
