@@ -83,18 +83,35 @@ def _identities(path: str) -> tuple[tuple[int, int] | None, tuple[int, int] | No
     return (st.st_dev, st.st_ino), directory
 
 
-def origin_of(netns: str) -> dict[str, Any]:
-    """The ``origin`` field ADD writes into the state."""
+def origin_of(netns: str, fd: int | None = None) -> dict[str, Any]:
+    """The ``origin`` field ADD writes into the state. ``fd``: the pod's netns as the
+    caller handed it over (``serve``): its identity is the pod's whatever this process
+    sees at ``netns``, and the directory is recorded only when the path shows this very
+    netns here (``serve``'s view of the directory could be another one: the agent, which
+    takes a recorded directory for the runtime's, would then free live pods)."""
     out: dict[str, Any] = {"node": node_identity()}
     mid = machine_id()
     if mid:
         out["machineId"] = mid
     ident, directory = _identities(netns) if netns else (None, None)
+    if fd is not None:
+        given = _fd_identity(fd)
+        if ident is None or ident != given:
+            directory = None
+        ident = given
     if ident is not None:
         out["netnsDev"], out["netnsIno"] = ident
     if directory is not None and not netns.startswith("/proc/"):
         out["netnsDirDev"], out["netnsDirIno"] = directory
     return out
+
+
+def _fd_identity(fd: int) -> tuple[int, int] | None:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def recorded_node(state: AttachmentState) -> str | None:

@@ -93,7 +93,7 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
 def _states(req: Request, nc: NetConf, token: str) -> StateOf:
     """The states this ADD writes (pending, then ready): only the status, the plans and the
     result differ, the netns's origin is read once."""
-    origin = origin_of(req.netns)
+    origin = origin_of(req.netns, req.netns_fd)
 
     def state(status: str, plans: list[IfacePlan],
               ours: dict[str, Any] | None) -> AttachmentState:
