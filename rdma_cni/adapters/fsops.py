@@ -86,3 +86,14 @@ def lease_held(fd: int) -> bool:
 def release_lease(fd: int) -> None:
     with contextlib.suppress(OSError):  # closing the file releases it as well
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+
+
+def dev_ino(target: str | int, follow: bool = True) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of a path (``follow``: through its last symlink, else of the link)
+    or of an open descriptor; None when it cannot be read."""
+    try:
+        st = os.fstat(target) if isinstance(target, int) else \
+            os.stat(target) if follow else os.lstat(target)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino

@@ -23,6 +23,8 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any
 
+from rdma_cni.adapters.fsops import dev_ino
+
 if TYPE_CHECKING:
     from rdma_cni.store.state import AttachmentState
 
@@ -95,7 +97,7 @@ def origin_of(netns: str, fd: int | None = None) -> dict[str, Any]:
         out["machineId"] = mid
     ident, directory = _identities(netns) if netns else (None, None)
     if fd is not None:
-        given = _fd_identity(fd)
+        given = dev_ino(fd)
         if ident is None or ident != given:
             directory = None
         ident = given
@@ -104,14 +106,6 @@ def origin_of(netns: str, fd: int | None = None) -> dict[str, Any]:
     if directory is not None and not netns.startswith("/proc/"):
         out["netnsDirDev"], out["netnsDirIno"] = directory
     return out
-
-
-def _fd_identity(fd: int) -> tuple[int, int] | None:
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def recorded_node(state: AttachmentState) -> str | None:

@@ -136,11 +136,7 @@ def _holds(snap: Snapshot, ctime: bool = True) -> bool:
 
 
 def _dev_ino(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
+    return fsops.dev_ino(path, follow=False)
 
 
 def replace(snap: Snapshot, data: bytes) -> Outcome:

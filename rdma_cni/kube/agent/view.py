@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from rdma_cni.adapters.fsops import dev_ino
 from rdma_cni.node.origin import netns_identity as path_identity
 from rdma_cni.node.origin import recorded_netns, recorded_netns_dir
 
@@ -99,7 +100,7 @@ def runtime_dir(directory: str, states: Sequence[AttachmentState],
     """"" when ``directory`` is shown to be the netns directory the runtime uses: it is
     the directory an ADD saw (the same st_dev and st_ino), or a netns an ADD recorded
     there is visible in it with the identity ADD recorded; otherwise why not."""
-    dir_of = dir_of or _dir_identity
+    dir_of = dir_of or dev_ino
     mine = [s for s in states if s.netns and os.path.dirname(s.netns) == directory]
     here = dir_of(directory)
     if here is not None and any(recorded_netns_dir(s) == here for s in mine):
@@ -110,14 +111,6 @@ def runtime_dir(directory: str, states: Sequence[AttachmentState],
     return (f"{directory} propagates here, but nothing shows it is the runtime's netns "
             "directory: it is not the directory ADD saw (device and inode), and no netns "
             "an ADD recorded there is visible in it")
-
-
-def _dir_identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def netns_dirs(states: Sequence[AttachmentState]) -> set[str]:
