@@ -13,14 +13,28 @@ import array
 import os
 import socket
 import stat
+import time
 from typing import Any
 
 from rdma_cni.resident import protocol
 
 CONNECT_TIMEOUT = 0.2
-#: bounded wait for the answer; past it the request runs in-process (the store's lock
-#: and ADD's idempotence make a late duplicate harmless)
-REPLY_TIMEOUT = float(os.environ.get("RDMA_CNI_RESIDENT_TIMEOUT", "") or 25.0)
+DEFAULT_REPLY_TIMEOUT = 25.0
+
+
+def reply_timeout(value: str) -> float:
+    """``RDMA_CNI_RESIDENT_TIMEOUT``: seconds, above 0 and at most an hour; anything else
+    is the default, as the front reads it (front/rdma-cni-front.c, ``timeout_ms``)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        return DEFAULT_REPLY_TIMEOUT
+    return seconds if 0 < seconds <= 3600 else DEFAULT_REPLY_TIMEOUT
+
+
+#: bounded wait for the whole answer; past it the request runs in-process (the store's
+#: lock and ADD's idempotence make a late duplicate harmless)
+REPLY_TIMEOUT = reply_timeout(os.environ.get("RDMA_CNI_RESIDENT_TIMEOUT", ""))
 
 
 def forward(env: dict[str, str], stdin: bytes, path: str) -> dict[str, Any] | None:
@@ -76,6 +90,7 @@ def _exchange(
     try:
         sock.settimeout(CONNECT_TIMEOUT)
         sock.connect(path)
+        deadline = time.monotonic() + REPLY_TIMEOUT
         sock.settimeout(REPLY_TIMEOUT)
         fwd = {k: v for k, v in env.items() if k in protocol.FORWARDED}
         data = protocol.encode_request(fwd, stdin)
@@ -83,7 +98,7 @@ def _exchange(
         sent = sock.sendmsg([data], anc)
         if sent < len(data):
             sock.sendall(data[sent:])
-        reply = _read(sock)
+        reply = _read(sock, deadline)
     finally:
         sock.close()
     if reply is None or not protocol.relayable(env.get("CNI_COMMAND", ""), reply):
@@ -91,9 +106,15 @@ def _exchange(
     return reply
 
 
-def _read(sock: socket.socket) -> dict[str, Any] | None:
+def _read(sock: socket.socket, deadline: float) -> dict[str, Any] | None:
+    """The reply, whole before ``deadline`` (a server sending a byte at a time does not
+    stretch the wait); None past it, or for an answer that is no reply."""
     buf = b""
     while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        sock.settimeout(left)
         chunk = sock.recv(65536)
         if not chunk:
             return None

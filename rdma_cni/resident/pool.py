@@ -27,8 +27,13 @@ class Pool:
                 self._queue.put(args)  # under the lock: a thread timing out sees it
                 return
             self._threads += 1
-        threading.Thread(target=self._serve, args=(args,), name="request",
-                         daemon=True).start()
+        try:
+            threading.Thread(target=self._serve, args=(args,), name="request",
+                             daemon=True).start()
+        except BaseException:  # RuntimeError: no thread can be started (a pids limit)
+            with self._lock:
+                self._threads -= 1
+            raise
 
     def _serve(self, args: tuple[Any, ...]) -> None:
         while True:

@@ -36,17 +36,20 @@ class RequestLog(logging.Handler):
         self.warn = warn
         self.local = threading.local()
         self.files: dict[tuple[str, int, str], logging.Handler | None] = {}
+        self.users: dict[logging.Handler, int] = {}  # requests writing to each file now
+        self.retired: set[logging.Handler] = set()  # evicted, closed once unused
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
     def route(self, conf: dict[str, Any] | None, caller_root: int) -> Iterator[None]:
         """Records of this thread go to the log file of the request's config
         (:func:`rdma_cni.resident.view.decoded`) for the ``with`` block."""
-        self.local.target = self._target(conf, caller_root)
+        target = self.local.target = self._target(conf, caller_root)
         try:
             yield
         finally:
             self.local.target = None
+            self._release(target)
 
     def emit(self, record: logging.LogRecord) -> None:
         target = getattr(self.local, "target", None) or self.own
@@ -64,7 +67,7 @@ class RequestLog(logging.Handler):
                 same = view.same(caller_root, own_root, path)
             finally:
                 os.close(own_root)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL in the path
             same = False
         if not same:
             self.warn(f"log:{path}", f"resident server: the request's logFile "
@@ -74,22 +77,45 @@ class RequestLog(logging.Handler):
         return self._file(path, level, fmt)
 
     def _file(self, path: str, level: int, fmt: str) -> logging.Handler | None:
+        """The file's handler (kept), counted as in use until :meth:`_release`."""
         key = (path, level, fmt)
         with self._lock:
             if key not in self.files:
                 if len(self.files) >= MAX_FILES:
-                    _, old = self.files.popitem()
-                    if old is not None:
-                        old.close()
+                    self._evict()
                 self.files[key] = logsetup.open_file(path, level, fmt)
-            return self.files[key]
+            handler = self.files[key]
+            if handler is not None:
+                self.users[handler] = self.users.get(handler, 0) + 1
+            return handler
+
+    def _evict(self) -> None:
+        """Under the lock: the file opened first goes, closed once no request writes to it
+        (closed at once, a request still logging there lost its lines)."""
+        old = self.files.pop(next(iter(self.files)))
+        if old is not None and self.users.get(old):
+            self.retired.add(old)
+        elif old is not None:
+            old.close()
+
+    def _release(self, target: logging.Handler | None) -> None:
+        with self._lock:
+            if target is None or target not in self.users:
+                return
+            self.users[target] -= 1
+            if not self.users[target]:
+                del self.users[target]
+                if target in self.retired:
+                    self.retired.discard(target)
+                    target.close()
 
     def close(self) -> None:
         with self._lock:
-            for handler in self.files.values():
+            for handler in [*self.files.values(), *self.retired]:
                 if handler is not None:
                     handler.close()
             self.files.clear()
+            self.retired.clear()
         super().close()
 
 

@@ -26,8 +26,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rdma_cni.adapters import fsops
 from rdma_cni.cni import dispatch
 from rdma_cni.cni.request import Request
+from rdma_cni.errors import clipped
 from rdma_cni.resident import intake, protocol, view
 from rdma_cni.resident.pool import Pool
 
@@ -73,6 +75,7 @@ class Server:
         self.request_log: Any = None  # each request's lines to its logFile (requestlog.py)
         self.pool = Pool(self._handle_in)  # the request threads, waiting for work
         self._lock = threading.Lock()
+        self.bound: tuple[int, int] | None = None  # the socket file this server made
 
     def bind(self) -> None:
         """Listen on the socket path. The socket is made with its final mode (0600: the
@@ -94,6 +97,7 @@ class Server:
             if os.path.exists(self.path) and stat.S_ISSOCK(os.lstat(self.path).st_mode):
                 os.unlink(self.path)
             os.rename(tmp, self.path)
+            self.bound = fsops.dev_ino(self.path, follow=False)
         except BaseException:
             sock.close()
             with contextlib.suppress(OSError):
@@ -119,7 +123,11 @@ class Server:
                     deferred = time.monotonic()
                 for conn, data, fds in ready:
                     self._hold(+1)
-                    self.pool.submit(conn, data, fds)
+                    try:
+                        self.pool.submit(conn, data, fds)
+                    except RuntimeError as exc:  # no thread to be had (a pids limit)
+                        self._hold(-1)
+                        self._decline(conn, fds, f"no thread to serve it: {exc}")
         finally:
             self.intake.close()
 
@@ -144,6 +152,18 @@ class Server:
             if self.intake is not None:
                 self.intake.finished()
 
+    def _decline(self, conn: socket.socket, fds: list[int], why: str) -> None:
+        """Refuse a request this process cannot take on (the caller runs it in-process)."""
+        self.notices.warn("decline", f"resident server declines a request: {why}")
+        with contextlib.suppress(OSError):
+            conn.settimeout(0)
+            conn.send(protocol.encode_reply({"refuse": why}))
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        if self.intake is not None:
+            self.intake.finished()
+
     def stop(self) -> None:
         self.stopping.set()
         if self.intake is not None:
@@ -152,8 +172,8 @@ class Server:
             self.sock.close()
         if not self.owner:
             return
-        try:
-            if os.path.exists(self.path):
+        try:  # only the socket it made: a server started since took the path over
+            if self.bound is not None and fsops.dev_ino(self.path, follow=False) == self.bound:
                 os.unlink(self.path)
         except OSError:
             pass
@@ -168,6 +188,11 @@ class Server:
                                                             after.append)))
         except OSError as exc:
             logger.warning("resident request failed: %s", exc)
+        except Exception as exc:  # a defect: refused, so that the caller runs it in-process
+            logger.error("resident request failed: internal error: %s",
+                         clipped(f"{type(exc).__name__}: {exc}", 500))
+            with contextlib.suppress(OSError):
+                conn.sendall(protocol.encode_reply({"refuse": "internal error"}))
         finally:
             for fd in fds:
                 os.close(fd)

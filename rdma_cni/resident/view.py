@@ -69,7 +69,7 @@ def mismatch(conf: dict[str, Any] | None, caller_root: int) -> str:
     own = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for key, path in config_paths(conf):
-            if not isinstance(path, str) or not path:
+            if not isinstance(path, str) or not path or "\x00" in path:
                 continue  # the config's validation refuses it; nothing is touched
             if not path.startswith("/"):
                 return f"{key} {json.dumps(path)} is not an absolute path"

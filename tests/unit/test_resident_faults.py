@@ -1,0 +1,124 @@
+"""``serve`` under faults of its own node: a thread it cannot start, a server started on
+its path meanwhile, a config path with a NUL, a defect in a request's handling, a ninth
+log file while a request writes to the first, and the client's timeout variable."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdma_cni.resident import client, protocol, requestlog
+from rdma_cni.resident.server import Server
+
+ENV = {"CNI_COMMAND": "VERSION", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}
+
+
+def _fds() -> list[int]:
+    return [os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC),
+            os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)]
+
+
+def _ask(server: Server, conf: dict[str, Any], env: dict[str, str] = ENV) -> dict[str, Any]:
+    server_end, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.handle(server_end, protocol.encode_request(env, json.dumps(conf).encode()),
+                      _fds(), lambda: None)
+        data = peer.recv(1 << 20)
+        return protocol.decode_reply(data) if data else {}
+    finally:
+        peer.close()
+
+
+def test_a_thread_it_cannot_start_declines_the_request_and_serve_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve ended (and left its socket behind) at the first request it had no thread for."""
+    server = Server(str(tmp_path / "s.sock"))
+    server.bind()
+    runner = threading.Thread(target=server.serve_forever, daemon=True)
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        if self.name == "request":
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    runner.start()
+    try:
+        for _ in range(3):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(5)
+                sock.connect(server.path)
+                sock.sendall(protocol.encode_request(ENV, b"{}"))
+                reply = protocol.decode_reply(sock.recv(1 << 16))
+            assert "no thread" in reply["refuse"]
+        assert runner.is_alive() and os.path.exists(server.path)
+        assert server.pool.threads == 0
+    finally:
+        server.stop()
+        runner.join(5)
+
+
+def test_a_stopping_server_leaves_the_socket_of_the_one_that_replaced_it(tmp_path: Path) -> None:
+    old, new = Server(str(tmp_path / "s.sock")), Server(str(tmp_path / "s.sock"))
+    old.bind()
+    new.bind()  # an overlapping restart takes the path over
+    taken = os.lstat(new.path).st_ino
+    old.stop()
+    assert os.lstat(new.path).st_ino == taken
+    new.stop()
+    assert not os.path.exists(new.path)
+
+
+def test_a_nul_in_a_config_path_is_answered(tmp_path: Path) -> None:
+    """The request's thread died with a traceback (ValueError: embedded null byte) and the
+    caller got no answer."""
+    server = Server(str(tmp_path / "s.sock"))
+    server.request_log = requestlog.RequestLog(None, lambda key, msg: None)
+    conf = {"cniVersion": "1.1.0", "name": "n", "dataDir": "/tmp/da\x00ta",
+            "logFile": str(tmp_path / "pl\x00ug.log")}
+    reply = _ask(server, conf, {**ENV, "CNI_COMMAND": "STATUS"})
+    assert reply["exit"] == 1 and json.loads(reply["stdout"])["code"] in (7, 50)
+
+
+def test_a_defect_in_a_request_is_refused_not_dropped(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    server = Server(str(tmp_path / "s.sock"))
+
+    def broken(*args: Any) -> dict[str, Any]:
+        raise KeyError("x")
+
+    monkeypatch.setattr(server, "_answer", broken)
+    assert _ask(server, {}) == {"refuse": "internal error"}
+
+
+def test_the_oldest_log_file_goes_and_only_once_no_request_writes_to_it(tmp_path: Path) -> None:
+    """The ninth file closed the newest one (popitem), even while a request logged there."""
+    log = requestlog.RequestLog(None, lambda key, msg: None)
+    paths = [str(tmp_path / f"l{n}.log") for n in range(requestlog.MAX_FILES + 1)]
+    first = log._file(paths[0], 20, "text")
+    assert first is not None
+    for path in paths[1:requestlog.MAX_FILES]:
+        log._release(log._file(path, 20, "text"))
+    newest = log.files[(paths[requestlog.MAX_FILES - 1], 20, "text")]
+    log._release(log._file(paths[-1], 20, "text"))  # the ninth
+    assert (paths[0], 20, "text") not in log.files and newest in log.files.values()
+    assert first in log.retired  # still in use: not closed yet
+    log._release(first)
+    assert first not in log.retired and first not in log.users
+    log.close()
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("abc", 25.0), ("inf", 25.0), ("nan", 25.0),
+                                                ("0", 25.0), ("-3", 25.0), ("", 25.0),
+                                                ("1e9", 25.0), ("2.5", 2.5), ("3600", 3600.0)])
+def test_the_client_reads_its_timeout_as_the_front_does(value: str, seconds: float) -> None:
+    """A bad RDMA_CNI_RESIDENT_TIMEOUT raised when the module was imported: a traceback and
+    an empty stdout on the Python client's path."""
+    assert client.reply_timeout(value) == seconds
