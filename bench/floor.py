@@ -428,8 +428,9 @@ def _facts(a: Attachment, node: Channel, pod: Channel, nics: dict[str, int]) -> 
     """The host's addresses and each NIC's routes, the pod's rules and each table's routes."""
     node.request(RTM_GETADDR, NLM_F_DUMP, struct.pack("=BBBBi", socket.AF_INET, 0, 0, 0, 0))
     for i in a.ifaces:
-        node.request(RTM_GETROUTE, NLM_F_DUMP, _rtmsg(socket.AF_INET, 0, RT_TABLE_MAIN)
-                     + _u32(RTA_TABLE, RT_TABLE_MAIN) + _u32(RTA_OIF, nics[i.nic]))
+        # every table's routes through the NIC (its gateways are kept out of the pool)
+        node.request(RTM_GETROUTE, NLM_F_DUMP, _rtmsg(socket.AF_INET, 0, 0)
+                     + _u32(RTA_OIF, nics[i.nic]))
     pod.request(RTM_GETRULE, NLM_F_DUMP, _rule())
     for i in a.ifaces:
         pod.request(RTM_GETROUTE, NLM_F_DUMP, _rtmsg(socket.AF_INET, 0, i.table)

@@ -136,6 +136,16 @@ class Layer3(NetlinkPort):
                     if r.oif == oif and r.table != RT_TABLE_LOCAL and r.type == RTN_UNICAST]
         return out
 
+    def routes_through(self, oif: int) -> list[Route]:
+        msgs: Any = ()
+        # every table (0), filtered to the link by the kernel (a multipath route passes
+        # when one of its nexthops is on it)
+        with filtered(f"list routes through link {oif} in {self.label}",
+                      (errno.ENODEV, errno.ENOENT)):
+            msgs = self._nl.dump(rtmsg, RTM_GETROUTE, [("RTA_OIF", oif)], family=AF_INET)
+        return [r for r in (route_of(m) for m in msgs)
+                if oif in r.devices and r.table != RT_TABLE_LOCAL and r.type == RTN_UNICAST]
+
     # routes and rules --------------------------------------------------
     def routes(self, table: int = RT_TABLE_MAIN, oif: int | None = None) -> list[Route]:
         msgs: Any = ()

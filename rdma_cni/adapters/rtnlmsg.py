@@ -19,6 +19,9 @@ RT_SCOPE_NOWHERE = 255
 AF_INET, AF_INET6 = 2, 10
 #: struct rtnexthop: length (with its attributes), flags, hops, link index
 _RTNH = struct.Struct("=HBBi")
+#: struct rtattr: length (with its header), type
+_RTA = struct.Struct("=HH")
+_RTA_GATEWAY = 5
 
 
 def link_of(msg: Any) -> Link:
@@ -73,22 +76,42 @@ def route_of(m: Any) -> Route:
         priority=a("RTA_PRIORITY") or 0,
         prefsrc=a("RTA_PREFSRC"),
         type=m["type"],
-        nexthops=nexthops_of(m.payload("RTA_MULTIPATH")),
+        **_multipath(m.payload("RTA_MULTIPATH")),
     )
 
 
-def nexthops_of(data: bytes | None) -> tuple[int, ...]:
-    """The link of every nexthop in an RTA_MULTIPATH payload (whatever its flags: dead,
-    linkdown), in the kernel's order."""
-    out: list[int] = []
+def _multipath(data: bytes | None) -> dict[str, Any]:
+    if not data:
+        return {}
+    hops = nexthops_of(data)
+    return {"nexthops": tuple(i for i, _ in hops), "via": tuple(g for _, g in hops)}
+
+
+def nexthops_of(data: bytes | None) -> list[tuple[int, str | None]]:
+    """(link, IPv4 gateway or None) of every nexthop in an RTA_MULTIPATH payload
+    (whatever its flags: dead, linkdown), in the kernel's order."""
+    out: list[tuple[int, str | None]] = []
     off = 0
     while data and off + _RTNH.size <= len(data):
         length, _flags, _hops, index = _RTNH.unpack_from(data, off)
-        if length < _RTNH.size:
+        if length < _RTNH.size or off + length > len(data):
             break
-        out.append(index)
+        out.append((index, _gateway_in(data[off + _RTNH.size:off + length])))
         off += (length + 3) & ~3
-    return tuple(out)
+    return out
+
+
+def _gateway_in(attrs: bytes) -> str | None:
+    """The IPv4 RTA_GATEWAY among a nexthop's attributes."""
+    off = 0
+    while off + _RTA.size <= len(attrs):
+        length, kind = _RTA.unpack_from(attrs, off)
+        if length < _RTA.size:
+            return None
+        if kind == _RTA_GATEWAY and length == _RTA.size + 4:
+            return ".".join(str(b) for b in attrs[off + 4:off + 8])
+        off += (length + 3) & ~3
+    return None
 
 
 def address_of(m: Any) -> tuple[int, str]:

@@ -125,8 +125,10 @@ def build_pool(
     host_addrs: Iterable[IPv4Address],
     ranges: Mapping[str, RangeLimits],
     shared: bool,
+    routers: Iterable[IPv4Address] = (),
 ) -> Pool:
-    """The pool of ``nic``; ``host_addrs`` are all IPv4 addresses on any host interface."""
+    """The pool of ``nic``; ``host_addrs`` are all IPv4 addresses on any host interface,
+    ``routers`` every gateway reached through the NIC (kept out, as the gateway is)."""
     addr = _lowest(nic, nic_addrs)
     _check_mask(nic, addr, shared)
     net = addr.network
@@ -135,7 +137,7 @@ def build_pool(
     first, last = _narrow(nic, net, first, last, conf)
     # an empty pool (/31, /32) has first > last; keep both valid IPv4 addresses
     first, last = min(first, _MAX_IP), max(last, 0)
-    singles = [*host_addrs, *(a.ip for a in nic_addrs if a.version == 4)]
+    singles = [*host_addrs, *(a.ip for a in nic_addrs if a.version == 4), *routers]
     if gateway is not None:
         singles.append(gateway)
     return Pool(

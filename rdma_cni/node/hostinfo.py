@@ -18,7 +18,7 @@ from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface, ip_interface
 
 from rdma_cni.errors import NicUnavailable
-from rdma_cni.vocab.netlink import FOREVER, Addr, Link, Route
+from rdma_cni.vocab.netlink import FOREVER, RT_TABLE_MAIN, Addr, Link, Route
 from rdma_cni.vocab.nic import Nic
 from rdma_cni.vocab.plan import HostAddr, HostRoute, NicFacts
 from rdma_cni.vocab.ports import L3View, NetlinkPort
@@ -45,12 +45,23 @@ def nic_facts(nl: NetlinkPort, names: Iterable[str], rdma: dict[str, Nic], *,
     for name in wanted:
         link = links[name]
         own = tuple(sorted((a for i, a in addrs if i == link.index), key=lambda a: a.ip))
-        # the NIC's routes (of the main table, through it: the kernel filters the dump),
-        # but not the connected ones the kernel makes from its addresses
-        through = [r for r in nl.routes(oif=link.index) if _configured(r)]
-        facts = _facts(link, own, through, rdma.get(name))
+        # the routes through the NIC, of every table (the kernel filters the dump): the
+        # main table's, but not the connected ones the kernel makes from its addresses,
+        # are the NIC's own; every gateway of any is kept out of the pool
+        every = nl.routes_through(link.index)
+        through = [r for r in every if r.table == RT_TABLE_MAIN and r.oif == link.index
+                   and _configured(r)]
+        facts = _facts(link, own, through, rdma.get(name), _gateways(every, link.index))
         out[name] = _whole(nl, facts, link) if whole else facts
     return out, {a.ip for _, a in addrs}
+
+
+def _gateways(routes: Sequence[Route], oif: int) -> tuple[IPv4Address, ...]:
+    """Every IPv4 gateway reached through link ``oif`` (a second router on the fabric, a
+    rail's default route in a table of its own, a multipath route's nexthop): a pod given
+    one would hold a router's address, and a route through its own address fails."""
+    found = dict.fromkeys(g for r in routes for g in r.gateways_via(oif) if ":" not in g)
+    return tuple(IPv4Address(g) for g in found)
 
 
 def _configured(r: Route) -> bool:
@@ -61,7 +72,7 @@ def _configured(r: Route) -> bool:
 
 
 def _facts(link: Link, addresses: tuple[IPv4Interface, ...], via: Sequence[Route],
-           nic: Nic | None) -> NicFacts:
+           nic: Nic | None, gateways: tuple[IPv4Address, ...] = ()) -> NicFacts:
     gws = [r for r in via if r.gateway]
     default = [r.gateway for r in gws if r.dst == "0.0.0.0/0"]
     gateway = default[0] if default else (gws[0].gateway if gws else None)
@@ -73,7 +84,7 @@ def _facts(link: Link, addresses: tuple[IPv4Interface, ...], via: Sequence[Route
         pci=link.parent_dev if link.parent_bus == "pci" else (nic.pci if nic else None),
         parent_dev=link.parent_dev, parent_bus=link.parent_bus, kind=link.kind,
         perm_mac=link.perm_mac, ibdev=nic.ibdev if nic else None,
-        iflink=link.iflink, link_netnsid=link.link_netnsid,
+        iflink=link.iflink, link_netnsid=link.link_netnsid, gateways=gateways,
     )
 
 

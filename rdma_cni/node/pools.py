@@ -89,7 +89,8 @@ def host_nics(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address
     try:
         present = {link.name for link in nl.links()}
         facts, host_addrs = nic_facts(nl, [n for n in names if n in present], {})
-        return {n: HostNic(f.addresses, f.gateway) for n, f in facts.items()}, host_addrs
+        return {n: HostNic(f.addresses, f.gateway, f.gateways)
+                for n, f in facts.items()}, host_addrs
     finally:
         nl.close()
 
@@ -100,7 +101,8 @@ def build_pools(facts: Mapping[str, HostNic], host_addrs: set[IPv4Address],
     pools = {}
     for nic, f in facts.items():
         try:
-            pools[nic] = build_pool(nic, f.addresses, f.gateway, host_addrs, ranges, True)
+            pools[nic] = build_pool(nic, f.addresses, f.gateway, host_addrs, ranges, True,
+                                     f.gateways)
         except CniError as exc:
             log.info("no address pool for RDMA NIC %s: %s", nic, exc.msg)
     return pools

@@ -87,6 +87,8 @@ class Route:
     type: int = RTN_UNICAST
     #: the links of a multipath route's nexthops (its ``oif`` is None then)
     nexthops: tuple[int, ...] = ()
+    #: each nexthop's IPv4 gateway (or None), in the order of ``nexthops``
+    via: tuple[str | None, ...] = ()
 
     @property
     def version(self) -> int:
@@ -96,6 +98,13 @@ class Route:
     def devices(self) -> tuple[int, ...]:
         """Every link the route leads through: its ``oif``, or each nexthop's."""
         return (self.oif,) if self.oif else self.nexthops
+
+    def gateways_via(self, oif: int) -> list[str]:
+        """The gateways the route reaches through link ``oif`` (a multipath route's
+        nexthops on it, or its own gateway)."""
+        if self.oif:
+            return [self.gateway] if self.oif == oif and self.gateway else []
+        return [g for i, g in zip(self.nexthops, self.via, strict=False) if i == oif and g]
 
 
 @dataclass(frozen=True)

@@ -64,3 +64,4 @@ def ipv4_of(gid: str | Gid) -> IPv4Address | None:
 class HostNic:
     addresses: tuple[IPv4Interface, ...]
     gateway: IPv4Address | None = None
+    gateways: tuple[IPv4Address, ...] = ()  # every gateway through it (NicFacts.gateways)

@@ -103,3 +103,5 @@ class NicFacts:
     inet6_mode: int | None = None  # IPv6 address generation mode (exclusive only)
     iflink: int | None = None  # a veth's peer: its index (IFLA_LINK) ...
     link_netnsid: int | None = None  # ... in the netns of this id (None: the NIC's own)
+    #: every IPv4 gateway reached through the NIC, in any table (kept out of its pool)
+    gateways: tuple[IPv4Address, ...] = ()

@@ -117,6 +117,11 @@ class L3View(Bound, Protocol):
         the kernel's ``local`` one."""
         return self.routes(RT_TABLE_MAIN, oif=oif)
 
+    def routes_through(self, oif: int) -> list[Route]:
+        """Every IPv4 unicast route that leads through link ``oif`` (its own link, or a
+        multipath route's nexthop), in every table but ``local``: one dump."""
+        return [r for r in self.routes(RT_TABLE_MAIN) if oif in r.devices]
+
     def default_routes(self, oif: int | None = None) -> list[Route]:
         """The main table's unicast default routes of every family (``0.0.0.0/0`` and
         ``::/0``), through link ``oif`` if given."""

@@ -122,3 +122,30 @@ def test_nics_in_one_subnet_share_one_pool(rig) -> None:
 
 def link_parent(pod, dev: str) -> int:
     return int(link_detail(pod.name, dev)["link_index"])
+
+
+def test_no_pod_gets_a_gateway_of_any_route_through_the_nic(rig) -> None:  # type: ignore[no-untyped-def]
+    """Only one gateway was kept out of the pool: the main table's default route's, else
+    its first gateway route's. A second router on the fabric (.60: the pod got it, and
+    its ADD then failed for good, the route through its own address refused), a rail's
+    default route in a table of its own (.61) and a multipath route's nexthops (.58, .59)
+    went to pods."""
+    from cnirunner import sh
+
+    rig.nic("rnic0", "198.51.100.1/26")  # and HPC_NET via .62
+    ns = rig.node.ns
+    sh("ip", "-n", ns, "route", "add", "203.0.113.0/24", "via", "198.51.100.60", "dev", "rnic0")
+    sh("ip", "-n", ns, "route", "add", "default", "via", "198.51.100.61", "dev", "rnic0",
+       "table", "200")
+    sh("ip", "-n", ns, "route", "add", "198.18.0.0/16", "nexthop", "via", "198.51.100.58",
+       "dev", "rnic0", "nexthop", "via", "198.51.100.59", "dev", "rnic0")
+    ranges = {NET: {"rangeStart": "198.51.100.57", "rangeEnd": "198.51.100.62"}}
+    chain = rig.chain("shared-multi", ipam={"ranges": ranges})
+    first, second = rig.pod(), rig.pod()
+    assert chain.add("c0", first.path, rdma_blocks(1)).rc == 0
+    assert first.addrs("eth1") == ["198.51.100.57/26"]
+    run = chain.add("c1", second.path, rdma_blocks(1))
+    assert run.rc == 1 and run.code == 102, run
+    _nothing_in(second)
+    assert chain.delete("c1").rc == 0
+    assert chain.delete("c0").rc == 0

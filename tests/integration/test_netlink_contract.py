@@ -75,6 +75,14 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
         ("the default routes", defaults),
         ("the default routes through rnic0", lambda w: defaults(w, "rnic0")),
         ("the default routes through rnic1", lambda w: defaults(w, "rnic1")),
+        ("a route in a table of its own through rnic0",
+         lambda w: w.host.add_route(Route("0.0.0.0/0", "198.51.100.61",
+                                          w.host.require("rnic0").index, TABLE))),
+        ("the routes through rnic0, every table", lambda w: sorted(
+            (r.dst, r.gateway, r.table) for r in w.host.routes_through(
+                w.host.require("rnic0").index) if r.gateway)),
+        ("delete it", lambda w: w.host.del_route(Route("0.0.0.0/0", "198.51.100.61",
+                                                       w.host.require("rnic0").index, TABLE))),
         ("the route to a probe", lambda w: match(w, "240.0.0.1")),
         ("the route to an address of rnic1", lambda w: match(w, "198.51.100.65")),
         ("the route into rnic0's subnet", lambda w: match(w, "198.51.100.9")),

@@ -215,7 +215,7 @@ def _reserve(req: Request, nc: NetConf, store: Store, plans: list[IfacePlan],
             for p in plans:
                 f = facts[p.nic]
                 pool = pools[p.k] = build_pool(p.nic, f.addresses, f.gateway, host_addrs,
-                                               ranges, True)
+                                               ranges, True, f.gateways)
                 store.prepare_ip(pool.name, key, p.name)
         with store.lock():
             _first_owner(req, store)

@@ -278,6 +278,10 @@ class FakeNetlink(NetlinkPort):
         every = (self._connected() if table == RT_TABLE_MAIN else []) + self.ns.routes
         return [r for r in every if r.table == table and (oif is None or r.oif == oif)]
 
+    def routes_through(self, oif: int) -> list[Route]:
+        every = self._connected() + self.ns.routes
+        return [r for r in every if oif in r.devices and r.table != RT_TABLE_LOCAL]
+
     def route_match(self, dst: str) -> Route | None:
         """The kernel's lookup under the default rules (local, then main): an address's
         local route (the link holding it; in the table IPv4 names for it: main until a
