@@ -12,7 +12,7 @@ from rdma_cni.errors import ConfigError
 from rdma_cni.models.subconfig import PLUGIN_TYPE, first_conf_file, read_json_object
 from rdma_cni.store.core import DEFAULT_DATA_DIR
 from rdma_cni.store.run import configrecord
-from rdma_cni.tools.doctor_integrity import netns_propagation, shared_data_dirs
+from rdma_cni.tools.doctor_integrity import data_dirs, netns_propagation
 from rdma_cni.tools.doctor_report import Check
 
 
@@ -97,12 +97,14 @@ def check_netns_propagation(netns_dir: str, mountinfo: str) -> Check:
 
 
 def check_data_dirs(conf_dir: str) -> Check:
-    shared = shared_data_dirs(conf_dir, DEFAULT_DATA_DIR)
-    if shared:
-        return Check("data-dirs", "fail", "; ".join(shared),
-                     "give each rdma-cni network its own dataDir: networks sharing one "
-                     "free each other's addresses and NICs")
-    return Check("data-dirs", "ok", "one rdma-cni network per data dir")
+    used = data_dirs(conf_dir, DEFAULT_DATA_DIR)
+    if len(used) > 1:
+        return Check("data-dirs", "fail", "; ".join(used),
+                     "give every rdma-cni network of the node one dataDir (the default): a "
+                     "reservation is exclusive only within its data dir, so networks with "
+                     "one each can give one address or NIC to two pods")
+    return Check("data-dirs", "ok", "one data dir for every rdma-cni network"
+                 + (f": {used[0]}" if used else ""))
 
 
 

@@ -5,8 +5,11 @@
   DaemonSet volume without ``mountPropagation: HostToContainer``) the netns created
   after the container started are invisible, so the agent would take live pods for
   gone and free their addresses and NICs.
-- One rdma-cni network per data dir: two networks writing one ``dataDir`` share the
-  reservations, NIC claims and state files, and each one's GC frees the other's.
+- One data dir for every rdma-cni network of the node: a reservation is exclusive only
+  within its ``dataDir`` (a file per address, a claim per NIC), so two networks with data
+  dirs of their own can give one address to two pods, or one NIC to two pods, where
+  their NICs share a subnet. Networks sharing one are kept apart by their keys (GC and
+  the agent act on their own network's records only).
 """
 
 from __future__ import annotations
@@ -96,8 +99,8 @@ def _entries(path: str) -> list[dict[str, Any]]:
             if isinstance(p, dict) and p.get("type") == PLUGIN_TYPE]
 
 
-def shared_data_dirs(conf_dir: str, default: str) -> list[str]:
-    """One line per data dir that more than one rdma-cni network uses."""
+def data_dirs(conf_dir: str, default: str) -> list[str]:
+    """One line per data dir the rdma-cni networks of ``conf_dir`` use (one is right)."""
     try:
         names = sorted(os.listdir(conf_dir))
     except OSError:
@@ -110,4 +113,4 @@ def shared_data_dirs(conf_dir: str, default: str) -> list[str]:
         for entry in _entries(path):
             data = entry.get("dataDir") or default
             users.setdefault(str(data), []).append(f"{entry.get('name') or '(unnamed)'} in {name}")
-    return [f"{d} is used by {', '.join(who)}" for d, who in users.items() if len(who) > 1]
+    return [f"{d} is used by {', '.join(who)}" for d, who in users.items()]

@@ -15,7 +15,7 @@ from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import NicUnavailable
 from rdma_cni.node.rdma_mode import check_mode, read_netns_mode
 from rdma_cni.tools.doctor import Facts, load_config, main, run_checks
-from rdma_cni.tools.doctor_integrity import Mount, mount_of, parse_mountinfo, shared_data_dirs
+from rdma_cni.tools.doctor_integrity import Mount, data_dirs, mount_of, parse_mountinfo
 
 sys.path.insert(0, str(Path(__file__).parent))
 from support.fakes.sysfs import FakeSys
@@ -204,21 +204,27 @@ def test_netns_propagation(facts: Facts, line: str, status: str) -> None:
     assert _status(run_checks(OURS, facts=facts), "netns-propagation") == "warn"
 
 
-def test_one_network_per_data_dir(facts: Facts, tmp_path: Path) -> None:
+def test_one_data_dir_for_every_network(facts: Facts, tmp_path: Path) -> None:
+    """A reservation is exclusive only within its data dir: networks with one each gave one
+    address to two pods where their NICs share a subnet. The check said the opposite
+    (sharing one "frees each other's addresses"; GC and the agent keep to their own
+    network's records) and told operators to split them."""
     conf = Path(facts.cni_conf_dir)
     (conf / "20-second.conflist").write_text(json.dumps(
         {"name": "second", "plugins": [PRIMARY, {**OURS, "dataDir": "/var/lib/cni/rdma-cni"}]}))
-    (conf / "30-third.conflist").write_text(json.dumps(
-        {"name": "third", "plugins": [PRIMARY, {**OURS, "dataDir": str(tmp_path / "own")}]}))
     (conf / "10-vpc.conflist.rdma-cni.bak").write_text(json.dumps({"plugins": [OURS]}))
     checks = {c.name: c for c in run_checks(OURS, facts=facts)}
-    bad = checks["data-dirs"]
+    assert checks["data-dirs"].status == "ok", checks["data-dirs"]
+    (conf / "30-third.conflist").write_text(json.dumps(
+        {"name": "third", "plugins": [PRIMARY, {**OURS, "dataDir": str(tmp_path / "own")}]}))
+    bad = {c.name: c for c in run_checks(OURS, facts=facts)}["data-dirs"]
     assert bad.status == "fail", bad
     assert bad.detail == ("/var/lib/cni/rdma-cni is used by vpc-cni in 10-vpc.conflist, "
-                          "second in 20-second.conflist")
-    assert "its own dataDir" in bad.fix
-    (conf / "20-second.conflist").unlink()
-    assert shared_data_dirs(str(conf), "/var/lib/cni/rdma-cni") == []
+                          f"second in 20-second.conflist; {tmp_path / 'own'} is used by third "
+                          "in 30-third.conflist")
+    assert "one dataDir" in bad.fix
+    (conf / "30-third.conflist").unlink()
+    assert len(data_dirs(str(conf), "/var/lib/cni/rdma-cni")) == 1
 
 
 def test_config_errors_are_one_line(facts: Facts, tmp_path: Path,
