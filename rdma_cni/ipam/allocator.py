@@ -76,30 +76,44 @@ def _check_mask(nic: str, addr: IPv4Interface, shared: bool) -> None:
         )
 
 
-def _limits_of(net: IPv4Network, ranges: Mapping[str, RangeLimits]) -> RangeLimits | None:
+def _limits_of(net: IPv4Network, ranges: Mapping[str, RangeLimits]
+               ) -> tuple[RangeLimits | None, bool]:
+    """The ``ipam.ranges`` entry of ``net``, and whether it names ``net`` itself. An entry
+    of another subnet that overlaps it (the NIC's netmask changed since the entry was
+    written) still holds, as the addresses it names: its range and exclusions are kept
+    where they fall inside ``net`` (they were dropped, and a node's slice of a shared
+    subnet with them); two such entries are refused, as neither is clearly the NIC's."""
+    near: list[tuple[IPv4Network, RangeLimits]] = []
     for cidr, conf in ranges.items():
         try:
             key = IPv4Network(cidr, strict=False)
         except ValueError as e:
             raise ConfigError(f"invalid ipam.ranges key {shown(cidr)}: {e}") from e
         if key == net:
-            return conf
-    return None
+            return conf, True
+        if key.overlaps(net):
+            near.append((key, conf))
+    if len(near) > 1:
+        raise ConfigError(f"invalid ipam.ranges: {', '.join(str(k) for k, _ in near)} each "
+                          f"overlap the subnet {net} of an RDMA NIC: name it once")
+    return (near[0][1], False) if near else (None, True)
 
 
 def _narrow(
-    nic: str, net: IPv4Network, first: int, last: int, conf: RangeLimits
+    nic: str, net: IPv4Network, first: int, last: int, conf: RangeLimits, exact: bool = True
 ) -> tuple[int, int]:
+    """``first`` and ``last`` within the entry's range (``exact``: an entry of ``net``
+    itself, checked to lie inside it; else one of an overlapping subnet, clipped to it)."""
     where = f"ipam.ranges[{net}] for RDMA NIC {nic}"
     for label, ip in (("rangeStart", conf.range_start), ("rangeEnd", conf.range_end)):
-        if ip is not None and ip not in net:
+        if exact and ip is not None and ip not in net:
             raise ConfigError(f"invalid {where}: {label} {ip} is outside the subnet {net}")
     if conf.range_start and conf.range_end and conf.range_start > conf.range_end:
         raise ConfigError(
             f"invalid {where}: rangeStart {conf.range_start} is after rangeEnd {conf.range_end}"
         )
     for ex in conf.exclude:
-        if not ex.overlaps(net):
+        if exact and not ex.overlaps(net):
             raise ConfigError(f"invalid {where}: exclude {ex} is outside the subnet {net}")
     if conf.range_start is not None:
         first = max(first, int(conf.range_start))
@@ -133,8 +147,9 @@ def build_pool(
     _check_mask(nic, addr, shared)
     net = addr.network
     first, last = int(addr.ip) + 1, int(net.broadcast_address) - 1
-    conf = _limits_of(net, ranges) or RangeLimits()
-    first, last = _narrow(nic, net, first, last, conf)
+    entry, exact = _limits_of(net, ranges)
+    conf = entry or RangeLimits()
+    first, last = _narrow(nic, net, first, last, conf, exact)
     # an empty pool (/31, /32) has first > last; keep both valid IPv4 addresses
     first, last = min(first, _MAX_IP), max(last, 0)
     singles = [*host_addrs, *(a.ip for a in nic_addrs if a.version == 4), *routers]

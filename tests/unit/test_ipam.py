@@ -130,6 +130,33 @@ def test_bad_ranges_are_config_errors_naming_subnet_and_nic(conf: RangeLimits, m
     assert "ipam.ranges[192.0.2.0/28]" in str(ei.value) and "eth1" in str(ei.value)
 
 
+@pytest.mark.parametrize(("nic", "first", "last", "size"), [
+    ("198.51.100.1/26", "198.51.100.10", "198.51.100.20", 10),  # the entry's own subnet
+    ("198.51.100.1/25", "198.51.100.10", "198.51.100.20", 10),  # the netmask widened
+    ("198.51.100.1/24", "198.51.100.10", "198.51.100.20", 10),
+    ("198.51.100.1/27", "198.51.100.10", "198.51.100.20", 10),  # narrowed: still inside
+    ("198.51.100.1/28", "198.51.100.10", "198.51.100.14", 5),  # narrowed: clipped to it
+])
+def test_a_range_written_for_the_nics_subnet_holds_when_its_netmask_changes(
+        nic: str, first: str, last: str, size: int) -> None:
+    """An entry applied only to the very subnet it names: once the NIC's netmask changed,
+    the range (a node's slice of a subnet other nodes share) and its exclusions were
+    dropped without a word, and .15, excluded, was handed out."""
+    conf = RangeLimits(A("198.51.100.10"), A("198.51.100.20"), (N("198.51.100.15/32"),))
+    p = pool_of(nic, ranges={"198.51.100.0/26": conf})
+    assert (p.first, p.last) == (A(first), A(last))
+    assert len(list(p.candidates())) == size
+    assert A("198.51.100.15") not in set(p.candidates())
+
+
+def test_two_range_entries_overlapping_the_nics_subnet_are_refused() -> None:
+    ranges = {"198.51.100.0/26": RangeLimits(range_start=A("198.51.100.10")),
+              "198.51.100.64/26": RangeLimits(range_start=A("198.51.100.70"))}
+    with pytest.raises(ConfigError, match="each overlap the subnet 198.51.100.0/24"):
+        pool_of("198.51.100.1/24", ranges=ranges)
+    assert pool_of("198.51.100.1/26", ranges=ranges).first == A("198.51.100.10")
+
+
 def test_invalid_ranges_key_is_config_error() -> None:
     with pytest.raises(ConfigError, match=re.escape("invalid ipam.ranges key")):
         pool_of("192.0.2.1/28", ranges={"not-a-cidr": RangeLimits()})
