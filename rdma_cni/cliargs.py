@@ -11,8 +11,11 @@ Kept light: it runs on the subcommands' start-up path, never on the CNI one.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from rdma_cni import __version__
@@ -23,6 +26,21 @@ CONFIG_HELP = ("JSON object shaped like the plugin's conflist entry (default: th
                "entry of the first CNI config in /etc/cni/net.d)")
 COMMIT_FILE = "BUILD_COMMIT"  # written by scripts/build.sh next to this module
 VERSIONS_FILE = "BUILD_VERSIONS"  # written into each bundle by scripts/bundle_versions.py
+
+
+def seconds(low: float, high: float) -> Callable[[str], float]:
+    """An option's type: a number of seconds from ``low`` to ``high`` (a NaN, an infinity,
+    0 for a poll period: a usage error, not a busy loop or a traceback later)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"expected seconds from {low:g} to {high:g}, got {json.dumps(text)}")
+        return value
+    return parse
 
 
 def say(msg: str, cmd: str = "install") -> None:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rdma_cni import defaults
-from rdma_cni.cliargs import say
+from rdma_cni.cliargs import say, seconds
 from rdma_cni.errors import CniError, ConfigError
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, read_json_object
 from rdma_cni.store.run import configrecord
@@ -54,13 +54,25 @@ CAPABILITY = "io.kubernetes.cri.pod-annotations"
 
 def make_entry(config: dict[str, Any] | None, mode: str) -> dict[str, Any]:
     """Our conflist entry: the config object with type, mode and the annotation
-    capability set (``name``/``cniVersion`` belong to the list and are dropped)."""
+    capability set (``name``/``cniVersion`` belong to the list and are dropped). A
+    config naming another ``type`` does not keep it: an entry of
+    another type would not be ours to replace or remove, and the runtime would look for
+    a plugin of that name."""
     checked = Mode.of(mode).value
     entry = {k: v for k, v in (config or {}).items() if k not in ("name", "cniVersion")}
     caps = entry.get("capabilities")
     caps = dict(caps) if isinstance(caps, dict) else {}
     caps[CAPABILITY] = True
-    return {"type": PLUGIN_TYPE, **entry, "mode": checked, "capabilities": caps}
+    return {**entry, "type": PLUGIN_TYPE, "mode": checked, "capabilities": caps}
+
+
+def valid_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` if ADD takes it (else :class:`ConfigError`): an entry ADD refuses would
+    fail every pod's ADD on the node, those without RDMA interfaces included."""
+    from rdma_cni.models.netconf import load_netconf
+
+    load_netconf({**entry, "name": "rdma-cni-install", "cniVersion": "1.1.0"})
+    return entry
 
 
 def node_settings(entry: dict[str, Any], kubelet_dir: str | None,
@@ -131,9 +143,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--watch", action="store_true",
                    help="keep re-applying the entry: on every change of the conf dir "
                         "(inotify) and every --interval seconds")
-    p.add_argument("--interval", type=float, default=30.0,
+    p.add_argument("--interval", type=seconds(0.1, 86400), default=30.0,
                    help="watch backstop poll period in seconds (default 30)")
-    p.add_argument("--label-interval", type=float, default=configrecord.LABEL_EVERY,
+    p.add_argument("--label-interval", type=seconds(1, 86400),
+                   default=configrecord.LABEL_EVERY,
                    metavar="SECONDS", help="with --watch and --write-config: seconds between "
                    f"two reads of the node label {MODE_LABEL} to compare (one API request "
                    f"each; default {configrecord.LABEL_EVERY:g})")
@@ -166,7 +179,7 @@ def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[s
     config = read_json_object(args.config) if args.config else {}
     node_label = None if args.mode else label()
     entry = make_entry(config, resolve_mode(args.mode, config, lambda: node_label))
-    entry = node_settings(entry, args.kubelet_dir, args.node_ip)
+    entry = valid_entry(node_settings(entry, args.kubelet_dir, args.node_ip))
     tree = args.host_tree or layout.default_host_tree(args.bundle or layout.default_bundle())
     say(kernel.check(kernel.release()))
     os.makedirs(args.cni_bin_dir, exist_ok=True)

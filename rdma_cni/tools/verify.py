@@ -30,7 +30,7 @@ HELLO = "rdma-cni verify 1"
 
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    from rdma_cni.cliargs import parser
+    from rdma_cni.cliargs import parser, seconds
 
     p = parser(PROG, __doc__.split("\n\n")[1].replace("\n", " "),
                config_help="accepted like every subcommand and ignored")
@@ -47,7 +47,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=200, help="SEND round trips (default 200)")
     p.add_argument("--writes", type=int, default=50, help="RDMA WRITEs (default 50)")
     p.add_argument("--size", type=int, default=65536, help="bytes a WRITE (default 65536)")
-    p.add_argument("--timeout", type=float, default=120.0,
+    p.add_argument("--timeout", type=seconds(0.1, 3600), default=120.0,
                    help="seconds to wait for the peer, and for each rail (default 120)")
     args = p.parse_args(list(argv))
     if min(args.iters, args.writes, args.size) < 1 or not 0 < args.port < 65536:

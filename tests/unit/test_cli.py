@@ -66,8 +66,24 @@ def test_usage_errors_quote_like_json(capsys: pytest.CaptureFixture[str]) -> Non
         cli.main(["agent", "--interval", "soon"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err == ('rdma-cni agent: argument --interval: invalid float value: "soon" '
-                   "(see `rdma-cni agent --help`)\n")
+    assert err == ('rdma-cni agent: argument --interval: expected seconds from 0.1 to 86400, '
+                   'got "soon" (see `rdma-cni agent --help`)\n')
+
+
+@pytest.mark.parametrize("argv", [["install", "--watch", "--interval", "inf"],
+                                  ["install", "--watch", "--interval", "0"],
+                                  ["install", "--watch", "--label-interval", "nan"],
+                                  ["agent", "--interval", "1e309"],
+                                  ["device-plugin", "--poll", "-1"],
+                                  ["verify", "--timeout", "nan"]])
+def test_seconds_that_are_no_period_are_usage_errors(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`--interval inf` was a traceback from the watch's prune thread, `0` a busy loop."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expected seconds from" in err and "Traceback" not in err
 
 
 def test_config_errors_show_no_python_types_or_reprs() -> None:

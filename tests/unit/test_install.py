@@ -232,6 +232,35 @@ def test_install_errors_are_reported(node: dict[str, Path], capsys: Any) -> None
     assert "no executable rdma-cni-front and rdma-cni" in capsys.readouterr().err
 
 
+def test_a_config_naming_another_type_still_makes_our_one_entry(node: dict[str, Path]) -> None:
+    """The config's own "type" won: each install added one more entry of that type (not
+    ours to replace), and uninstall left them all, each failing every pod's ADD."""
+    node["cfg"].write_text(json.dumps({"type": "rdma", "dataDir": "/tmp/d"}))
+    conflist = node["conf"] / "10-vpc-cni.conflist"
+    for _ in range(3):
+        assert install.main(_args(node), _label) == 0
+    assert [p["type"] for p in json.loads(conflist.read_text())["plugins"]] == \
+        ["vpc-cni", "rdma-cni", "portmap"]
+    assert install.main(["uninstall", "--cni-bin-dir", str(node["bin"]),
+                         "--cni-conf-dir", str(node["conf"])]) == 0
+    assert json.loads(conflist.read_text()) == vpc_cni()
+
+
+@pytest.mark.parametrize("bad", [{"maxInterfaces": "lots"}, {"cniConfName": {"a": 1}},
+                                 {"dataDir": "relative/dir"}])
+def test_an_entry_add_would_refuse_is_never_written(node: dict[str, Path], capsys: Any,
+                                                    bad: dict[str, Any]) -> None:
+    """It was written: every pod's ADD on the node then failed with code 7, those without
+    RDMA interfaces included."""
+    node["cfg"].write_text(json.dumps({"type": "rdma-cni", **bad}))
+    before = {f.name: f.read_bytes() for f in node["conf"].iterdir()}
+    assert install.main(_args(node), _label) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid network configuration" in err
+    assert {f.name: f.read_bytes() for f in node["conf"].iterdir()} == before
+    assert not node["bin"].exists() or os.listdir(node["bin"]) == []
+
+
 # -- conf/ -----------------------------------------------------------------------------
 @pytest.mark.parametrize("path", sorted((REPO / "conf").glob("*.conflist")),
                          ids=lambda p: p.name)

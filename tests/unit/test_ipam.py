@@ -152,7 +152,7 @@ def test_a_range_written_for_the_nics_subnet_holds_when_its_netmask_changes(
 def test_two_range_entries_overlapping_the_nics_subnet_are_refused() -> None:
     ranges = {"198.51.100.0/26": RangeLimits(range_start=A("198.51.100.10")),
               "198.51.100.64/26": RangeLimits(range_start=A("198.51.100.70"))}
-    with pytest.raises(ConfigError, match="each overlap the subnet 198.51.100.0/24"):
+    with pytest.raises(ConfigError, match=re.escape("each overlap the subnet 198.51.100.0/24")):
         pool_of("198.51.100.1/24", ranges=ranges)
     assert pool_of("198.51.100.1/26", ranges=ranges).first == A("198.51.100.10")
 

@@ -26,12 +26,12 @@ from rdma_cni.store.run.heartbeat import beat
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rdma_cni.cliargs import parser
+    from rdma_cni.cliargs import parser, seconds
 
     p = parser("rdma-cni agent", "Node reconciler: frees the state, addresses and NICs of "
                "sandboxes the runtime no longer has; reports what it cannot prove.",
                log_format=True)
-    p.add_argument("--interval", type=float, default=30.0,
+    p.add_argument("--interval", type=seconds(0.1, 86400), default=30.0,
                    help="seconds between rounds (default 30)")
     p.add_argument("--once", action="store_true", help="one round, then exit")
     p.add_argument("--cri-socket", default=None,

@@ -28,7 +28,7 @@ DEFAULT_CONF_DIR = defaults.CNI_CONF_DIR
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rdma_cni.cliargs import parser
+    from rdma_cni.cliargs import parser, seconds
 
     p = parser("rdma-cni device-plugin", "RDMA NIC device plugin for the kubelet: serves "
                "v1beta1.DevicePlugin in the kubelet's device-plugins dir and registers there.",
@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--status-file", default=status.DEFAULT_PATH,
                    help="where to record the kubelet registration for the exporter "
                         f"(default {status.DEFAULT_PATH}; '' disables)")
-    p.add_argument("--poll", type=float, default=5.0,
+    p.add_argument("--poll", type=seconds(0.1, 3600), default=5.0,
                    help="seconds between NIC health and kubelet registration checks (default 5)")
     return p
 
