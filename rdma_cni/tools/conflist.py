@@ -101,15 +101,24 @@ def ensure_entry(conf_dir: str, entry: dict[str, Any], root: str = "/") -> str:
     return f"updated {path}" if had else f"added to {path}"
 
 
-def remove_entries(conf_dir: str, root: str = "/") -> list[str]:
-    """Remove our entry from every conflist of ``conf_dir``; the files changed."""
+def remove_entries(conf_dir: str, root: str = "/",
+                   skipped: Callable[[str], None] | None = None) -> list[str]:
+    """Remove our entry from every conflist of ``conf_dir``; the files changed. A file
+    that cannot be read as a CNI config (a dangling symlink, comments, not JSON) is no
+    config the runtime uses either: ``skipped`` hears why, and the others are done (the
+    first such file stopped the uninstall, every later file's entry left behind)."""
     changed = []
     names = sorted(os.listdir(conf_dir)) if os.path.isdir(conf_dir) else []
     for name in names:
         path = os.path.join(conf_dir, name)
         if name.startswith(".") or not name.endswith((".conf", ".conflist", ".json")):
             continue
-        done = rewrite(path, root, _without_ours)
+        try:
+            done = rewrite(path, root, _without_ours)
+        except ConfigError as exc:
+            if skipped is not None:
+                skipped(exc.msg)
+            continue
         if done is None:
             continue
         changed.append(path)

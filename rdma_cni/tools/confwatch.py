@@ -201,8 +201,14 @@ class _Pacer:
 
 
 def reapply(conf_dir: str, entry: dict[str, Any], say: Callable[[str], None],
-            root: str = "/") -> bool:
-    """One watch step: put the entry back if the first conflist lost it; True if it did."""
+            root: str = "/", installed: Callable[[], bool] | None = None) -> bool:
+    """One watch step: put the entry back if the first conflist lost it; True if it did.
+    Not once the plugin is gone from the bin dir (``installed``: uninstalled while this
+    watch still runs): an entry without its plugin fails every pod's ADD."""
+    if installed is not None and not installed():
+        say("the plugin is gone from the CNI bin dir (uninstalled?): the entry is not "
+            "re-applied")
+        return False
     try:
         outcome = ensure_entry(conf_dir, entry, root)
     except (CniError, OSError) as e:
@@ -214,7 +220,7 @@ def reapply(conf_dir: str, entry: dict[str, Any], say: Callable[[str], None],
 
 def watch_entry(conf_dir: str, entry: dict[str, Any], interval: float,
                 rounds: int | None = None, stop: threading.Event | None = None,
-                root: str = "/") -> None:
+                root: str = "/", installed: Callable[[], bool] | None = None) -> None:
     """Re-apply ``entry`` within a moment of any change to ``conf_dir`` (inotify), and
     every ``interval`` seconds as a backstop (only polling where inotify is unavailable).
     ``rounds`` and ``stop`` bound it, for tests; ``root``: see conffile."""
@@ -223,7 +229,7 @@ def watch_entry(conf_dir: str, entry: dict[str, Any], interval: float,
     if watcher is None:
         _say(f"watch: inotify unavailable, polling {conf_dir} every {interval:g} s")
     say, pacer = _Reporter(), _Pacer()
-    reapply(conf_dir, entry, say, root)  # what changed before the watch was armed
+    reapply(conf_dir, entry, say, root, installed)  # what changed before the watch was armed
     n = 0
     try:
         while (rounds is None or n < rounds) and not stop.is_set():
@@ -233,7 +239,7 @@ def watch_entry(conf_dir: str, entry: dict[str, Any], interval: float,
             elif stop.wait(interval):
                 break
             if not stop.is_set():
-                pacer.after(reapply(conf_dir, entry, say, root), stop)
+                pacer.after(reapply(conf_dir, entry, say, root, installed), stop)
     finally:
         if watcher is not None:
             watcher.close()

@@ -36,71 +36,23 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rdma_cni import defaults
 from rdma_cni.cliargs import say, seconds
-from rdma_cni.errors import CniError, ConfigError
+from rdma_cni.errors import CniError
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, read_json_object
 from rdma_cni.store.run import configrecord
 from rdma_cni.tools import bundle as layout
 from rdma_cni.tools import kernel
 from rdma_cni.tools.bundle import BUNDLE_DIR, LEGACY_DIR, NCCL_ENV
 from rdma_cni.tools.conflist import ensure_entry, json_bytes, remove_entries
+from rdma_cni.tools.installentry import (
+    MODE_LABEL,
+    make_entry,
+    node_settings,
+    resolve_mode,
+    valid_entry,
+)
 from rdma_cni.tools.installfiles import staged, write_atomic
-from rdma_cni.vocab.modes import MODES, Mode
-
-MODE_LABEL = defaults.MODE_LABEL
-CAPABILITY = "io.kubernetes.cri.pod-annotations"
-
-
-def make_entry(config: dict[str, Any] | None, mode: str) -> dict[str, Any]:
-    """Our conflist entry: the config object with type, mode and the annotation
-    capability set (``name``/``cniVersion`` belong to the list and are dropped). A
-    config naming another ``type`` does not keep it: an entry of
-    another type would not be ours to replace or remove, and the runtime would look for
-    a plugin of that name."""
-    checked = Mode.of(mode).value
-    entry = {k: v for k, v in (config or {}).items() if k not in ("name", "cniVersion")}
-    caps = entry.get("capabilities")
-    caps = dict(caps) if isinstance(caps, dict) else {}
-    caps[CAPABILITY] = True
-    return {**entry, "type": PLUGIN_TYPE, "mode": checked, "capabilities": caps}
-
-
-def valid_entry(entry: dict[str, Any]) -> dict[str, Any]:
-    """``entry`` if ADD takes it (else :class:`ConfigError`): an entry ADD refuses would
-    fail every pod's ADD on the node, those without RDMA interfaces included."""
-    from rdma_cni.models.netconf import load_netconf
-
-    load_netconf({**entry, "name": "rdma-cni-install", "cniVersion": "1.1.0"})
-    return entry
-
-
-def node_settings(entry: dict[str, Any], kubelet_dir: str | None,
-                  node_ips: Sequence[str]) -> dict[str, Any]:
-    """The entry with the kubelet's paths under ``kubelet_dir`` (those the config does not
-    name itself) and ``nodeIPs`` (the node's own addresses: the NIC holding one stays
-    with the node); the flags of the DaemonSet, which knows both."""
-    out = dict(entry)
-    if kubelet_dir:
-        root = kubelet_dir.rstrip("/") or "/"
-        given = out.get("kubelet")
-        named = given if isinstance(given, dict) else {}
-        out["kubelet"] = {**defaults.kubelet_paths(root), **named}
-    ips = [ip for ip in node_ips if ip]
-    if ips:
-        out["nodeIPs"] = list(dict.fromkeys(ips))
-    return out
-
-
-def resolve_mode(flag: str | None, config: dict[str, Any],
-                 label: Callable[[], str | None]) -> str:
-    """``--mode``, else the node label, else the config's ``mode``."""
-    for source, value in (("--mode", flag), (MODE_LABEL, None if flag else label()),
-                          ("config", config.get("mode"))):
-        if value:
-            return Mode.of(value, source).value
-    raise ConfigError(f"failed to decide the RDMA mode: no --mode, no node label {MODE_LABEL} "
-                      "(NODE_NAME) and no mode in the config")
+from rdma_cni.vocab.modes import MODES
 
 
 def _dirs(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -246,19 +198,30 @@ def watch(conf_dir: str, entry: dict[str, Any], interval: float,
     if checker is not None and rounds is None:
         threading.Thread(target=checker.loop, args=(interval, ended),
                          name="config-check", daemon=True).start()
+    installed = None if bin_dir is None else \
+        (lambda: os.path.lexists(os.path.join(bin_dir, PLUGIN_TYPE)))
     try:
-        watch_entry(conf_dir, entry, interval, rounds, stop, root)
+        watch_entry(conf_dir, entry, interval, rounds, stop, root, installed)
     finally:
         ended.set()
 
 
 def uninstall(args: argparse.Namespace) -> None:
-    changed = remove_entries(args.cni_conf_dir, host_root_of(args))
-    for path in changed:
-        say(f"removed the entry from {path}", "uninstall")
+    """The plugin's link goes first: a ``--watch`` still running (its DaemonSet being
+    deleted) re-applies the entry only while the plugin is installed, so it cannot put
+    the entry back once this took it out."""
     bin_dir = args.cni_bin_dir
     removed = []
-    for name in (PLUGIN_TYPE, NCCL_ENV):
+    for name in (PLUGIN_TYPE,):
+        path = os.path.join(bin_dir, name)
+        if os.path.lexists(path):
+            os.unlink(path)
+            removed.append(name)
+    changed = remove_entries(args.cni_conf_dir, host_root_of(args),
+                             lambda why: say(f"left alone: {why}", "uninstall"))
+    for path in changed:
+        say(f"removed the entry from {path}", "uninstall")
+    for name in (NCCL_ENV,):
         path = os.path.join(bin_dir, name)
         if os.path.lexists(path):
             os.unlink(path)

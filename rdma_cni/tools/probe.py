@@ -9,8 +9,9 @@ what is wrong (exit 1):
   device-plugin dir and its last poll (heartbeat) is recent and registered with the
   kubelet socket that is there now.
 - ``agent``: the agent's last reconcile pass is recent (heartbeat).
-- ``cni-watch [--cni-conf-dir DIR] [--cni-bin-dir DIR]``: our entry is in the first
-  CNI config of the conf dir and ``rdma-cni`` is in the bin dir.
+- ``cni-watch [--cni-conf-dir DIR] [--cni-bin-dir DIR] [--host-root DIR]``: our entry
+  is in the first CNI config of the conf dir (a symlink followed under the host root)
+  and ``rdma-cni`` is in the bin dir.
 
 Heartbeats are small JSON files the components write in ``RDMA_CNI_HEALTH_DIR``
 (default ``/tmp``, the container's own), so the probe in the same container reads
@@ -101,21 +102,19 @@ def check_agent(args: argparse.Namespace) -> str:
 
 
 def check_cni_watch(args: argparse.Namespace) -> str:
-    from rdma_cni.errors import CniError
-    from rdma_cni.models.subconfig import PLUGIN_TYPE, find_entry, first_conf_file, read_json_object
+    """The runtime's conflist chains our entry (a symlinked one followed under
+    ``--host-root``, as ``install`` and the device plugin follow it) and the plugin is
+    there."""
+    from rdma_cni.models.subconfig import PLUGIN_TYPE
+    from rdma_cni.tools.chaincheck import chain_problem
 
-    try:
-        path = first_conf_file(args.cni_conf_dir)
-        if path is None:
-            raise ProbeFailed(f"no CNI config in {args.cni_conf_dir}")
-        if find_entry(read_json_object(path)) is None:
-            raise ProbeFailed(f"the {PLUGIN_TYPE} entry is not in {path}")
-    except CniError as e:
-        raise ProbeFailed(e.msg) from e
+    problem = chain_problem(args.cni_conf_dir, args.host_root)
+    if problem is not None:
+        raise ProbeFailed(problem)
     binary = os.path.join(args.cni_bin_dir, PLUGIN_TYPE)
     if not os.access(binary, os.X_OK):
         raise ProbeFailed(f"{binary} is missing or not executable")
-    return f"entry in {path}, {binary} present"
+    return f"entry chained in {args.cni_conf_dir}, {binary} present"
 
 
 CHECKS: dict[str, Callable[[argparse.Namespace], str]] = {
@@ -139,6 +138,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--socket", default=DEFAULT_SOCKET, help="serve: the resident socket")
     p.add_argument("--cni-conf-dir", default=DEFAULT_CONF_DIR, help="cni-watch")
     p.add_argument("--cni-bin-dir", default="/opt/cni/bin", help="cni-watch")
+    p.add_argument("--host-root", default="/", metavar="DIR",
+                   help="cni-watch: the host's / as mounted here (a symlinked conflist's "
+                        "absolute target is read under it, as install reads it)")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
     return p
 

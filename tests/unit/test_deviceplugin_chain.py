@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rdma_cni.kube.deviceplugin.chain import chain_problem
+from rdma_cni.tools.chaincheck import chain_problem
 
 
 def _list(path: Path, *types: str) -> None:

@@ -261,6 +261,39 @@ def test_an_entry_add_would_refuse_is_never_written(node: dict[str, Path], capsy
     assert not node["bin"].exists() or os.listdir(node["bin"]) == []
 
 
+def test_uninstall_leaves_files_no_runtime_reads_and_does_the_rest(node: dict[str, Path],
+                                                                    capsys: Any) -> None:
+    """A dangling symlink or a config with comments (neither of which libcni can load)
+    ended the uninstall there: every later file kept our entry, the plugin stayed."""
+    assert install.main(_args(node), _label) == 0
+    later = node["conf"] / "20-second.conflist"
+    later.write_text(json.dumps({"name": "second", "plugins": [{"type": "vpc-cni"},
+                                                               {"type": "rdma-cni"}]}))
+    (node["conf"] / "11-gone.conflist").symlink_to(node["conf"] / "nowhere.conflist")
+    (node["conf"] / "12-legacy.conf").write_text('// a comment\n{"type": "x"}')
+    capsys.readouterr()
+    assert install.main(["uninstall", "--cni-bin-dir", str(node["bin"]),
+                         "--cni-conf-dir", str(node["conf"])]) == 0
+    err = capsys.readouterr().err
+    assert err.count("left alone") == 2 and "Traceback" not in err
+    assert json.loads((node["conf"] / "10-vpc-cni.conflist").read_text()) == vpc_cni()
+    assert [p["type"] for p in json.loads(later.read_text())["plugins"]] == ["vpc-cni"]
+    assert os.listdir(node["bin"]) == []
+
+
+def test_a_watch_still_running_does_not_put_the_entry_back_after_uninstall(
+        node: dict[str, Path]) -> None:
+    """The watch re-added the entry a second after uninstall removed it and the plugin:
+    every pod's ADD then failed (no such plugin)."""
+    assert install.main(_args(node), _label) == 0
+    conflist = node["conf"] / "10-vpc-cni.conflist"
+    entry = json.loads(conflist.read_text())["plugins"][1]
+    assert install.main(["uninstall", "--cni-bin-dir", str(node["bin"]),
+                         "--cni-conf-dir", str(node["conf"])]) == 0
+    install.watch(str(node["conf"]), entry, 0.0, rounds=1, bin_dir=str(node["bin"]))
+    assert json.loads(conflist.read_text()) == vpc_cni()
+
+
 # -- conf/ -----------------------------------------------------------------------------
 @pytest.mark.parametrize("path", sorted((REPO / "conf").glob("*.conflist")),
                          ids=lambda p: p.name)

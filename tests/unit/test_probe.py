@@ -84,7 +84,7 @@ def test_cni_watch_entry_and_binary(capsys: Any, tmp_path: Path) -> None:
     primary = {"cniVersion": "0.4.0", "name": "p", "plugins": [{"type": "bridge"}]}
     (conf / "10-p.conflist").write_text(json.dumps(primary))
     rc, _, err = _run(capsys, *args)
-    assert rc == 1 and "entry is not in" in err
+    assert rc == 1 and "does not chain rdma-cni" in err
     primary["plugins"].append({"type": "rdma-cni", "mode": "shared"})
     (conf / "10-p.conflist").write_text(json.dumps(primary))
     rc, _, err = _run(capsys, *args)
@@ -92,7 +92,17 @@ def test_cni_watch_entry_and_binary(capsys: Any, tmp_path: Path) -> None:
     (bin_dir / "rdma-cni").write_text("#!/bin/sh\n")
     (bin_dir / "rdma-cni").chmod(0o755)
     rc, out, _ = _run(capsys, *args)
-    assert rc == 0 and out.startswith("rdma-cni probe cni-watch: ok: entry in ")
+    assert rc == 0 and out.startswith("rdma-cni probe cni-watch: ok: entry chained in ")
+    # a primary that keeps its conflist elsewhere: the link's absolute target is read
+    # under --host-root, as install reads it (without it, "no CNI config": the liveness
+    # probe restarted cni-watch forever)
+    host = tmp_path / "host"
+    (host / "etc" / "vpc").mkdir(parents=True)
+    (conf / "10-p.conflist").rename(host / "etc" / "vpc" / "10-p.conflist")
+    (conf / "10-p.conflist").symlink_to("/etc/vpc/10-p.conflist")
+    rc, out, err = _run(capsys, *args, "--host-root", str(host))
+    assert rc == 0, err
+    (conf / "10-p.conflist").unlink()
     (conf / "10-p.conflist").write_text("{broken")
     rc, _, err = _run(capsys, *args)
     assert rc == 1 and "failed to parse config" in err

@@ -75,7 +75,7 @@ def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None 
     conf_dir = args.cni_conf_dir
 
     def chain_problem() -> str | None:
-        from rdma_cni.kube.deviceplugin.chain import chain_problem as check
+        from rdma_cni.tools.chaincheck import chain_problem as check
 
         return check(conf_dir, args.host_root) if conf_dir else None
 

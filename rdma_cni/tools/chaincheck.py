@@ -1,4 +1,5 @@
-"""Is our entry chained on this node? Asked by ``Allocate`` before a pod's sandbox exists.
+"""Is our entry chained on this node? Asked by the device plugin's ``Allocate`` before a
+pod's sandbox exists, and by ``probe cni-watch`` (the same file, the same way).
 
 The kubelet calls the device plugin's ``Allocate`` before it asks the runtime for the
 pod's sandbox; the runtime then runs the first conflist of the CNI conf dir. If that
@@ -22,7 +23,7 @@ import os
 from rdma_cni.errors import ConfigError
 from rdma_cni.models.subconfig import find_entry, first_conf_file, read_json_object
 
-log = logging.getLogger("rdma_cni.kube.deviceplugin")
+log = logging.getLogger("rdma_cni")
 
 
 def chain_problem(conf_dir: str, host_root: str = "/") -> str | None:
