@@ -59,6 +59,7 @@
 #define LIBDIR "_internal"
 #define LOADER LIBDIR "/ld-linux-x86-64.so.2"
 #define IN_USE ".in-use"
+#define VERSIONS_DIR "rdma-cni.versions"  /* tools/bundle.py BUNDLE_DIR */
 #define CONNECT_MS 200
 #define DEFAULT_TIMEOUT_S 25.0
 #define MAX_DEPTH 64
@@ -377,18 +378,30 @@ static void fail_code(int code, const char *what) {
 
 static void fail(const char *what) { fail_code(5, what); }
 
+/* Whether ``dir`` is a tree `install` laid out (<bin>/rdma-cni.versions/<name>): such a
+ * tree has .in-use from before its link is switched to it until its removal begins. */
+static int installed_tree(const char *dir) {
+    const char *slash = strrchr(dir, '/'), *parent;
+    size_t n = sizeof VERSIONS_DIR - 1;
+    if (!slash || slash == dir) return 0;
+    for (parent = slash - 1; parent > dir && parent[-1] != '/'; parent--) {}
+    return (size_t)(slash - parent) == n && memcmp(parent, VERSIONS_DIR, n) == 0;
+}
+
 /* The tree this front runs from stays whole while the fallback runs: a shared flock on
  * <tree>/.in-use, taken here and held across the exec (the descriptor is not
  * close-on-exec) until the plugin exits. `install` removes an old tree only once it holds
  * that lock exclusively, and unlinks .in-use before anything else (tools/hosttree.py).
  * Returns 1 when this tree is being removed: the runtime exec'd it just before an upgrade
- * switched the link. A tree without .in-use (a build's dist/) is never stale. */
+ * switched the link. An installed tree without .in-use is being removed (its files may
+ * be half gone: the bundle failed to load its libpython and answered nothing a runtime
+ * reads); a tree without .in-use elsewhere (a build's dist/) is never stale. */
 static int hold_tree(const char *dir) {
     char path[PATH_MAX + sizeof IN_USE + 1];
     struct stat st;
     snprintf(path, sizeof path, "%s/%s", dir, IN_USE);
     int fd = open(path, O_RDONLY | O_NOCTTY);
-    if (fd < 0) return errno == ENOENT && access(dir, F_OK) != 0;
+    if (fd < 0) return errno == ENOENT && (access(dir, F_OK) != 0 || installed_tree(dir));
     while (flock(fd, LOCK_SH) < 0 && errno == EINTR) {}
     return fstat(fd, &st) == 0 && st.st_nlink == 0;
 }

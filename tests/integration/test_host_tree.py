@@ -282,6 +282,44 @@ def test_a_front_whose_tree_was_pruned_as_it_started_runs_the_current_one(
     assert chain.delete("c1").rc == 0
 
 
+def test_a_front_whose_tree_is_being_removed_runs_the_current_one(
+        rig, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The prune has begun (``.in-use`` unlinked first, then the files) when the front,
+    exec'd from that tree just before the link switched, reaches its lock: it took the
+    tree for a build's (no ``.in-use``) and ran the half-removed bundle, which failed to
+    load its libpython and printed nothing a runtime reads (exit 255)."""
+    rig.nic("rnic0")
+    pod = rig.pod()
+    bin_dir = tmp_path / "bin"
+    plugin = install_host_tree(bin_dir)
+    old = bundle.current_tree(str(bin_dir))
+    chain = rig.chain("shared-multi", binary=[str(plugin)])
+    conf = chain.conf(vpc_result(pod.path), pod_networks(rdma_blocks(1)))
+    argv, env = plugin_invocation("ADD", container_id="c1", netns=pod.path,
+                                  cni_args=k8s_args("default", "p1", "c1"),
+                                  node_ns=rig.node.ns, binary=[str(plugin)])
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd="/")
+    assert proc.stdin is not None
+    deadline = time.monotonic() + 10  # the front is up and waits for its stdin
+    while "rdma-cni-front" not in os.readlink(f"/proc/{proc.pid}/exe"):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with bundle.install_lock(str(bin_dir)):
+        new, _ = bundle.install_tree(str(_second_build(tmp_path)), str(bin_dir))
+        bundle.switch_link(str(bin_dir), new)
+    going = bin_dir / "rdma-cni.versions" / old  # the prune's first steps, caught midway
+    (going / ".in-use").unlink()
+    for lib in (going / "_internal").glob("libpython*"):
+        lib.unlink()
+    out, err = proc.communicate(json.dumps(conf).encode(), timeout=60)
+    assert proc.returncode == 0, (out, err)
+    assert pod.addrs("eth1") == ["198.51.100.2/26"]
+    chain.cache[("c1", "eth0")] = {"conf": conf, "result": json.loads(out),
+                                   "args": k8s_args("default", "p1", "c1"), "netns": pod.path}
+    assert chain.delete("c1").rc == 0
+
+
 def test_the_host_tree_holds_the_cni_path_alone(tmp_path: Path) -> None:
     """At most 40 MB, none of the DaemonSet's libraries, and the subcommands that run in
     the image answer one line saying so (exit 2), while the CNI commands work."""

@@ -193,3 +193,10 @@ def test_install_on_a_too_old_kernel_is_one_line_and_leaves_nothing(
     assert err[0].startswith("rdma-cni install: error: refusing to install: kernel 3.10.0")
     assert not (tmp_path / "bin").exists()
     assert json.loads((conf_dir / "10-p.conflist").read_text()) == primary
+
+
+def test_the_front_knows_the_versions_dir_by_its_name() -> None:
+    """The front takes an installed tree without ``.in-use`` for one being removed: it
+    tells one by the name of its parent, which must be install's."""
+    source = (Path(__file__).resolve().parents[2] / "front" / "rdma-cni-front.c").read_text()
+    assert f'#define VERSIONS_DIR "{bundle.BUNDLE_DIR}"' in source
