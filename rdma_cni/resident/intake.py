@@ -11,7 +11,9 @@ Bounds (each hit is logged, at most once a minute per kind, with a count):
 - out of descriptors (``EMFILE``/``ENFILE``) on accept: the same, or accepting pauses
   for :data:`PAUSE`; the server never exits over it;
 - a connection from a user other than root (or the server's own) is refused at once;
-- more than :data:`protocol.MAX_FDS` descriptors or a frame over the size limit: closed.
+- more than :data:`protocol.MAX_FDS` descriptors or a frame over the size limit: closed;
+- at most :data:`BYTE_BUDGET` bytes held for frames still arriving, all connections
+  together (the oldest other one is closed to make room, else the one sending).
 A closed connection makes its caller run the request in-process.
 """
 
@@ -33,6 +35,9 @@ from rdma_cni.resident import protocol
 
 logger = logging.getLogger("rdma_cni")
 RECEIVE_DEADLINE = 5.0
+#: what frames still arriving may hold per process (a request is a few KiB; 250 frames of
+#: 2 MiB, each one byte short, held 0.5 GiB against the DaemonSet's 256 MiB limit)
+BYTE_BUDGET = 16 << 20
 MAX_CONNECTIONS = 256
 #: descriptors kept for the process itself, and counted per open connection (its
 #: socket, the descriptors it passes, what answering it opens)
@@ -93,6 +98,7 @@ class Intake:
         self.pending: dict[int, _Pending] = {}  # oldest first
         self.accepted = 0
         self._open = 0  # pending, and handed over but not yet finished
+        self._buffered = 0  # bytes of the pending connections' frames
         self._lock = threading.Lock()
         self._poller = select.epoll()  # O(ready) a round, not O(open)
         self._listening = False
@@ -231,9 +237,10 @@ class Intake:
                 got.frombytes(data[: len(data) - len(data) % got.itemsize])
                 p.fds += list(got)
         p.buf += chunk
+        self._buffered += len(chunk)
         size = protocol.request_size(p.buf)
         bad = flags & socket.MSG_CTRUNC or len(p.fds) > protocol.MAX_FDS or \
-            (size or len(p.buf)) > protocol.MAX_FRAME
+            (size or len(p.buf)) > protocol.MAX_FRAME or not self._room(p)
         if bad or not chunk:
             if bad:
                 self.notices.warn("frame", "resident server closed a connection sending a "
@@ -244,7 +251,19 @@ class Intake:
             return None
         self._poller.unregister(p.sock.fileno())
         del self.pending[p.sock.fileno()]
+        self._buffered -= len(p.buf)
         return p.sock, p.buf[:size], p.fds
+
+    def _room(self, p: _Pending) -> bool:
+        """Within :data:`BYTE_BUDGET`, the oldest other frames closed to get there if need be."""
+        while self._buffered > BYTE_BUDGET:
+            other = next((q for q in self.pending.values() if q is not p), None)
+            if other is None:
+                return False
+            self.notices.warn("bytes", "resident server closed the oldest connection still "
+                                       f"sending: {BYTE_BUDGET >> 20} MiB of requests arriving")
+            self._drop(other)
+        return True
 
     def _expire(self, now: float) -> None:
         while self.pending:
@@ -263,7 +282,8 @@ class Intake:
 
     def _drop(self, p: _Pending) -> None:
         fd = p.sock.fileno()
-        self.pending.pop(fd, None)
+        if self.pending.pop(fd, None) is not None:
+            self._buffered -= len(p.buf)
         with contextlib.suppress(OSError, ValueError):
             self._poller.unregister(fd)
         for passed in p.fds:

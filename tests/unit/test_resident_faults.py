@@ -122,3 +122,47 @@ def test_the_client_reads_its_timeout_as_the_front_does(value: str, seconds: flo
     """A bad RDMA_CNI_RESIDENT_TIMEOUT raised when the module was imported: a traceback and
     an empty stdout on the Python client's path."""
     assert client.reply_timeout(value) == seconds
+
+
+def test_frames_still_arriving_hold_at_most_the_byte_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections each sending a large frame one byte short were bounded in number and
+    time, not in bytes: 250 of them held 0.5 GiB in one serve process."""
+    from rdma_cni.resident import intake
+
+    monkeypatch.setattr(intake, "BYTE_BUDGET", 256 << 10)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s.sock"))
+    listener.listen(64)
+    taker = intake.Intake(listener, 64, intake.Notices())
+    frame = protocol.encode_request(ENV, b"x" * (1 << 20))
+    clients = []
+    try:
+        for _ in range(8):  # 100 KiB each of a 1 MiB frame
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(str(tmp_path / "s.sock"))
+            c.sendall(frame[:100 << 10])
+            clients.append(c)
+            for _ in range(5):
+                taker.step(8, 0.01)
+            assert taker._buffered <= intake.BYTE_BUDGET
+        assert len(taker.pending) <= 3 and taker._buffered == sum(
+            len(p.buf) for p in taker.pending.values())
+        clients[0].settimeout(1)
+        assert clients[0].recv(10) == b""  # the oldest was closed to make room
+        small = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # a request still passes
+        small.connect(str(tmp_path / "s.sock"))
+        small.sendall(protocol.encode_request(ENV, b"{}"))
+        clients.append(small)
+        got: list[Any] = []
+        for _ in range(20):
+            got += taker.step(8, 0.01)
+            if got:
+                break
+        assert len(got) == 1 and got[0][1] == protocol.encode_request(ENV, b"{}")
+        got[0][0].close()
+    finally:
+        for c in clients:
+            c.close()
+        taker.close()
+        listener.close()
