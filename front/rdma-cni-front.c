@@ -95,12 +95,57 @@ static const char *skip_ws(const char *s, const char *end) {
     return s;
 }
 
-/* Past a JSON string starting at s (which is '"'); NULL when malformed. */
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+static int is_hex(char c) {
+    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* Past a JSON string starting at s (which is '"'); NULL when malformed (an escape JSON
+ * has not got, a control character). */
 static const char *skip_string(const char *s, const char *end) {
     for (s++; s < end; s++) {
-        if (*s == '\\') { if (++s >= end) return NULL; }
+        if (*s == '\\') {
+            if (++s >= end || !strchr("\"\\/bfnrtu", *s) || !*s) return NULL;
+            if (*s == 'u') {
+                if (end - s < 5 || !is_hex(s[1]) || !is_hex(s[2]) || !is_hex(s[3]) ||
+                    !is_hex(s[4])) return NULL;
+                s += 4;
+            }
+        }
         else if (*s == '"') return s + 1;
         else if ((unsigned char)*s < 0x20) return NULL;
+    }
+    return NULL;
+}
+
+/* Past a run of digits, at least one; NULL when there is none. */
+static const char *skip_digits(const char *s, const char *end) {
+    const char *start = s;
+    while (s < end && is_digit(*s)) s++;
+    return s > start ? s : NULL;
+}
+
+/* Past a JSON number (RFC 8259: no leading zero, no "+", no bare "." or "e"). */
+static const char *skip_number(const char *s, const char *end) {
+    if (s < end && *s == '-') s++;
+    if (s < end && *s == '0') s++;
+    else if (!(s = skip_digits(s, end))) return NULL;
+    if (s < end && *s == '.' && !(s = skip_digits(s + 1, end))) return NULL;
+    if (s < end && (*s == 'e' || *s == 'E')) {
+        s++;
+        if (s < end && (*s == '+' || *s == '-')) s++;
+        if (!(s = skip_digits(s, end))) return NULL;
+    }
+    return s;
+}
+
+/* Past true, false or null. */
+static const char *skip_literal(const char *s, const char *end) {
+    static const char *const words[] = {"true", "false", "null"};
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++) {
+        size_t n = strlen(words[i]);
+        if ((size_t)(end - s) >= n && memcmp(s, words[i], n) == 0) return s + n;
     }
     return NULL;
 }
@@ -128,9 +173,7 @@ static const char *skip_value(const char *s, const char *end, int depth) {
             s = skip_ws(s, end);
         }
     }
-    const char *start = s;
-    while (s < end && strchr("+-.0123456789eEtrufalsn", *s)) s++;
-    return s > start ? s : NULL;
+    return *s == '-' || is_digit(*s) ? skip_number(s, end) : skip_literal(s, end);
 }
 
 /* 1: found (out = the plain string value), 0: absent, -1: malformed, not a plain
@@ -228,12 +271,16 @@ int front_parse_reply(const char *body, size_t n, struct reply *r) {
 /* Whether an answer may be relayed as the plugin's: an ADD success carries its result,
  * a failure its error document (each exactly one JSON object on stdout); other
  * successes are relayed as they are. Anything else: the bundle runs the request. */
-int front_relayable(const char *cmd, const struct reply *r) {
-    const char *s = r->out, *end = r->out + r->olen;
-    if (r->exit == 0 && strcmp(cmd, "ADD") != 0) return 1;
+int front_one_object(const char *s, size_t n) {
+    const char *end = s + n;
     s = skip_ws(s, end);
     if (s >= end || *s != '{' || !(s = skip_value(s, end, 0))) return 0;
     return skip_ws(s, end) == end;
+}
+
+int front_relayable(const char *cmd, const struct reply *r) {
+    if (r->exit == 0 && strcmp(cmd, "ADD") != 0) return 1;
+    return front_one_object(r->out, r->olen);
 }
 
 #ifndef FRONT_FUZZ
@@ -486,15 +533,17 @@ int main(int argc, char **argv) {
 
 #ifdef FRONT_FUZZ
 /* Driver of the bounded random-input test: records on stdin, one answer line each.
- * Record: kind ('S' config scan, 'R' reply parse), u32 length, bytes.
- * 'S' answers "rc hex(value)", 'R' answers "rc exit olen elen". */
+ * Record: kind ('S' config scan, 'R' reply parse, 'V' one JSON object), u32 length,
+ * bytes. 'S' answers "rc hex(value)", 'R' answers "rc exit olen elen", 'V' "1" or "0". */
 int main(void) {
     uint32_t n;
     char kind, out[108];
     while (fread(&kind, 1, 1, stdin) == 1 && fread(&n, 4, 1, stdin) == 1) {
         char *p = malloc(n ? n : 1);
         if (!p || fread(p, 1, n, stdin) != n) return 2;
-        if (kind == 'S') {
+        if (kind == 'V') {
+            printf("%d\n", front_one_object(p, n));
+        } else if (kind == 'S') {
             int rc = front_socket_of(p, n, out, sizeof out);
             printf("%d ", rc);
             for (char *c = out; rc == 1 && *c; c++) printf("%02x", (unsigned char)*c);

@@ -157,3 +157,45 @@ def test_reply_parse_agrees_with_python(driver: Path) -> None:
             assert (rc, code) == (1, doc["exit"]), body
             assert olen + elen == len(body) - 13
     bump(SUITE, "reply inputs", len(bodies))
+
+
+def _python_one_object(text: bytes) -> bool:
+    """One JSON object, as libcni reads stdout (no NaN or Infinity, valid escapes)."""
+    def refuse(name: str) -> Any:
+        raise ValueError(name)
+
+    try:
+        doc = json.loads(text.decode("utf-8"), parse_constant=refuse)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict)
+
+
+def test_the_relay_check_agrees_with_python(driver: Path) -> None:
+    """An ADD answer is relayed only when it is one JSON object (front_relayable). The
+    front's check took any run of ``+-.0-9eEtrufalsn`` for a value and any escape for
+    one: ``{"interfaces":tru,"ips":-}`` from a broken or foreign server went to the
+    runtime as the ADD's result."""
+    rng = random.Random(23)
+    inputs = [_config(rng) for _ in range(N_INPUTS)]
+    inputs += [b'{"cniVersion":"1.0.0","interfaces":tru,"ips":-}', b'{"code":7,"msg":nul}',
+               b'{"a":01}', b'{"a":1.}', b'{"a":.5}', b'{"a":+1}', b'{"a":1e}', b'{"a":"\\x"}',
+               b'{"a":"\\u12"}', b'{"a":NaN}', b'{"a":-Infinity}', b'{"a":truefalse}',
+               b'{"a":-0.5e-3,"b":[true,false,null],"c":"\\u00e9\\n"}', b"{} {}", b"[]"]
+    lines = _run(driver, [(b"V", t) for t in inputs])
+    mismatches = [(t[:120], line) for t, line in zip(inputs, lines, strict=True)
+                  if (line == "1") != _python_one_object(t)
+                  and not (line == "1" and not _valid_utf8(t))]
+    assert mismatches == []
+    assert lines[N_INPUTS:N_INPUTS + 2] == ["0", "0"]
+    bump(SUITE, "relay inputs", len(inputs))
+
+
+def _valid_utf8(text: bytes) -> bool:
+    """The front does not check UTF-8 (Go's encoding/json, as libcni reads stdout, takes
+    invalid bytes as U+FFFD)."""
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
