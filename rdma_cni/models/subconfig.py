@@ -112,6 +112,11 @@ def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
+#: (connect, read) seconds of every Kubernetes API call: a server that accepts and never
+#: answers held the agent's pass for good (nothing lost was released after it)
+API_TIMEOUT = (5.0, 15.0)
+
+
 def core_v1_api() -> Any:
     """A ``kubernetes`` CoreV1Api with the in-cluster config (imported lazily)."""
     try:
@@ -129,7 +134,7 @@ def node_label(label: str, node: str | None = None) -> str | None:
     if not node or not in_cluster():
         return None
     try:
-        obj = core_v1_api().read_node(node)
+        obj = core_v1_api().read_node(node, _request_timeout=API_TIMEOUT)
     except ConfigError:
         raise
     except Exception as e:  # the client raises ApiException, urllib3 and config errors

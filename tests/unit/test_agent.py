@@ -186,3 +186,18 @@ def test_marks_read_back_from_the_status_file_are_checked(store: Store) -> None:
     _, released = agent.reconcile(store, ev, "node-a", kept, now=111.0, interval=10.0)
     assert released == [gone]
 
+
+
+def test_a_record_written_under_the_nodes_kubernetes_name_is_released(store: Store) -> None:
+    """The plan took a record written under the node's Kubernetes name (``--node-name``;
+    ADD writes ``RDMA_CNI_NODE_ID`` or the hostname) for this node's, and the release
+    refused it as another node's, every pass: it leaked without a word."""
+    gone = attach(store, "gone", "/var/run/netns/gone", ["198.51.100.3"])
+    state = store.get_state(gone)
+    assert state is not None
+    store.put_state(gone, state.with_(origin={"node": "k8s-node-a"}))
+    ev = Evidence(sandboxes={}, runtime_present=True)
+    names = {"some-hostname", "k8s-node-a"}
+    plan, released = agent.reconcile(store, ev, names, {}, now=100.0, interval=10.0)
+    plan, released = agent.reconcile(store, ev, names, plan.marks, now=111.0, interval=10.0)
+    assert released == [gone] and store.get_state(gone) is None and store.owners() == set()

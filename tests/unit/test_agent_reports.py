@@ -99,6 +99,7 @@ def test_exporter_and_ls_read_the_status_file(tmp_path: Path) -> None:
     doc: dict[str, Any] = {"lastPass": 5.0, "viewSuspect": True, "foreignRecords": 2,
                            "podsWithoutRdma": [{"pod": "ns/b", "blocks": 1}, "junk"]}
     agentstatus.write(str(path), doc)
+    assert path.stat().st_mode & 0o777 == 0o600  # pod names and UIDs (it was 0644)
     text = generate_latest(registry).decode()
     for line in ("rdma_cni_agent_view_suspect 1.0", "rdma_cni_pods_without_rdma 1.0",
                  "rdma_cni_agent_foreign_records 2.0",

@@ -65,11 +65,13 @@ def cmd_gc(req: Request) -> None:
         raise TryAgain(msg) if all(isinstance(e, TryAgain) for _, e in left) else IOFailure(msg)
 
 
-def collect(store: Store, key: AttachmentKey) -> CniError | None:
-    """Release ``key`` (if this node wrote it); what kept it, if anything (logged)."""
+def collect(store: Store, key: AttachmentKey, names: set[str] | None = None
+            ) -> CniError | None:
+    """Release ``key`` (if this node wrote it: ``names``, what the node may be called,
+    default its identity); what kept it, if anything (logged)."""
     state = store.get_state(key)
     writer = recorded_node(state) if state is not None else None
-    if not same_node(writer, {node_identity()}):
+    if not same_node(writer, names or {node_identity()}):
         log.warning("GC left %s/%s alone: its state was written by node %s, not this one "
                     "(is the data dir shared between nodes?)", key.network, key.container_id,
                     writer)

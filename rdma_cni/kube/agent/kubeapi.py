@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from rdma_cni.kube.agent.podreport import PodInfo
-from rdma_cni.models.subconfig import core_v1_api
+from rdma_cni.models.subconfig import API_TIMEOUT, core_v1_api
 from rdma_cni.store.state import AttachmentState
 from rdma_cni.vocab.kinds import Status
 
@@ -71,7 +71,7 @@ class KubePodApi:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            pod = self.api.read_namespaced_pod(name, namespace)
+            pod = self.api.read_namespaced_pod(name, namespace, _request_timeout=API_TIMEOUT)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -81,7 +81,7 @@ class KubePodApi:
 
     def patch(self, namespace: str, name: str, value: str) -> None:
         body = {"metadata": {"annotations": {STATUS_ANNOTATION: value}}}
-        self.api.patch_namespaced_pod(name, namespace, body)
+        self.api.patch_namespaced_pod(name, namespace, body, _request_timeout=API_TIMEOUT)
 
 
 def publish(states: Sequence[AttachmentState], api: PodApi) -> int:
@@ -123,7 +123,8 @@ class KubeCluster:
         self.api = api
 
     def node_pods(self, node: str) -> list[PodInfo]:
-        pods = self.api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
+        pods = self.api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}",
+                                                    _request_timeout=API_TIMEOUT)
         return [pod_info(p) for p in pods.items]
 
     def event(self, obj: dict[str, str], reason: str, message: str, kind: str) -> None:
@@ -139,7 +140,7 @@ class KubeCluster:
             reason=reason, message=message[:1024], type=kind, count=1,
             first_timestamp=now, last_timestamp=now,
             source=client.V1EventSource(component=COMPONENT, host=obj.get("host") or None))
-        self.api.create_namespaced_event(namespace, body)
+        self.api.create_namespaced_event(namespace, body, _request_timeout=API_TIMEOUT)
 
 
 class Reporter:

@@ -125,7 +125,7 @@ def reconcile(store: Store, ev: Evidence, node: str | set[str],
         if not _confirmed_gone(cri, key, plan):
             continue
         log.info("releasing %s/%s: its sandbox is gone", key.network, key.container_id)
-        collect(store, key)
+        collect(store, key, {node} if isinstance(node, str) else set(node))
         if store.get_state(key) is None:
             released.append(key)
             plan.marks.pop(key.digest(), None)

@@ -52,7 +52,7 @@ def write(path: str, doc: dict[str, Any]) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({**doc, "schema": SCHEMA}, f, sort_keys=True)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o600)  # pod names and UIDs: root only, as the plugin's log
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
