@@ -6,11 +6,11 @@ and nothing was released."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from support.mute import muted
 
 from rdma_cni.kube.agent import kubeapi
 from rdma_cni.kube.agent.kubeapi import KubeCluster, KubePodApi, publish
@@ -24,25 +24,8 @@ def silent() -> Iterator[int]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
-    held: list[socket.socket] = []
-    done = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not done.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield listener.getsockname()[1]
-    done.set()
-    thread.join(2)
-    for conn in held:
-        conn.close()
-    listener.close()
+    with muted(listener):
+        yield listener.getsockname()[1]
 
 
 def test_a_silent_api_server_costs_a_call_its_deadline_not_the_pass(
