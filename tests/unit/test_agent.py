@@ -4,6 +4,7 @@ network-status annotation."""
 from __future__ import annotations
 
 import json
+import os
 from ipaddress import IPv4Address, IPv4Interface
 from pathlib import Path
 from typing import Any
@@ -201,3 +202,29 @@ def test_a_record_written_under_the_nodes_kubernetes_name_is_released(store: Sto
     plan, released = agent.reconcile(store, ev, names, {}, now=100.0, interval=10.0)
     plan, released = agent.reconcile(store, ev, names, plan.marks, now=111.0, interval=10.0)
     assert released == [gone] and store.get_state(gone) is None and store.owners() == set()
+
+
+def test_a_runtime_socket_nothing_answers_on_stops_the_heartbeat(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The DaemonSet mounts the runtime's socket file; once the runtime restarted, the
+    mount showed the dead one and every pass failed (ECONNREFUSED) while the heartbeat,
+    renewed by every finished pass, kept the liveness probe content: nothing lost was
+    released until the pod was restarted by hand."""
+    import socket as sock
+
+    from rdma_cni.adapters.cri import CriClient
+    from rdma_cni.kube.agent import main as agent_main
+    from rdma_cni.store.run.heartbeat import heartbeat_path
+
+    monkeypatch.setenv("RDMA_CNI_HEALTH_DIR", str(tmp_path))
+    dead = tmp_path / "containerd.sock"
+    s = sock.socket(sock.AF_UNIX, sock.SOCK_STREAM)
+    s.bind(str(dead))
+    s.close()  # the file stays, nothing listens: what the stale mount shows
+    attach(store, "a", "/var/run/netns/a", ["198.51.100.2"])
+    ev = agent.gather(store.list_states(), CriClient(str(dead)))
+    assert ev.runtime_present and ev.runtime_down and ev.sandboxes is None
+    agent_main._beat_unless_cut_off({"runtimeDown": True}, 30.0)
+    assert not os.path.exists(heartbeat_path("agent"))
+    agent_main._beat_unless_cut_off({"runtimeDown": False}, 30.0)
+    assert os.path.exists(heartbeat_path("agent"))

@@ -64,6 +64,19 @@ def _agent(args: argparse.Namespace, config: dict[str, Any]) -> Agent:
     return agent
 
 
+def _beat_unless_cut_off(doc: dict[str, object], interval: float) -> None:
+    """A pass that finished renews the heartbeat the probe checks, unless the runtime's
+    socket is there and nothing answers on it: the DaemonSet mounts the socket file
+    itself, and a runtime that restarted made a new one the mount does not show. The
+    probe then restarts this container, which mounts the new one (it failed every pass
+    until its pod was restarted by hand, releasing nothing, with the probe content)."""
+    if doc.get("runtimeDown"):
+        log.warning("the runtime's socket does not answer: the heartbeat is not renewed "
+                    "(the liveness probe restarts this container if it stays so)")
+        return
+    beat("agent", interval)
+
+
 def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     from rdma_cni import logsetup
@@ -76,8 +89,7 @@ def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) ->
         return 1
     while True:
         try:
-            run_once(agent)
-            beat("agent", args.interval)  # a pass that finished: what the probe checks
+            _beat_unless_cut_off(run_once(agent), args.interval)
         except CniError as e:
             log.error("reconcile failed: %s", e.msg)
             if args.once:

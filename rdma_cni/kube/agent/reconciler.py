@@ -72,13 +72,13 @@ MAX_REASONS = 20
 def gather(states: Sequence[AttachmentState], cri: CriClient | None,
            proc: str = "/proc", mountinfo: str | None = None) -> Evidence:
     """This pass's evidence: the runtime's sandboxes, held netns, propagated netns dirs."""
-    sandboxes, error, present = None, "", False
+    sandboxes, error, present, down = None, "", False, False
     if cri is not None and os.path.exists(cri.socket):
         present = True
         try:
             sandboxes = cri.sandboxes()
         except CriUnavailable as e:
-            error = e.msg
+            error, down = e.msg, True
         if sandboxes == {} and states:
             # A node always runs some sandbox (this DaemonSet's own pod): an empty list
             # next to our attachments is a wrong or fresh runtime socket, not evidence.
@@ -93,7 +93,8 @@ def gather(states: Sequence[AttachmentState], cri: CriClient | None,
         else:
             sound.add(d)
     return Evidence(sandboxes=sandboxes, runtime_error=error, runtime_present=present,
-                    held=held_netns(proc), sound_dirs=frozenset(sound), unsound_dirs=unsound)
+                    runtime_down=down, held=held_netns(proc), sound_dirs=frozenset(sound),
+                    unsound_dirs=unsound)
 
 
 def _confirmed_gone(cri: CriClient | None, key: AttachmentKey, plan: PassPlan) -> bool:
@@ -230,7 +231,8 @@ def run_once(agent: Agent, now: float | None = None) -> dict[str, Any]:
         agent.netns = netnsfit.check(agent.reporter, agent.node_name, agent.mode,
                                      agent.netns_mode, agent.netns)
     doc = {"lastPass": now, "interval": agent.interval, "node": agent.node,
-           "runtime": _runtime(agent), "viewSuspect": bool(reasons),
+           "runtime": _runtime(agent), "runtimeDown": ev.runtime_down,
+           "viewSuspect": bool(reasons),
            "reasons": reasons[:MAX_REASONS],
            "released": len(released), "foreignRecords": plan.foreign,
            "podsWithoutRdma": missing, "marks": agent.marks, "netnsMode": agent.netns,

@@ -44,6 +44,7 @@ class Evidence:
     sandboxes: dict[str, str] | None = None
     runtime_error: str = ""  # why the runtime could not be asked ("" if it answered)
     runtime_present: bool = False  # a runtime socket exists
+    runtime_down: bool = False  # it exists, and nothing answers there
     held: frozenset[tuple[int, int]] = frozenset()  # netns identities held by visible processes
     sound_dirs: frozenset[str] = frozenset()  # netns dirs whose view propagates
     unsound_dirs: dict[str, str] = field(default_factory=dict)  # dir -> why not
