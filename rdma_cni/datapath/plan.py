@@ -13,7 +13,7 @@ from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface
 from typing import TYPE_CHECKING, Any
 
-from rdma_cni.errors import ConfigError, IfNameInUse, UnsupportedField
+from rdma_cni.errors import ConfigError, IfNameInUse, UnsupportedField, shown
 from rdma_cni.vocab.modes import NicRule, names_where
 from rdma_cni.vocab.names import check_ifname
 from rdma_cni.vocab.plan import IfacePlan, NicFacts
@@ -57,8 +57,8 @@ def _block_mac(nc: NetConf, pos: int, block: Block) -> str | None:
     if mac is None:
         return None
     if not nc.mode.traits.custom_mac:
-        raise UnsupportedField(
-            f"pod annotation block {pos}: deviceConf.mac is only supported in "
+        raise UnsupportedField(  # the spec: code 2 names the field's key and value
+            f"pod annotation block {pos}: deviceConf.mac {shown(mac)} is only supported in "
             f"{names_where(lambda t: t.custom_mac)} mode (this node runs {nc.mode})"
         )
     first = int(mac[:2], 16)
@@ -71,16 +71,21 @@ def _block_ips(nc: NetConf, pos: int, block: Block, count: int) -> list[IPv4Addr
     ips = block.deviceConf.ips if block.deviceConf and block.deviceConf.ips else []
     if ips and not nc.mode.traits.pod_ipam:
         raise UnsupportedField(
-            f"pod annotation block {pos}: deviceConf.ips is not supported in {nc.mode} mode "
-            "(the pod gets the NIC's own address)"
+            f"pod annotation block {pos}: deviceConf.ips {_listed(ips)} is not supported in "
+            f"{nc.mode} mode (the pod gets the NIC's own address)"
         )
     if len(ips) > count:
         raise UnsupportedField(
-            f"pod annotation block {pos}: deviceConf.ips lists {len(ips)} addresses for "
-            f"{count} interface(s)"
+            f"pod annotation block {pos}: deviceConf.ips {_listed(ips)} lists {len(ips)} "
+            f"addresses for {count} interface(s)"
         )
     out: list[IPv4Address | None] = [IPv4Address(ip) for ip in ips]
     return out + [None] * (count - len(out))
+
+
+def _listed(ips: Sequence[object]) -> str:
+    """An annotation's address list as a message quotes it (escaped, and cut)."""
+    return shown(", ".join(str(ip) for ip in ips), 200)
 
 
 def plan_interfaces(

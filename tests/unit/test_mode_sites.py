@@ -68,8 +68,9 @@ def test_a_mac_only_where_the_table_allows_it() -> None:
         with pytest.raises(UnsupportedField) as info:
             plans(mode, mac)
         assert info.value.code == Code.UNSUPPORTED_FIELD
-        assert info.value.msg.endswith(
-            f"deviceConf.mac is only supported in shared-multi mode (this node runs {mode})")
+        assert info.value.msg.endswith(  # the spec: code 2 names the key and the value
+            f'deviceConf.mac "02:aa:bb:cc:dd:ee" is only supported in shared-multi mode '
+            f"(this node runs {mode})")
 
 
 def test_requested_ips_only_in_the_modes_of_pod_ipam() -> None:
