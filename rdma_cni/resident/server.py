@@ -117,9 +117,8 @@ class Server:
                 busy = self._busy > 0
                 deferred = (deferred or now) if busy else None
                 waited = deferred is None or now - deferred >= HANDOFF
-                accepted = self.intake.accepted
                 ready = self.intake.step(1 if waited else 0, HANDOFF if busy else 0.5)
-                if self.intake.accepted != accepted and busy:
+                if ready and busy:  # work taken; an idle connection accepted is none
                     deferred = time.monotonic()
                 for conn, data, fds in ready:
                     self._hold(+1)

@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +167,36 @@ def test_frames_still_arriving_hold_at_most_the_byte_budget(
             c.close()
         taker.close()
         listener.close()
+
+
+def test_idle_connections_do_not_hold_up_a_request_while_one_is_in_hand(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy process (an ADD in hand) took one connection per HANDOFF (50 ms), idle ones
+    included: 150 idle connections ahead of a request held it up 7.7 s."""
+    server = Server(str(tmp_path / "s.sock"))
+    server.bind()
+    taken: list[float] = []
+    monkeypatch.setattr(server.pool, "submit", lambda conn, data, fds: (
+        taken.append(time.monotonic()), [os.close(fd) for fd in fds], conn.close()))
+    server._hold(+1)  # an ADD in hand
+    idle = []
+    for _ in range(40):
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(server.path)
+        idle.append(c)
+    runner = threading.Thread(target=server.serve_forever, daemon=True)
+    start = time.monotonic()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as real:
+        real.connect(server.path)
+        real.sendall(protocol.encode_request(ENV, b"{}"))
+        runner.start()
+        try:
+            deadline = start + 10
+            while not taken and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            server.stop()
+            runner.join(5)
+            for c in idle:
+                c.close()
+    assert taken and taken[0] - start < 1.0  # 40 x 50 ms = 2 s before
