@@ -228,3 +228,25 @@ def test_a_runtime_socket_nothing_answers_on_stops_the_heartbeat(
     assert not os.path.exists(heartbeat_path("agent"))
     agent_main._beat_unless_cut_off({"runtimeDown": False}, 30.0)
     assert os.path.exists(heartbeat_path("agent"))
+
+
+def test_the_status_annotation_shows_this_nodes_ready_sandboxes_only(store: Store) -> None:
+    """A pod whose sandbox was re-created (same UID) showed the old sandbox's eth1 and
+    address beside the new one's until the old record went (for good where its release
+    was blocked), and another node's records were published as this node's."""
+    old = attach(store, "old", "/var/run/netns/old", ["198.51.100.2"])
+    new = attach(store, "new", "/var/run/netns/new", ["198.51.100.3"])
+    other = attach(store, "far", "/var/run/netns/far", ["198.51.100.4"], pod="default/q",
+                   uid="uid-q")
+    for key, node in ((old, "node-a"), (new, "node-a"), (other, "node-b")):
+        state = store.get_state(key)
+        assert state is not None
+        store.put_state(key, state.with_(origin={"node": node}))
+    states = store.list_states()
+    assert set(agent.status_payloads(states)) == {("default", "p1", "uid-1"),
+                                                  ("default", "q", "uid-q")}
+    out = agent.status_payloads(states, {"node-a"}, {"new": "ready", "old": "notready",
+                                                     "far": "ready"})
+    assert list(out) == [("default", "p1", "uid-1")]
+    assert [e["ips"] for e in json.loads(out[("default", "p1", "uid-1")])] == \
+        [["198.51.100.3"]]

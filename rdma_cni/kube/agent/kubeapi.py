@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from rdma_cni.kube.agent.podreport import PodInfo
 from rdma_cni.models.subconfig import API_TIMEOUT, core_v1_api
+from rdma_cni.node.origin import recorded_node, same_node
 from rdma_cni.store.state import AttachmentState
 from rdma_cni.vocab.kinds import Status
 
@@ -41,12 +42,24 @@ def _pod_entries(st: AttachmentState) -> list[dict[str, Any]]:
     return out
 
 
-def status_payloads(states: Sequence[AttachmentState]) -> dict[tuple[str, str, str], str]:
-    """(namespace, name, uid) -> annotation value, for every pod with ready attachments."""
+def status_payloads(states: Sequence[AttachmentState], names: set[str] | None = None,
+                    sandboxes: dict[str, str] | None = None
+                    ) -> dict[tuple[str, str, str], str]:
+    """(namespace, name, uid) -> annotation value, for every pod with ready attachments:
+    of this node (``names``: what it may be called; None: every record) and, where the
+    runtime's list is known (``sandboxes``), of a sandbox it has ready. A pod whose sandbox
+    was re-created showed the old sandbox's interfaces and addresses beside the new
+    one's until the old record went, and another node's records (a shared data dir)
+    were published as this node's."""
     pods: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for st in states:
         pod = st.pod
         if st.status != Status.READY or "/" not in pod:
+            continue
+        if names is not None and not same_node(recorded_node(st), names):
+            continue
+        if sandboxes is not None and st.key is not None and \
+                sandboxes.get(st.key.container_id) != "ready":
             continue
         ns, name = pod.split("/", 1)
         pods.setdefault((ns, name, st.pod_uid), []).extend(_pod_entries(st))
@@ -84,10 +97,12 @@ class KubePodApi:
         self.api.patch_namespaced_pod(name, namespace, body, _request_timeout=API_TIMEOUT)
 
 
-def publish(states: Sequence[AttachmentState], api: PodApi) -> int:
-    """Patch pods whose annotation differs (same UID only); the number patched."""
+def publish(states: Sequence[AttachmentState], api: PodApi, names: set[str] | None = None,
+            sandboxes: dict[str, str] | None = None) -> int:
+    """Patch pods whose annotation differs (same UID only); the number patched
+    (``names``, ``sandboxes``: see :func:`status_payloads`)."""
     patched = 0
-    for (ns, name, uid), value in sorted(status_payloads(states).items()):
+    for (ns, name, uid), value in sorted(status_payloads(states, names, sandboxes).items()):
         try:
             current = api.get(ns, name)
             if current is None or (uid and current[0] != uid) or current[1] == value:

@@ -224,7 +224,7 @@ def run_once(agent: Agent, now: float | None = None) -> dict[str, Any]:
     if released:
         log.info("released %d stale attachment(s)", len(released))
     if agent.pods is not None:
-        publish(agent.store.list_states(), agent.pods)
+        publish(agent.store.list_states(), agent.pods, names, ev.sandboxes)
     missing = _report_missing(agent, now)
     _report_view(agent, reasons)
     if agent.netns_mode is not None:
