@@ -4,7 +4,7 @@ never added, an old sandbox's late DEL), CHECK, GC and STATUS, driven like libcn
 from __future__ import annotations
 
 import pytest
-from cnirunner import rdma_blocks, rule_of, sh
+from cnirunner import CAP_ANNOTATIONS, rdma_blocks, rule_of, sh
 
 pytestmark = pytest.mark.root
 PLUGIN_RUNNER = "binary"  # the session build: immune to edits of the tree mid-run
@@ -150,6 +150,27 @@ def test_check_detects_damage(rig, mode: str, breaks) -> None:
     breaks(pod)
     run = chain.check("c1")
     assert run.rc == 1 and run.code == 105, run
+    assert chain.delete("c1").rc == 0
+    _pod_clean(pod)
+
+
+def test_check_consults_the_prev_result(rig) -> None:  # type: ignore[no-untyped-def]
+    """The spec: CHECK "must consult the prevResult to determine the expected interfaces
+    and addresses". It read only its own record: a prevResult without our interface (a
+    stale cache of the runtime) passed."""
+    rig.nic()
+    chain = rig.chain("shared-multi")
+    pod = rig.pod()
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    assert chain.check("c1").rc == 0
+    cached = chain.cache[("c1", "eth0")]
+    full = cached["result"]
+    primary = {**full, "interfaces": full["interfaces"][:1],
+               "ips": [ip for ip in full["ips"] if ip.get("interface") == 0]}
+    annotations = cached["conf"].get("runtimeConfig", {}).get(CAP_ANNOTATIONS)
+    run = chain._run("CHECK", chain.conf(primary, annotations), "c1", cached["netns"], "eth0",
+                     cached["args"])
+    assert run.rc == 1 and run.code == 105 and "prevResult lacks interface" in run.out["msg"]
     assert chain.delete("c1").rc == 0
     _pod_clean(pod)
 

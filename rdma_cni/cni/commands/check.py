@@ -9,7 +9,7 @@ from rdma_cni.cni.commands.delete import data_dir
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.teardown import marker_of
-from rdma_cni.errors import CheckMismatch
+from rdma_cni.errors import CheckMismatch, shown
 from rdma_cni.store.core import Store
 from rdma_cni.vocab.kinds import READY
 from rdma_cni.vocab.modes import parse
@@ -25,6 +25,7 @@ def cmd_check(req: Request, blocks: list[tuple[int, Any]]) -> None:
         return
     if state.status != READY:
         raise CheckMismatch(f"RDMA attachment of {req.container_id} is incomplete")
+    _in_prev_result(req.prev_result, state.interfaces)
     owned = {(str(ip), ifname) for _, ip, ifname in store.ips_of(req.key)}
     session = Session(req.netns, pod_required=True, fd=req.netns_fd)
     try:
@@ -35,6 +36,24 @@ def cmd_check(req: Request, blocks: list[tuple[int, Any]]) -> None:
                 raise CheckMismatch(f"address {p.address.ip} of {p.name} is not reserved")
     finally:
         session.close()
+
+
+def _in_prev_result(prev: dict[str, Any] | None, plans: tuple[IfacePlan, ...]) -> None:
+    """The spec: CHECK consults the prevResult for the interfaces and addresses it expects.
+    Every interface this network made, and its addresses, must be in it (the runtime's
+    cached result of the whole chain); none given: nothing to compare (DESIGN §1)."""
+    if prev is None:
+        return
+    names = {i.get("name") for i in prev.get("interfaces") or [] if isinstance(i, dict)}
+    addresses = {ip.get("address") for ip in prev.get("ips") or [] if isinstance(ip, dict)}
+    for p in plans:
+        if p.name not in names:
+            raise CheckMismatch(f"prevResult lacks interface {shown(p.name)}, which this "
+                                "network made")
+        for addr in p.addresses:
+            if str(addr) not in addresses:
+                raise CheckMismatch(f"prevResult lacks address {addr} of {shown(p.name)}, "
+                                    "which this network gave it")
 
 
 def _reserved(mode: object) -> bool:
