@@ -85,11 +85,11 @@ def _undo(session: Session, p: IfacePlan, marker: str, priority: int,
     if session.has_pod:
         names, home, fakes = _in_pod(session, p, marker, priority, tick)
         doomed += names
-    if p.kind != LinkKind.PHYSICAL or home:
+    if p.kind != LinkKind.PHYSICAL:
         return None
     assert session.host is not None
-    tick()
-    return _find_on_host(session.host, p, marker, fakes=fakes)
+    tick()  # before the host's side, moved home or not (the crash matrix's DEL points)
+    return None if home else _find_on_host(session.host, p, marker, fakes=fakes)
 
 
 def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,

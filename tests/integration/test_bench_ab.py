@@ -25,11 +25,11 @@ from rdma_cni.cni.commands import add
 real = add.origin_of
 
 
-def spinning(netns):
+def spinning(netns, fd=None):
     end = time.thread_time() + 0.008
     while time.thread_time() < end:
         pass
-    return real(netns)
+    return real(netns, fd)
 
 
 def apply():

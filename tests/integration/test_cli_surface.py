@@ -260,20 +260,25 @@ def test_doctor_sees_the_netns_mount_propagation(built_binary: list[str], rig: A
         assert "private" in check["detail"] and "HostToContainer" in check["fix"]
 
 
-def test_doctor_finds_two_networks_on_one_data_dir(built_binary: list[str],
-                                                   tmp_path: Path) -> None:
+def test_doctor_finds_networks_on_two_data_dirs(built_binary: list[str],
+                                                tmp_path: Path) -> None:
+    """A reservation is exclusive only within its data dir: two networks of a node need
+    the one (networks with their own gave one address to two pods)."""
     conf_dir = tmp_path / "net.d"
     conf_dir.mkdir()
     for i, name in enumerate(("vpc-a", "vpc-b")):
         (conf_dir / f"1{i}-{name}.conflist").write_text(json.dumps(
             {"cniVersion": "0.4.0", "name": name, "plugins": [
                 {"type": "bridge"}, {"type": "rdma-cni", "mode": "shared",
-                                     "dataDir": str(tmp_path / "data")}]}))
+                                     "dataDir": str(tmp_path / f"data-{i}")}]}))
     conf = tmp_path / "conf.json"
     conf.write_text(json.dumps({"type": "rdma-cni", "mode": "shared"}))
     check = _doctor(built_binary, [], conf, conf_dir, os.environ["PATH"])["data-dirs"]
     assert check["status"] == "fail", check
-    assert "vpc-a in 10-vpc-a.conflist, vpc-b in 11-vpc-b.conflist" in check["detail"]
+    assert "vpc-a in 10-vpc-a.conflist" in check["detail"]
+    assert "vpc-b in 11-vpc-b.conflist" in check["detail"]
     (conf_dir / "11-vpc-b.conflist").unlink()
     assert _doctor(built_binary, [], conf, conf_dir, os.environ["PATH"])["data-dirs"][
         "status"] == "ok"
+
+

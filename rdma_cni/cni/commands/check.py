@@ -25,10 +25,10 @@ def cmd_check(req: Request, blocks: list[tuple[int, Any]]) -> None:
         return
     if state.status != READY:
         raise CheckMismatch(f"RDMA attachment of {req.container_id} is incomplete")
-    _in_prev_result(req.prev_result, state.interfaces)
     owned = {(str(ip), ifname) for _, ip, ifname in store.ips_of(req.key)}
-    session = Session(req.netns, pod_required=True, fd=req.netns_fd)
+    session = Session(req.netns, pod_required=True, fd=req.netns_fd)  # the netns first (4)
     try:
+        _in_prev_result(req.prev_result, state.interfaces)
         for p in state.interfaces:
             _check_one(session, p, marker_of(req.key.digest()), state.rule_priority)
             if _reserved(state.mode) and p.address is not None and \
