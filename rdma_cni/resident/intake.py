@@ -35,8 +35,7 @@ from rdma_cni.resident import protocol
 
 logger = logging.getLogger("rdma_cni")
 RECEIVE_DEADLINE = 5.0
-#: what frames still arriving may hold per process (a request is a few KiB; 250 frames of
-#: 2 MiB, each one byte short, held 0.5 GiB against the DaemonSet's 256 MiB limit)
+#: what frames still arriving may hold per process (a request is a few KiB; CHANGELOG)
 BYTE_BUDGET = 16 << 20
 MAX_CONNECTIONS = 256
 #: descriptors kept for the process itself, and counted per open connection (its
@@ -197,7 +196,7 @@ class Intake:
         if uid not in self._uids:
             self.notices.warn("peer", f"resident server refused a connection from uid {uid}: "
                                       "only root may use the socket")
-            _refuse(conn, "only root may use the resident socket")
+            refuse(conn, "only root may use the resident socket")
             return None
         with self._lock:
             full = self._open >= self.cap
@@ -206,7 +205,7 @@ class Intake:
                                      "open): closing the oldest connection still sending its "
                                      "request")
             if not self._evict():
-                _refuse(conn, "resident server busy")
+                refuse(conn, "resident server busy")
                 return None
         with self._lock:
             self._open += 1
@@ -294,7 +293,8 @@ class Intake:
             self._open -= 1
 
 
-def _refuse(conn: socket.socket, reason: str) -> None:
+def refuse(conn: socket.socket, reason: str) -> None:
+    """Answer with a refusal (the caller runs the request in-process), and close."""
     with contextlib.suppress(OSError):
         conn.send(protocol.encode_reply({"refuse": reason}))
     conn.close()

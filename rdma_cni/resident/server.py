@@ -154,12 +154,10 @@ class Server:
     def _decline(self, conn: socket.socket, fds: list[int], why: str) -> None:
         """Refuse a request this process cannot take on (the caller runs it in-process)."""
         self.notices.warn("decline", f"resident server declines a request: {why}")
-        with contextlib.suppress(OSError):
-            conn.settimeout(0)
-            conn.send(protocol.encode_reply({"refuse": why}))
         for fd in fds:
             os.close(fd)
-        conn.close()
+        conn.settimeout(0)
+        intake.refuse(conn, why)
         if self.intake is not None:
             self.intake.finished()
 

@@ -246,11 +246,9 @@ def test_an_upgrade_keeps_the_running_tree_and_prunes_it_after(rig, tmp_path: Pa
     assert sorted(os.listdir(bin_dir / "rdma-cni.versions")) == [".install.lock", new]
 
 
-def test_a_front_whose_tree_was_pruned_as_it_started_runs_the_current_one(
-        rig, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """The runtime exec'd the old tree's front just before the link switched, and the old
-    tree was pruned before the front reached its lock: the front runs the plugin the link
-    names now (argv[0], as libcni execs it) instead of failing."""
+def _front_waiting(rig, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A pod's ADD through the installed plugin, its front exec'd from the tree the link
+    names and waiting for its stdin: (pod, bin dir, that tree, chain, config, process)."""
     rig.nic("rnic0")
     pod = rig.pod()
     bin_dir = tmp_path / "bin"
@@ -268,6 +266,22 @@ def test_a_front_whose_tree_was_pruned_as_it_started_runs_the_current_one(
     while "rdma-cni-front" not in os.readlink(f"/proc/{proc.pid}/exe"):
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    return pod, bin_dir, old, chain, conf, proc
+
+
+def _del(chain, pod, conf: dict, out: bytes) -> None:  # type: ignore[no-untyped-def,type-arg]
+    """The DEL of ``_front_waiting``'s ADD, as the runtime sends it (its cached result)."""
+    chain.cache[("c1", "eth0")] = {"conf": conf, "result": json.loads(out),
+                                   "args": k8s_args("default", "p1", "c1"), "netns": pod.path}
+    assert chain.delete("c1").rc == 0
+
+
+def test_a_front_whose_tree_was_pruned_as_it_started_runs_the_current_one(
+        rig, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The runtime exec'd the old tree's front just before the link switched, and the old
+    tree was pruned before the front reached its lock: the front runs the plugin the link
+    names now (argv[0], as libcni execs it) instead of failing."""
+    pod, bin_dir, old, chain, conf, proc = _front_waiting(rig, tmp_path)
     with bundle.install_lock(str(bin_dir)):
         new, _ = bundle.install_tree(str(_second_build(tmp_path)), str(bin_dir))
         bundle.switch_link(str(bin_dir), new)
@@ -277,9 +291,7 @@ def test_a_front_whose_tree_was_pruned_as_it_started_runs_the_current_one(
     assert proc.returncode == 0, (out, err)
     assert json.loads(out)["ips"][-1]["address"] == "198.51.100.2/26"
     assert pod.addrs("eth1") == ["198.51.100.2/26"]
-    chain.cache[("c1", "eth0")] = {"conf": conf, "result": json.loads(out),
-                                   "args": k8s_args("default", "p1", "c1"), "netns": pod.path}
-    assert chain.delete("c1").rc == 0
+    _del(chain, pod, conf, out)
 
 
 def test_a_front_whose_tree_is_being_removed_runs_the_current_one(
@@ -288,23 +300,7 @@ def test_a_front_whose_tree_is_being_removed_runs_the_current_one(
     exec'd from that tree just before the link switched, reaches its lock: it took the
     tree for a build's (no ``.in-use``) and ran the half-removed bundle, which failed to
     load its libpython and printed nothing a runtime reads (exit 255)."""
-    rig.nic("rnic0")
-    pod = rig.pod()
-    bin_dir = tmp_path / "bin"
-    plugin = install_host_tree(bin_dir)
-    old = bundle.current_tree(str(bin_dir))
-    chain = rig.chain("shared-multi", binary=[str(plugin)])
-    conf = chain.conf(vpc_result(pod.path), pod_networks(rdma_blocks(1)))
-    argv, env = plugin_invocation("ADD", container_id="c1", netns=pod.path,
-                                  cni_args=k8s_args("default", "p1", "c1"),
-                                  node_ns=rig.node.ns, binary=[str(plugin)])
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd="/")
-    assert proc.stdin is not None
-    deadline = time.monotonic() + 10  # the front is up and waits for its stdin
-    while "rdma-cni-front" not in os.readlink(f"/proc/{proc.pid}/exe"):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    pod, bin_dir, old, chain, conf, proc = _front_waiting(rig, tmp_path)
     with bundle.install_lock(str(bin_dir)):
         new, _ = bundle.install_tree(str(_second_build(tmp_path)), str(bin_dir))
         bundle.switch_link(str(bin_dir), new)
@@ -315,9 +311,7 @@ def test_a_front_whose_tree_is_being_removed_runs_the_current_one(
     out, err = proc.communicate(json.dumps(conf).encode(), timeout=60)
     assert proc.returncode == 0, (out, err)
     assert pod.addrs("eth1") == ["198.51.100.2/26"]
-    chain.cache[("c1", "eth0")] = {"conf": conf, "result": json.loads(out),
-                                   "args": k8s_args("default", "p1", "c1"), "netns": pod.path}
-    assert chain.delete("c1").rc == 0
+    _del(chain, pod, conf, out)
 
 
 def test_the_host_tree_holds_the_cni_path_alone(tmp_path: Path) -> None:
