@@ -23,7 +23,9 @@ for writing or truncate; readers, such as the runtime, do not disturb it):
    file is at the path again: CHANGED.
 
 The caller reads and merges again after CHANGED, and after BUSY (lease refused: a
-process has the file open for writing, in place) a moment later.
+process has the file open for writing, in place) a moment later; content that does not
+parse while a process has the file open for writing (:func:`being_written`: truncated,
+half written) is BUSY too.
 
 What remains. Between a swap and its swap back (two system calls) a reader could see
 our file built on the older generation; nothing is lost. An in-place writer whose
@@ -123,6 +125,15 @@ def read(path: str, shown: str | None = None) -> Snapshot:
         os.close(fd)
         raise
     return Snapshot(path, fd, st, data)
+
+
+def being_written(snap: Snapshot) -> bool:
+    """Whether another process has the file open for writing (its read lease refused):
+    content that does not parse is then a write in progress, not the primary's file."""
+    leased = fsops.take_read_lease(snap.fd)
+    if leased:
+        fsops.release_lease(snap.fd)
+    return leased is False
 
 
 def _holds(snap: Snapshot, ctime: bool = True) -> bool:

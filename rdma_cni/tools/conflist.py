@@ -162,7 +162,12 @@ def _rewrite_once(path: str, root: str, change: Callable[[dict[str, Any]], dict[
                   backup: str | None) -> tuple[conffile.Outcome, Any]:
     snap = conffile.read(conffile.resolve(path, root), path)
     try:
-        doc = parse_json_object(snap.data, path)
+        try:
+            doc = parse_json_object(snap.data, path)
+        except ConfigError:
+            if conffile.being_written(snap):
+                return conffile.Outcome.BUSY, None  # read halfway through an in-place write
+            raise
         new = change(doc)
         if new == doc:
             return conffile.Outcome.DONE, None

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +65,13 @@ def _podman_args(rig: dict[str, Any], root: Path, name: str, env: dict[str, str]
     volumes = {v["name"]: v["hostPath"]["path"] if "hostPath" in v else
                str(cm_dir if "configMap" in v else tmp) for v in spec["volumes"]}
     volumes.update(hostpaths or {})
-    # the container's securityContext as the manifest sets it (no capability at all)
+    # the container's securityContext as the manifest sets it
     sc = c["securityContext"]
-    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"]
+    assert sc["capabilities"]["drop"] == ["ALL"] and sc["readOnlyRootFilesystem"]
     args = ["--network", "host", "--cap-drop", "ALL", "--read-only",
             "--security-opt", "no-new-privileges"]
+    for cap in sc["capabilities"].get("add", []):
+        args += ["--cap-add", cap]
     for e in c.get("env", []):
         args += ["-e", f"{e['name']}={e['value']}"]
     for k, v in (env or {}).items():
@@ -160,3 +163,32 @@ def test_install_lays_a_versioned_tree_that_brings_its_c_library(rig: dict[str, 
     assert "the plugin brings its own C library" in out.stderr
     size = sum(p.stat().st_size for p in tree.rglob("*") if p.is_file())
     assert size < 40e6, size
+
+
+def test_a_primary_file_of_another_owner_keeps_it_and_its_in_place_writer(
+        rig: dict[str, Any]) -> None:
+    """The primary's conflist belongs to another user and a process of the primary holds
+    it open for writing when the install container starts, then rewrites it in place.
+    With the manifest's capabilities the entry is written with the file's owner kept
+    (CHOWN), and the read lease (LEASE, for another user's file) makes install wait for
+    the writer and merge its edit: without them the owner became root and the writer's
+    edit went to a file no longer at the path."""
+    root = _host(rig, "owner")
+    conf = root / "etc/cni/net.d/10-vpc-cni.conflist"
+    os.chown(conf, 2345, 2346)
+    edited = {**PRIMARY, "plugins": [{"type": "bridge", "mtu": 1400}]}
+    writer = subprocess.Popen(
+        ["python3", "-c", "import os,sys,time; f=open(sys.argv[1],'r+'); time.sleep(2); "
+         "f.seek(0); f.truncate(); f.write(sys.argv[2]); f.close()",
+         str(conf), json.dumps(edited)])
+    try:
+        time.sleep(0.3)  # the writer has the file open before install reads it
+        out = run_install(rig, root)
+    finally:
+        assert writer.wait(10) == 0
+    assert out.returncode == 0, out.stderr
+    st = conf.stat()
+    assert (st.st_uid, st.st_gid) == (2345, 2346)
+    plugins = json.loads(conf.read_text())["plugins"]
+    assert plugins[0] == {"type": "bridge", "mtu": 1400}, plugins  # the writer's edit
+    assert plugins[1]["type"] == "rdma-cni", plugins

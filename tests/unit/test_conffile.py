@@ -161,3 +161,24 @@ def test_a_file_held_open_for_longer_than_the_budget_is_one_line(
         conflist.ensure_entry(str(conf), ENTRY)
     assert "another process kept it open for writing" in e.value.msg
     assert sorted(os.listdir(conf)) == [NAME]  # no backup of an edit that did not happen
+
+
+def test_a_file_read_halfway_through_an_in_place_write_is_read_again(tmp_path: Path) -> None:
+    """The primary truncates its file and writes it again in place: read in between, it
+    does not parse. While the writer has it open that is a write in progress (install
+    waits and merges into what it wrote); once nobody does, the file is broken."""
+    conf = tmp_path / "net.d"
+    conf.mkdir()
+    path = conf / NAME
+    with open(path, "w") as writer:  # truncated, not yet written
+        done = threading.Timer(0.3, lambda: (writer.write(json.dumps(primary(2))),
+                                             writer.close()))
+        done.start()
+        try:
+            conflist.ensure_entry(str(conf), ENTRY)
+        finally:
+            done.join()
+    assert generation(str(path)) == (2, True)
+    path.write_text('{"plugins": [')
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        conflist.ensure_entry(str(conf), ENTRY)

@@ -40,7 +40,7 @@ ACCEPTED = {"CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_19", "CKV_K8S_23", "CKV_K8S_40"
             "CKV_K8S_28", "CKV_K8S_38", "CKV_K8S_43", "CKV_K8S_15", "CKV_K8S_11", "CKV2_K8S_6",
             "CKV_K8S_25", "CKV_K8S_39"}
 #: what each container may hold (least privilege; the reasons are in daemonset.yaml)
-PRIVILEGE = {"install": (False, set()), "cni-watch": (False, set()),
+PRIVILEGE = {"install": (False, {"CHOWN", "LEASE"}), "cni-watch": (False, {"CHOWN", "LEASE"}),
              "device-plugin": (False, set()), "serve": (True, set()),
              "agent": (False, {"NET_ADMIN", "SYS_ADMIN"}), "exporter": (False, {"SYS_ADMIN"})}
 
