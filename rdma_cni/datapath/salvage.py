@@ -44,7 +44,7 @@ from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.kinds import SALVAGED, LinkKind
 from rdma_cni.vocab.netlink import RT_TABLE_MAIN, Link
 from rdma_cni.vocab.plan import HostRoute, IfacePlan
-from rdma_cni.vocab.ports import L3View, LinkView, NetlinkPort
+from rdma_cni.vocab.ports import L3View, NetlinkPort
 
 log = logging.getLogger("rdma_cni")
 RTPROT_BOOT = 3
@@ -64,11 +64,23 @@ def _tables(nl: L3View, priority: int) -> dict[str, int]:
             if prio == priority and src}
 
 
-def _sublink(k: int, link: Link, ips: list[IPv4Interface], tables: dict[str, int]
-             ) -> IfacePlan:
+def _sublink(k: int, link: Link, ips: list[IPv4Interface], tables: dict[str, int],
+             nics: set[int]) -> IfacePlan:
+    """A marked sub-link in the pod. Teardown deletes it only on the NIC its identity
+    names (:func:`rdma_cni.datapath.sublinks.on_nic`): its lower device, when that is a
+    host link ``nics`` holds, one with an address in the subnet of the link's reserved
+    address (a pod's address comes from its NIC's own subnet); a marked link on any
+    other (a pod's ipvlan eth0 on the node's primary NIC) is not ours."""
     table = next((tables[str(ip.ip)] for ip in ips if str(ip.ip) in tables), 0)
+    ident = {"ifindex": link.iflink} if link.iflink in nics else {}
     return IfacePlan(k=k, name=link.name, tmp=link.name, nic="", kind=str(link.kind),
-                     mtu=link.mtu, table=table, addresses=tuple(ips))
+                     mtu=link.mtu, table=table, addresses=tuple(ips), identity=ident)
+
+
+def _nics_of(host: L3View, ips: list[IPv4Interface]) -> set[int]:
+    """The host links with an address in the subnet of one of ``ips``."""
+    return {index for index, addr in host.addresses() if ips and
+            any(ip.ip in addr.network for ip in ips)}
 
 
 def _physical_in_pod(k: int, pod: L3View, link: Link, nic: str,
@@ -141,7 +153,7 @@ def _reserved(store: Store, key: AttachmentKey) -> dict[str, list[IPv4Interface]
     return ips
 
 
-def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: LinkView,
+def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: NetlinkPort,
             netns: str, priority: int, moves_nics: bool) -> AttachmentState:
     """A state record for teardown, built from the store and our marked links
     (``moves_nics``: the network's mode moves NICs into pods)."""
@@ -152,7 +164,8 @@ def rebuild(store: Store, key: AttachmentKey, pod: NetlinkPort | None, host: Lin
         ips, tables = _reserved(store, key), _tables(pod, priority)
         for link in (lk for lk in pod.links() if lk.alias == marker):
             if link.kind in SUBLINK_KINDS:
-                plans.append(_sublink(len(plans), link, ips.get(link.name, []), tables))
+                mine = ips.get(link.name, [])
+                plans.append(_sublink(len(plans), link, mine, tables, _nics_of(host, mine)))
             elif moves_nics and link.name in claims and _real_device(link):
                 nic = claims.pop(link.name)
                 plans.append(_physical_in_pod(len(plans), pod, link, nic, tables))

@@ -9,7 +9,7 @@ import errno
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.errors import IfNameInUse
 from rdma_cni.vocab.kinds import LinkKind
-from rdma_cni.vocab.netlink import NetlinkFailure
+from rdma_cni.vocab.netlink import Link, NetlinkFailure
 from rdma_cni.vocab.plan import IfacePlan
 
 #: link kinds we create ourselves: never mistaken for a moved NIC
@@ -29,13 +29,30 @@ def create(ctx: Ctx, p: IfacePlan) -> None:
 
 def ours(ctx: Ctx, p: IfacePlan) -> list[str]:
     """The names our sub-link of plan ``p`` has in the pod: its temporary name, or its
-    final name when it bears our marker."""
+    final name when it bears our marker; either only on the NIC (:func:`on_nic`)."""
     out = []
     for name in (p.tmp, p.name):
         link = ctx.pod.link(name)
-        if link is not None and (name == p.tmp or link.alias == ctx.marker):
+        if link is not None and (name == p.tmp or link.alias == ctx.marker) \
+                and on_nic(ctx, p, link):
             out.append(name)
     return out
+
+
+def on_nic(ctx: Ctx, p: IfacePlan, link: Link) -> bool:
+    """Whether ``link`` (in the pod) is a sub-link of plan ``p``'s kind on the plan's
+    NIC: its lower device is the NIC's index in the host's netns. Names and marks are
+    the pod's to set (and the temporary name follows from the mark): a pod with
+    CAP_NET_ADMIN could give them to its primary's eth0 for DEL to delete. A link
+    whose lower device is in the host's netns it cannot make."""
+    if link.kind != p.kind or link.iflink is None or link.link_netnsid is None:
+        return False
+    index = p.identity.get("ifindex")
+    if not isinstance(index, int):  # a record of an earlier release: the NIC's name
+        nic = ctx.host.link(p.nic)
+        index = nic.index if nic is not None else None
+    # read after the link: reading it gave the host's netns an id in the pod's
+    return link.iflink == index and link.link_netnsid == ctx.pod.netnsid(ctx.host_fd)
 
 
 def delete(ctx: Ctx, p: IfacePlan) -> None:

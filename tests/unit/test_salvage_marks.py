@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
-from ipaddress import IPv4Interface
+from ipaddress import IPv4Address, IPv4Interface
 from pathlib import Path
 
 import pytest
@@ -147,3 +147,26 @@ def test_a_claim_keeps_the_plan_and_at_most_claim_routes_of_it(tmp_path: Path) -
     assert kept is not None and kept["host_routes"] == [] and kept["hostRoutesLeft"]
     assert (tmp_path / "data" / "nics" / "rnic1").stat().st_size < 2000
     assert store.claimed_plans(AttachmentKey("vpc-cni", "other", "eth0")) == {}
+
+
+def test_a_marked_sub_link_on_another_nic_is_not_ours(tmp_path: Path) -> None:
+    """The pod's eth0 is an ipvlan on the node's primary NIC (as under some primaries);
+    the pod names it eth2 and marks it, and a reservation of ours names eth2. Salvage
+    deletes only the marked sub-link whose lower device is the NIC of its reservation's
+    subnet, on the host: ours on rnic0, not the primary's."""
+    store = Store(str(tmp_path / "data"))
+    with store.lock():
+        for ip, ifname in (("198.51.100.5", "eth1"), ("198.51.100.6", "eth2")):
+            assert store.reserve_ip("198.51.100.0/26", IPv4Address(ip), KEY, ifname)
+    k = FakeKernel()
+    k.add_nic(k.host, "rnic0")
+    k.add_nic(k.host, "ens3")
+    host = k.port(k.host)
+    host.add_address("rnic0", IPv4Interface("198.51.100.1/26"))
+    host.add_address("ens3", IPv4Interface("203.0.113.1/24"))
+    pod_ns = k.netns("pod", "/run/netns/pod")
+    for kind, nic, name in ((LinkKind.MACVLAN, "rnic0", "eth1"), (LinkKind.IPVLAN, "ens3", "eth2")):
+        host.create_sublink(kind, name, host.require(nic), pod_ns.fd, 1500, None)
+        k.port(pod_ns).set_alias(name, MARK, "mark")
+    assert _salvage(k, store, False) == ["eth1", "eth2"]
+    assert [lk.name for lk in k.port(pod_ns).links()] == ["lo", "eth2"]

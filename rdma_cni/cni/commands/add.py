@@ -25,6 +25,7 @@ from typing import Any
 from rdma_cni.cni import result
 from rdma_cni.cni.commands.owner import AddOwner, mine, new_token, take_over
 from rdma_cni.cni.request import Request
+from rdma_cni.datapath import sublinks
 from rdma_cni.datapath.execute import apply, rollback, steps_for
 from rdma_cni.datapath.plan import plan_interfaces, with_address
 from rdma_cni.datapath.session import Session
@@ -44,7 +45,7 @@ from rdma_cni.store.core import Store
 from rdma_cni.store.files import Identity
 from rdma_cni.store.records import claim_plan
 from rdma_cni.store.state import AttachmentState, make_state
-from rdma_cni.vocab.kinds import PENDING, READY
+from rdma_cni.vocab.kinds import PENDING, READY, LinkKind
 from rdma_cni.vocab.plan import IfacePlan, NicFacts
 
 log = logging.getLogger("rdma_cni")
@@ -175,12 +176,17 @@ def _names_in(result: dict[str, Any] | None, sandbox: str) -> set[str]:
 
 
 def _intact(session: Session, state: AttachmentState, digest: str) -> bool:
-    if session.pod is None:
+    """Every interface of the record is in the pod under its name and our mark, a
+    sub-link on its NIC (a pod could mark a link of its own)."""
+    if session.pod is None or session.host is None:
         return False
     marker = marker_of(digest)
     for p in state.interfaces:
         link = session.pod.link(p.name)
         if link is None or link.alias != marker:
+            return False
+        if p.kind != LinkKind.PHYSICAL and \
+                not sublinks.on_nic(session.ctx(marker, state.rule_priority), p, link):
             return False
     return True
 

@@ -155,10 +155,23 @@ class FakeNetlink(NetlinkPort):
 
     # links: reads
     def links(self) -> list[Link]:
-        return sorted(self.ns.links.values(), key=lambda lk: lk.index)
+        return sorted(map(self._shown, self.ns.links.values()), key=lambda lk: lk.index)
 
     def link(self, name: str) -> Link | None:
-        return self.ns.by_name(name)
+        link = self.ns.by_name(name)
+        return None if link is None else self._shown(link)
+
+    def _shown(self, link: Link) -> Link:
+        """A sub-link as the kernel shows it: its lower device (IFLA_LINK), in the
+        host's netns (the id this netns gives it: :meth:`netnsid`; None: its own)."""
+        parent = self.ns.parents.get(link.index)
+        if parent is None:
+            return link
+        return replace(link, iflink=parent, link_netnsid=self.netnsid(self.kernel.host.fd))
+
+    def netnsid(self, fd: int) -> int | None:
+        """The id this netns gives the netns ``fd``: here its fd (None: its own)."""
+        return None if fd == self.ns.fd or fd not in self.kernel.spaces else fd
 
     def link_stats(self, names: Iterable[str]) -> dict[str, LinkStats]:
         wanted = set(names)
