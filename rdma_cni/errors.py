@@ -84,6 +84,11 @@ class TryAgain(CniError):
     code = Code.TRY_AGAIN_LATER
 
 
+class SourceSilent(TryAgain):
+    """A source of the pod's allocation that gave no answer (not listening, past its
+    deadline): the next source may answer instead."""
+
+
 class StatusError(CniError):
     code = Code.NOT_AVAILABLE
 

@@ -34,6 +34,7 @@ CODE_NAMES = {0: "OK", 1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT",
 #: the largest answer accepted (grpc-go's default receive limit is 4 MiB; a kubelet
 #: listing every pod of a busy node stays far below this)
 MAX_MESSAGE = 16 << 20
+_CONNECT_PAUSE = 0.01
 _WINDOW = 1 << 20  # receive window asked of the server: a List answer in few round trips
 
 
@@ -58,8 +59,7 @@ def call(path: str, method: str, request: bytes, timeout: float) -> bytes:
     deadline = time.monotonic() + timeout
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.settimeout(_remaining(deadline))
-        sock.connect(path)
+        _connect(sock, path, deadline)
         return _exchange(sock, method, request, deadline)
     except TimeoutError:
         raise RpcError(DEADLINE_EXCEEDED, "deadline exceeded") from None
@@ -67,6 +67,18 @@ def call(path: str, method: str, request: bytes, timeout: float) -> bytes:
         raise RpcError(UNAVAILABLE, f"{err.strerror or err}") from None
     finally:
         sock.close()
+
+
+def _connect(sock: socket.socket, path: str, deadline: float) -> None:
+    """Connect, again while the server's listen queue is full (EAGAIN: a busy kubelet),
+    until the deadline."""
+    while True:
+        sock.settimeout(_remaining(deadline))
+        try:
+            sock.connect(path)
+            return
+        except BlockingIOError:
+            time.sleep(min(_CONNECT_PAUSE, max(deadline - time.monotonic(), 0)))
 
 
 def _remaining(deadline: float) -> float:

@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from rdma_cni.errors import IOFailure, TryAgain
+from rdma_cni.errors import IOFailure, SourceSilent, TryAgain
 
 __all__ = ["checkpoint_devices", "checkpoint_owners", "pod_resources_candidates",
            "pod_resources_devices"]
@@ -112,10 +112,11 @@ def _devices_of(pod: Any, resource: str) -> list[str]:
 def _rpc_error(err: Any, socket: str, pod_ref: str) -> Exception:
     from rdma_cni.adapters import grpcunary
 
-    if err.code == grpcunary.DEADLINE_EXCEEDED:
-        return TryAgain(
+    if err.code in (grpcunary.DEADLINE_EXCEEDED, grpcunary.UNAVAILABLE):
+        # a kubelet restarting (nothing listens), stalled or with its queue full
+        return SourceSilent(
             f"failed to query pod resources of {pod_ref} from kubelet at {socket}: "
-            "deadline exceeded"
+            f"{err.name}: {err.details or err.name}"
         )
     return IOFailure(
         f"failed to query pod resources of {pod_ref} from kubelet at {socket}: "

@@ -8,14 +8,25 @@ device-ID resolution is a callable too, so tests need neither sockets nor sysfs.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from rdma_cni.errors import AllocationError, CniError, ConfigError, NicUnavailable, clipped, shown
+from rdma_cni.errors import (
+    AllocationError,
+    CniError,
+    ConfigError,
+    NicUnavailable,
+    SourceSilent,
+    clipped,
+    shown,
+)
 from rdma_cni.node.discovery import normalize_ids
 from rdma_cni.vocab.modes import RESOURCE_RDMA, Mode, NicRule
+
+log = logging.getLogger("rdma_cni")
 
 Source = Callable[[], "list[str] | None"]
 
@@ -60,7 +71,9 @@ def lookup(
 
     A source answering None does not exist; [] means it exists but the pod holds
     none of the resource (then later sources may still know it). The answer is
-    None only when no source exists at all.
+    None only when no source exists at all. A source that does not answer
+    (SourceSilent: a kubelet restarting or stalled) leaves it to the next; when that
+    knows no devices of the pod either, the silence is the answer (try again).
     """
     if allocation == "config":
         return AllocationAnswer(None, SRC_CONFIG)
@@ -68,15 +81,28 @@ def lookup(
         raise ConfigError(f"invalid allocation {shown(allocation)}: want auto or config")
     if device_id:
         return AllocationAnswer([device_id], SRC_DEVICE_ID)
+    return _ask(pod_resources, checkpoint)
+
+
+def _ask(pod_resources: Source | None, checkpoint: Source | None) -> AllocationAnswer:
     found: AllocationAnswer | None = None
+    silent: SourceSilent | None = None
     for name, source in ((SRC_POD_RESOURCES, pod_resources), (SRC_CHECKPOINT, checkpoint)):
         if source is None:
             continue
-        ids = source()
+        try:
+            ids = source()
+        except SourceSilent as err:  # a restarting or stalled kubelet: the next source
+            silent = err
+            continue
         if ids:
+            if silent is not None:
+                log.warning("%s; the allocation is the %s's", silent.msg, name)
             return AllocationAnswer(list(ids), name)
         if ids is not None and found is None:
             found = AllocationAnswer([], name)
+    if silent is not None:  # "none" is no answer while the kubelet's own is missing
+        raise silent
     return found or AllocationAnswer(None, SRC_NONE)
 
 

@@ -241,6 +241,58 @@ def test_list_and_watch_and_health_flips(kubelet: FakeKubelet, fs: FakeSys, root
         client.close()
 
 
+def test_streams_held_open_never_starve_allocate(kubelet: FakeKubelet, root: Path) -> None:
+    """A local process opens ListAndWatch streams and keeps them: at most STREAMS of one
+    registration are served (each holds a worker thread), the rest refused, and
+    Allocate is answered at once. The kubelet's next registration ends the streams of
+    the one before, and its own stream is served."""
+    import grpc
+
+    from rdma_cni.kube.deviceplugin.server import STREAMS
+
+    with Running(_plugin(root)) as plugin:
+        kubelet.wait_registrations(1)
+        client = PluginClient(plugin.path)
+        streams, refused = [], 0
+        for _ in range(2 * STREAMS):
+            stream = client.list_and_watch()
+            try:
+                next(stream)
+                streams.append(stream)
+            except grpc.RpcError as err:
+                assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                refused += 1
+        assert (len(streams), refused) == (STREAMS, STREAMS)
+        start = time.monotonic()
+        assert client.allocate([PCI["eth1"]]).container_responses
+        assert time.monotonic() - start < 2.0
+        kubelet.restart()
+        kubelet.wait_registrations(2)
+        for stream in streams:  # ended by the plugin, within its poll of a second
+            with pytest.raises(StopIteration):
+                next(stream)
+        fresh = PluginClient(plugin.path)
+        assert len(next(fresh.list_and_watch())) == len(NICS)
+        fresh.close()
+        client.close()
+
+
+def test_a_plugin_dir_gone_for_a_moment_is_served_again(kubelet: FakeKubelet,
+                                                         root: Path) -> None:
+    running = Running(_plugin(root))
+    with running as plugin:
+        kubelet.wait_registrations(1)
+        shutil.rmtree(root / "dp")
+        time.sleep(0.3)  # polls that find no directory to bind in
+        (root / "dp").mkdir()
+        kubelet.restart()
+        wait_for(lambda: os.path.exists(plugin.path), "socket served again", 10.0, 0.02)
+        assert running.thread.is_alive()
+        client = PluginClient(plugin.path)
+        assert client.options().get_preferred_allocation_available
+        client.close()
+
+
 def test_allocate_and_preferred_over_grpc(kubelet: FakeKubelet, root: Path) -> None:
     with Running(_plugin(root, "shared-multi", slots_per_nic=2)) as plugin:
         client = PluginClient(plugin.path)

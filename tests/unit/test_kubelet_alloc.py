@@ -15,7 +15,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support
 from support.fakes.kubelet import FakeKubelet
 
 from rdma_cni.adapters.kubelet import checkpoint_devices, pod_resources_devices
-from rdma_cni.errors import AllocationError, Code, IOFailure, NicUnavailable, TryAgain
+from rdma_cni.errors import (
+    AllocationError,
+    Code,
+    IOFailure,
+    NicUnavailable,
+    SourceSilent,
+    TryAgain,
+)
 from rdma_cni.node.allocation import (
     SRC_CHECKPOINT,
     SRC_CONFIG,
@@ -86,13 +93,46 @@ def test_deadline_is_try_again(kubelet: FakeKubelet) -> None:
     assert "team/job-0" in str(exc.value) and "deadline" in str(exc.value)
 
 
-def test_stale_socket_is_io_failure_naming_socket(tmp_path: Path) -> None:
+def test_a_socket_nothing_listens_on_is_silence_naming_it(tmp_path: Path) -> None:
+    """A restarting kubelet: its socket is there, nothing listens (code 11, and
+    :func:`lookup` asks the checkpoint)."""
     sock = tmp_path / "kubelet.sock"
     sock.write_text("")  # exists, but nothing listens
-    with pytest.raises(IOFailure) as exc:
+    with pytest.raises(SourceSilent) as exc:
         pod_resources_devices(str(sock), "team", "job-0", RES, 2.0)
-    assert str(sock) in str(exc.value)
-    assert exc.value.code == Code.IO_FAILURE
+    assert str(sock) in str(exc.value) and "UNAVAILABLE" in str(exc.value)
+    assert exc.value.code == Code.TRY_AGAIN_LATER
+
+
+def test_a_full_listen_queue_is_tried_again_until_the_deadline(tmp_path: Path) -> None:
+    """A busy kubelet's queue is full (connect: EAGAIN): the query keeps trying until
+    its deadline instead of failing at once."""
+    import socket
+    import time
+
+    path = str(tmp_path / "kubelet.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(0)
+    queued = []
+    try:
+        for _ in range(8):  # fill the queue; nobody accepts
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.setblocking(False)
+            try:
+                c.connect(path)
+            except BlockingIOError:
+                c.close()
+                break
+            queued.append(c)
+        start = time.monotonic()
+        with pytest.raises(SourceSilent):
+            pod_resources_devices(path, "team", "job-0", RES, 0.5)
+        assert time.monotonic() - start >= 0.45
+    finally:
+        for c in queued:
+            c.close()
+        server.close()
 
 
 # --- checkpoint ------------------------------------------------------------------
@@ -186,6 +226,21 @@ def test_checkpoint_when_api_absent_or_empty() -> None:
     assert (ans.ids, ans.source) == (["eth3"], SRC_CHECKPOINT)
     ans = lookup(pod_resources=_src([], calls, "pr"), checkpoint=_src(None, calls, "cp"))
     assert (ans.ids, ans.source) == ([], SRC_POD_RESOURCES)
+
+
+def test_a_silent_kubelet_leaves_it_to_the_checkpoint() -> None:
+    """PodResources does not answer (a kubelet restarting): the checkpoint's devices;
+    when it knows none of the pod's, or there is none, the silence (try again), never
+    "the pod holds none"."""
+    def silent() -> list[str] | None:
+        raise SourceSilent("failed to query pod resources: UNAVAILABLE")
+
+    calls: list[str] = []
+    ans = lookup(pod_resources=silent, checkpoint=_src(["eth3"], calls, "cp"))
+    assert (ans.ids, ans.source) == (["eth3"], SRC_CHECKPOINT)
+    for none in ([], None):
+        with pytest.raises(SourceSilent):
+            lookup(pod_resources=silent, checkpoint=_src(none, calls, "cp"))
 
 
 def test_no_source_at_all_is_none_and_config_forces_none() -> None:

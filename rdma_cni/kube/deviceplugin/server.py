@@ -28,6 +28,10 @@ from rdma_cni.store.run.heartbeat import beat
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
+#: ListAndWatch streams of one registration served at once (the kubelet keeps one); a
+#: stream holds a worker thread, and UNARY_WORKERS more always answer Allocate
+STREAMS = 4
+UNARY_WORKERS = 8
 log = logging.getLogger("rdma_cni.kube.deviceplugin")
 
 
@@ -57,6 +61,15 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self.nccl_env_seen_at = nccl_env_seen_at
         self.stop = stop
         self.chain_problem = chain_problem
+        self._streams_lock = threading.Lock()
+        self.generation = 0  # a registration ends the streams of the one before
+        self._streams: dict[int, int] = {}  # generation -> its streams open
+
+    def new_generation(self) -> None:
+        """Before a registration: the streams open so far served the kubelet before it
+        (or anyone else) and end; they no longer count against :data:`STREAMS`."""
+        with self._streams_lock:
+            self.generation += 1
 
     def nccl_env_mount(self) -> str | None:
         """The host path of nccl_env.sh to mount, when the host has it (checked where
@@ -76,8 +89,31 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         return pb.DevicePluginOptions(get_preferred_allocation_available=True)
 
     def ListAndWatch(self, request: pb.Empty, context: Any) -> Iterator[pb.ListAndWatchResponse]:
+        """The device list, again at each change. At most :data:`STREAMS` of one
+        registration (a process holding streams open must not take the threads that
+        answer Allocate): past that RESOURCE_EXHAUSTED."""
+        with self._streams_lock:
+            gen = self.generation
+            if self._streams.get(gen, 0) >= STREAMS:
+                gen = -1
+            else:
+                self._streams[gen] = self._streams.get(gen, 0) + 1
+        if gen < 0:
+            log.warning("refusing a ListAndWatch stream: %d are open already", STREAMS)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"at most {STREAMS} ListAndWatch streams at once")
+            return
+        try:
+            yield from self._watch(context, gen)
+        finally:
+            with self._streams_lock:
+                self._streams[gen] -= 1
+                if not self._streams[gen]:
+                    del self._streams[gen]
+
+    def _watch(self, context: Any, gen: int) -> Iterator[pb.ListAndWatchResponse]:
         seen = -1
-        while context.is_active() and not self.stop.is_set():
+        while context.is_active() and not self.stop.is_set() and gen == self.generation:
             version, devices = self.inv.wait(seen, timeout=1.0)
             if version != seen:
                 seen = version
@@ -173,7 +209,9 @@ class DevicePlugin:
         self._halt_server()
         if os.path.exists(self.path):
             os.unlink(self.path)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        # streams of this registration and of the one before (ending within a second)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2 * STREAMS +
+                                                        UNARY_WORKERS))
         pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
         server.add_insecure_port(f"unix://{self.path}")
         server.start()
@@ -193,6 +231,7 @@ class DevicePlugin:
         ident = status.ident(self.kubelet)
         if ident is None or ident == self._registered:
             return
+        self.servicer.new_generation()
         try:
             register(self.kubelet, self.endpoint, self.inv.settings.resource)
         except grpc.RpcError as err:
@@ -205,10 +244,18 @@ class DevicePlugin:
         log.info("registered %s with kubelet at %s", self.inv.settings.resource, self.kubelet)
 
     def step(self) -> None:
-        """One poll: health, our socket (the kubelet wipes it on restart), registration."""
+        """One poll: health, our socket (the kubelet wipes it on restart), registration.
+        A socket that cannot be served (its directory gone for a moment) is tried again
+        at the next poll."""
         self.inv.refresh()
         if self._server is None or not os.path.exists(self.path):
-            self._serve()
+            try:
+                self._serve()
+            except (OSError, RuntimeError) as err:  # grpc's failure to bind is a RuntimeError
+                self._server = None
+                log.warning("failed to serve %s on %s: %s (trying again)",
+                            self.inv.settings.resource, self.path, err)
+                return
         self._maybe_register()
         beat("device-plugin", self.poll, socket=self.path, kubelet=self.kubelet,
              registered=list(self._registered) if self._registered else None)
