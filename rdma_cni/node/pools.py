@@ -108,8 +108,24 @@ def build_pools(facts: Mapping[str, HostNic], host_addrs: set[IPv4Address],
     return pools
 
 
+def shares(pools: Mapping[str, Pool]) -> dict[str, int]:
+    """nic -> its share of its pool's addresses. NICs on one subnet draw from one pool
+    (a reservation is exclusive by address): its size is split evenly between them, the
+    remainder to the first by name, so that the slots the node offers never count one
+    address twice (shared-host: every pod takes one on each of them)."""
+    groups: dict[IPv4Network, list[str]] = {}
+    for nic, pool in pools.items():
+        groups.setdefault(pool.network, []).append(nic)
+    out: dict[str, int] = {}
+    for nics in groups.values():
+        q, r = divmod(max(min(pools[n].size() for n in nics), 0), len(nics))
+        out |= {n: q + (i < r) for i, n in enumerate(sorted(nics))}
+    return out
+
+
 class PoolSizes:
-    """``nic -> assignable addresses`` (0 without a pool), read at most every ``ttl`` s."""
+    """``nic -> its share of assignable addresses`` (0 without a pool: :func:`shares`),
+    read at most every ``ttl`` s."""
 
     def __init__(self, ranges: Mapping[str, RangeLimits], reader: HostReader = host_nics,
                  ttl: float = 30.0) -> None:
@@ -118,13 +134,19 @@ class PoolSizes:
         self._sizes: dict[str, int] = {}
         self._names: tuple[str, ...] = ()
 
+    def know(self, names: Sequence[str]) -> None:
+        """The NICs asked about next: read together, so that NICs sharing a pool are
+        known to share it from the first answer."""
+        if not set(names) <= set(self._names):
+            self._names = tuple(sorted({*self._names, *names}))
+            self._at = -1e18
+
     def __call__(self, nic: Any) -> int:
         name = getattr(nic, "netdev", nic)
         now = time.monotonic()
         if now - self._at > self.ttl or name not in self._names:
             self._names = tuple(sorted({*self._names, name}))
             facts, host_addrs = self.reader(self._names)
-            pools = build_pools(facts, host_addrs, self.ranges)
-            self._sizes = {n: p.size() for n, p in pools.items()}
+            self._sizes = shares(build_pools(facts, host_addrs, self.ranges))
             self._at = now
         return max(self._sizes.get(name, 0), 0)

@@ -146,6 +146,36 @@ def test_slot_cap_is_the_ipam_pool_size() -> None:
     assert len(calls) == 4
 
 
+@pytest.mark.parametrize(("mode", "want"), [("shared-multi", 12), ("shared-host", 6)])
+def test_nics_sharing_a_subnet_offer_its_addresses_once(fs: FakeSys, root: Path, mode: str,
+                                                         want: int) -> None:
+    """eth1 and eth2 on one /28 draw from one pool of 12 addresses (.3-.14: the host's
+    .1 and .2 out): shared-multi offers 12 slots on the two together, not 12 on each;
+    shared-host 6 pods, each taking an address on both (eth3 and eth4 have more)."""
+    from ipaddress import IPv4Address, IPv4Interface
+
+    from rdma_cni.node.pools import PoolSizes
+    from rdma_cni.vocab.nic import HostNic
+
+    facts = {"eth1": HostNic((IPv4Interface("192.0.2.1/28"),)),
+             "eth2": HostNic((IPv4Interface("192.0.2.2/28"),)),
+             "eth3": HostNic((IPv4Interface("198.51.100.1/26"),)),
+             "eth4": HostNic((IPv4Interface("203.0.113.1/26"),))}
+
+    def reader(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
+        return ({n: facts[n] for n in names if n in facts},
+                {a.ip for f in facts.values() for a in f.addresses})
+
+    inv = _inventory(root, mode, PoolSizes({}, reader=reader), slots_per_nic=64,
+                     host_slots=64)
+    if mode == "shared-multi":
+        per_nic = {p: sum(d.id.startswith(p + "@") for d in inv.devices) for p in PCI.values()}
+        assert per_nic[PCI["eth1"]] + per_nic[PCI["eth2"]] == want, per_nic
+        assert per_nic[PCI["eth3"]] == 61
+    else:
+        assert len(inv.devices) == want
+
+
 # --- preferred allocation ----------------------------------------------------------------
 
 def test_preferred_distinct_nics_on_one_numa_node(fs: FakeSys, root: Path) -> None:

@@ -269,11 +269,16 @@ def test_exporter_never_changes_the_data_dir(scrape: Any, node: dict[str, Any]) 
 
 def test_capacity_by_mode() -> None:
     pool = build_pool("eth1", [IPv4Interface("198.51.100.1/28")], None, [], {}, True)
-    pools = {"eth1": pool, "eth2": pool}
+    other = build_pool("eth2", [IPv4Interface("203.0.113.1/28")], None, [], {}, True)
+    pools = {"eth1": pool, "eth2": other}
     for mode, expect in (("shared", 2), ("exclusive", 2), ("shared-multi", 13 + 13),
                          ("shared-host", 13)):
         settings = Settings(mode, "r", slots_per_nic=16, host_slots=16)
         assert capacity(settings, ["eth1", "eth2"], pools) == expect, mode
+    one = {"eth1": pool, "eth2": pool}  # one subnet: its 13 addresses counted once
+    for mode, expect in (("shared-multi", 13), ("shared-host", 6)):
+        settings = Settings(mode, "r", slots_per_nic=16, host_slots=16)
+        assert capacity(settings, ["eth1", "eth2"], one) == expect, mode
     assert capacity(Settings("shared-host", "r", host_slots=4), ["eth1"], pools) == 4
     assert capacity(Settings("shared-host", "r"), [], {}) == 0
     assert capacity(Settings("shared-multi", "r"), ["eth3"], pools) == 0  # no pool
@@ -457,3 +462,27 @@ def test_exclusive_nics_in_pods_count_in_capacity_and_allocated(
     assert slots() == {"rdma_cni_slots_capacity": 2, "rdma_cni_slots_allocated": 1}
     (tmp_path / "root/sys/class/net/eth1").unlink()  # ADD moved it into the pod
     assert slots() == {"rdma_cni_slots_capacity": 2, "rdma_cni_slots_allocated": 1}
+
+
+@pytest.mark.parametrize(("mode", "want"), [("shared-multi", 12), ("shared-host", 6)])
+def test_capacity_counts_a_pool_nics_share_once(tmp_path: Path, mode: str, want: int) -> None:
+    """eth1 and eth2 on one /28 (12 assignable addresses): the capacity the exporter
+    reports is the device plugin's, each address counted once
+    (tests/unit/test_deviceplugin.py::test_nics_sharing_a_subnet_offer_its_addresses_once)."""
+    from rdma_cni.kube.exporter.capacity import CapacityCollector
+
+    fake = FakeSys(tmp_path / "root")
+    for i, (netdev, pci) in enumerate((("eth1", "0000:3b:00.0"), ("eth2", "0000:5e:00.0"))):
+        fake.netdev(netdev, pci=pci, numa=0, ifindex=10 + i)
+        fake.ibdev(f"mlx5_{i}", pci=pci, numa=0, uverbs=f"uverbs{i}")
+    addrs = {"eth1": IPv4Interface("192.0.2.1/28"), "eth2": IPv4Interface("192.0.2.2/28")}
+
+    def host(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
+        return ({n: HostNic((addrs[n],)) for n in names if n in addrs},
+                {a.ip for a in addrs.values()})
+
+    settings = Settings(mode, "r", slots_per_nic=64, host_slots=64)
+    collector = CapacityCollector(settings, Sysfs(str(tmp_path / "root")),
+                                  StoreView(str(tmp_path / "data")), host)
+    [cap] = [m for m in collector.collect() if m.name == "rdma_cni_slots_capacity"]
+    assert cap.samples[0].value == want

@@ -106,6 +106,9 @@ class Inventory:
 
     def compute(self) -> list[Device]:
         nics, health = self._scan()
+        know = getattr(self.free_addresses, "know", None)  # PoolSizes: NICs read together
+        if know is not None:
+            know([n.netdev for n in nics])
         by_host = self.settings.capacity is Capacity.HOST_SLOTS
         host = self._host_slots(nics, health) if by_host else 0
 

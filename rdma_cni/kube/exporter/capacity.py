@@ -3,8 +3,9 @@ per NIC, from the NICs (discovery), their host addresses (an injectable
 :class:`HostReader`) and the store's reservations and claims.
 
 Capacity by the mode's :class:`rdma_cni.vocab.modes.Capacity` rule: one slot per NIC
-(shared, exclusive); ``min(slotsPerNic, pool size)`` per NIC (shared-multi);
-``min(hostSlots, smallest pool size)`` (shared-host). Allocated: claimed NICs,
+(shared, exclusive); ``min(slotsPerNic, pool share)`` per NIC (shared-multi);
+``min(hostSlots, smallest pool share)`` (shared-host), a NIC's pool share being its part
+of a pool NICs on one subnet share (:func:`rdma_cni.node.pools.shares`). Allocated: claimed NICs,
 pod interfaces, attachments respectively.
 """
 
@@ -21,7 +22,7 @@ from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.ipam.allocator import Pool
 from rdma_cni.kube.exporter.storeview import StoreView
 from rdma_cni.node.discovery import discover
-from rdma_cni.node.pools import HostReader, NodeSettings, build_pools, slot_capacity
+from rdma_cni.node.pools import HostReader, NodeSettings, build_pools, shares, slot_capacity
 from rdma_cni.node.primary import PrimaryReader
 from rdma_cni.vocab.modes import Capacity
 from rdma_cni.vocab.nic import HostNic
@@ -40,7 +41,9 @@ def free_in(pool: Pool, reserved: set[IPv4Address]) -> tuple[int, int]:
 
 
 def capacity(settings: Settings, nics: Sequence[str], pools: Mapping[str, Pool]) -> int:
-    return slot_capacity(settings, [pools[n].size() if n in pools else 0 for n in nics])
+    """As the device plugin counts it: NICs sharing a pool share its addresses."""
+    share = shares(pools)
+    return slot_capacity(settings, [share.get(n, 0) for n in nics])
 
 
 def allocated(settings: Settings, view: StoreView, nics: Sequence[str]) -> int:
