@@ -26,8 +26,10 @@ pinned netdev missing from sysfs comes back with every other field None:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from contextlib import closing
+from dataclasses import replace
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import AllocationError, shown
@@ -193,9 +195,16 @@ def discover(sysfs: Sysfs, pinned: Sequence[str] | None = None) -> list[Nic]:
     """RoCE NICs sorted by netdev name, or exactly the ``pinned`` netdevs."""
     uverbs = uverbs_map(sysfs)
     if pinned is not None:
-        return [build(sysfs, n, uverbs) for n in pinned]
+        return _one_id_each([build(sysfs, n, uverbs) for n in pinned])
     nics = [build(sysfs, n, uverbs) for n in sorted(_roce_candidates(sysfs))]
-    return [n for n in nics if n.link_layer == "Ethernet"]
+    return _one_id_each([n for n in nics if n.link_layer == "Ethernet"])
+
+
+def _one_id_each(nics: list[Nic]) -> list[Nic]:
+    """NICs on one PCI function are told apart by their netdev names
+    (:attr:`Nic.shares_function`): a device ID names one NIC."""
+    seen = Counter(n.pci for n in nics if n.pci)
+    return [replace(n, shares_function=True) if n.pci and seen[n.pci] > 1 else n for n in nics]
 
 
 def missing(sysfs: Sysfs, nics: Iterable[Nic]) -> list[str]:

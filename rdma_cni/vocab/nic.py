@@ -20,11 +20,15 @@ class Nic:
     link_layer: str | None = None
     state: str | None = None
     uverbs: str | None = None
+    #: another NIC found is on the same PCI function (a dual-port ConnectX-3's two
+    #: netdevs, representors on their PF): the PCI address names neither alone
+    shares_function: bool = False
 
     @property
     def device_id(self) -> str:
-        """The device-plugin ID: PCI address, else netdev name (DESIGN §8)."""
-        return self.pci or self.netdev
+        """The device-plugin ID: PCI address, else (no PCI function, or one that other
+        NICs share) netdev name (DESIGN §8)."""
+        return self.netdev if self.shares_function or not self.pci else self.pci
 
 
 @dataclass(frozen=True)

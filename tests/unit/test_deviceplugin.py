@@ -109,6 +109,34 @@ def test_shared_host_capacity_is_smallest_range(fs: FakeSys, root: Path) -> None
     assert len(inv.devices) == 3
 
 
+@pytest.mark.parametrize("mode", ["exclusive", "shared-multi"])
+def test_two_netdevs_of_one_pci_function_are_two_devices(root: Path, mode: str) -> None:
+    """A dual-port ConnectX-3: eth2 and eth3 on one PCI function (mlx4_0, ports 1 and
+    2). Named by that PCI address both were one device ID, so the kubelet counted one
+    and ADD always resolved it to eth2; each is named by its netdev now, and ADD's
+    resolution of that ID is that NIC."""
+    from rdma_cni.node.discovery import discover, resolve_device_id
+
+    fake = FakeSys(root)
+    for port, netdev in ((1, "eth2"), (2, "eth3")):
+        fake.netdev(netdev, pci="0000:04:00.0", numa=0, ifindex=10 + port, dev_port=port - 1)
+    fake.ibdev("mlx4_0", pci="0000:04:00.0", numa=0, uverbs="uverbs0",
+               ports={1: "Ethernet", 2: "Ethernet"})
+    fake.netdev("eth4", pci="0000:5e:00.0", numa=1, ifindex=20)
+    fake.ibdev("mlx5_1", pci="0000:5e:00.0", numa=1, uverbs="uverbs1")
+    (root / "dp").mkdir()
+    inv = _inventory(root, mode, slots_per_nic=2)
+    ids = [d.id for d in inv.devices]
+    assert len(set(ids)) == len(ids)
+    bases = sorted({i.split("@")[0] for i in ids})
+    assert bases == ["0000:5e:00.0", "eth2", "eth3"], ids
+    nics = discover(Sysfs(str(root)))
+    assert [(n.netdev, n.port) for n in nics if n.ibdev == "mlx4_0"] == [("eth2", 1), ("eth3", 2)]
+    for dev_id in ids:
+        assert resolve_device_id(Sysfs(str(root)), nics, dev_id).netdev == \
+            inv.by_id[dev_id].nics[0].netdev
+
+
 def test_pinned_stand_in_without_numa_has_no_topology(fs: FakeSys, root: Path) -> None:
     fs.netdev("veth9", ifindex=40)
     inv = _inventory(root, "exclusive", pinned=["veth9", "eth3"])
