@@ -4,10 +4,11 @@
 and links it in). The file rewritten is then the link's final target, in place: a temp
 file in the target's own directory renamed over the target, so the link stays and the
 primary's later writes to its file are still what the runtime reads. Chains are
-followed (at most :data:`MAX_HOPS` links); absolute targets are read under ``root``, the
-host's ``/`` as mounted here (a DaemonSet sees the host's conf dir at
-/host/etc/cni/net.d). A dangling link, or a target that cannot be written, is refused
-with one line naming the link: replacing the link instead would cut the primary off.
+followed (at most :data:`MAX_HOPS` links); absolute targets, and symlinks among the
+directories of a target, are read under ``root``, the host's ``/`` as mounted here (a
+DaemonSet sees the host's conf dir at /host/etc/cni/net.d). A dangling link, or a target
+that cannot be written, is refused with one line naming the link: replacing the link
+instead would cut the primary off.
 
 **Conditional rewrite** (compare and swap). :func:`read` keeps the file open and
 remembers its identity (device, inode, size, mtime, ctime) and bytes. :func:`replace`
@@ -77,10 +78,33 @@ def link_chain(path: str, root: str = "/") -> list[str]:
             raise ConfigError(f"failed to read the symlink {chain[-1]}: "
                               f"{e.strerror or e}") from e
         if os.path.isabs(target):
-            chain.append(os.path.join(root, target.lstrip("/")))
+            chain.append(_dir_in_root(os.path.join(root, target.lstrip("/")), root))
         else:
-            chain.append(os.path.join(os.path.dirname(chain[-1]), target))
+            chain.append(_dir_in_root(os.path.join(os.path.dirname(chain[-1]), target), root))
     raise ConfigError(f"failed to edit {path}: more than {MAX_HOPS} symlinks to follow")
+
+
+def _dir_in_root(path: str, root: str) -> str:
+    """``path`` with its directory's symlinks resolved under ``root`` (a directory the
+    primary links through, ``/etc/vpc -> /opt/vpc``, is the host's ``/opt/vpc``, not
+    this container's), where the kernel can (openat2); else ``path`` as it is."""
+    directory, name = os.path.split(path)
+    rel = os.path.relpath(directory, root)
+    if root in ("", "/") or rel == ".." or rel.startswith("../"):
+        return path
+    try:
+        top = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = fsops.open_in_root(top, rel)
+        finally:
+            os.close(top)
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return path  # not there (a dangling link says so later), or no openat2
+    return os.path.join(real, name)
 
 
 def resolve(path: str, root: str = "/") -> str:

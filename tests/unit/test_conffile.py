@@ -70,6 +70,26 @@ def test_a_chain_and_an_absolute_link_under_the_host_root(tmp_path: Path) -> Non
     assert os.readlink(host / "etc" / "cni" / "current") == f"/var/lib/vpc/{NAME}"
 
 
+def test_a_directory_link_on_the_way_is_the_hosts(tmp_path: Path) -> None:
+    """The primary's file is reached through a directory that is an absolute symlink on
+    the host (/etc/vpc -> /opt/vpc): it is the host's /opt/vpc, under the host root,
+    not this machine's (where the edit failed as a dangling link, or went elsewhere)."""
+    host = tmp_path / "host"
+    own = host / "opt" / "vpc" / NAME
+    own.parent.mkdir(parents=True)
+    write(str(own), primary(1), "rename")
+    (host / "etc").mkdir()
+    (host / "etc" / "vpc").symlink_to("/opt/vpc")
+    conf = host / "etc" / "cni" / "net.d"
+    conf.mkdir(parents=True)
+    (conf / NAME).symlink_to(f"/etc/vpc/{NAME}")
+    assert conffile.link_chain(str(conf / NAME), str(host))[-1] == str(own)
+    conflist.ensure_entry(str(conf), ENTRY, str(host))
+    assert types(own) == ["vpc-cni", "rdma-cni", "portmap"]
+    assert os.readlink(conf / NAME) == f"/etc/vpc/{NAME}"
+    assert os.readlink(host / "etc" / "vpc") == "/opt/vpc"
+
+
 @pytest.mark.parametrize("target", ["missing.conflist", "loop.conflist", "dir.conflist"])
 def test_a_link_that_leads_to_no_file_is_refused_naming_the_link(
         tmp_path: Path, target: str) -> None:
