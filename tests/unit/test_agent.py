@@ -250,3 +250,59 @@ def test_the_status_annotation_shows_this_nodes_ready_sandboxes_only(store: Stor
     assert list(out) == [("default", "p1", "uid-1")]
     assert [e["ips"] for e in json.loads(out[("default", "p1", "uid-1")])] == \
         [["198.51.100.3"]]
+
+
+def test_a_wall_clock_set_forward_does_not_age_a_pending_record(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pending record (an ADD maybe still running) whose sandbox the runtime does not
+    list: two passes 30 s apart on the node's own clock, the wall clock set 400 s
+    forward between them. Marks are timed by CLOCK_BOOTTIME: nothing is released
+    before PENDING_GRACE has really passed (on the wall clock it was, after 30 s)."""
+    import time
+
+    from support.fakes.cri import FakeCri
+
+    from rdma_cni.adapters.cri import CriClient
+    from rdma_cni.kube.agent.plan import PENDING_GRACE
+
+    key = attach(store, "p", "/var/run/netns/p", ["198.51.100.2"], status=PENDING)
+    cri = FakeCri(str(tmp_path / "cri.sock")).start()
+    cri.sandboxes["live"] = 1  # SANDBOX_NOTREADY: a runtime that lists something
+    try:
+        ag = agent.Agent(store=store, status_path=str(tmp_path / "s.json"), node="n",
+                         node_name="node-a", interval=10.0, cri=CriClient(cri.socket))
+        boot = [1000.0]
+        real = time.clock_gettime
+        monkeypatch.setattr(time, "clock_gettime", lambda c: boot[0]
+                            if c == time.CLOCK_BOOTTIME else real(c))
+        wall = [5000.0]
+        monkeypatch.setattr(time, "time", lambda: wall[0])
+        agent.run_once(ag)
+        boot[0] += 30
+        wall[0] += 400
+        assert agent.run_once(ag)["released"] == 0
+        assert store.get_state(key) is not None
+        boot[0] += PENDING_GRACE
+        doc = agent.run_once(ag)
+        assert doc["released"] == 1 and store.get_state(key) is None, doc["reasons"]
+    finally:
+        cri.stop()
+
+
+def test_marks_of_another_boot_are_dropped_at_start(tmp_path: Path) -> None:
+    """Marks are timed by CLOCK_BOOTTIME, which starts again at each boot: the status
+    file's marks are read back only when it was written in this boot."""
+    from rdma_cni.store.boot import this_boot
+
+    cfg = {"type": "rdma-cni", "mode": "shared", "dataDir": str(tmp_path / "data")}
+    mark = {"first": 90.0, "passes": 1.0}
+    for boot, kept in ((this_boot(), True), ("another-boot", False), (None, False)):
+        status = tmp_path / "s.json"
+        doc: dict[str, Any] = {"lastPass": 1.0, "marks": {"d" * 40: mark}}
+        if boot is not None:
+            doc["boot"] = boot
+        status.write_text(json.dumps(doc))
+        args = agent_main._parser().parse_args(["--status-file", str(status),
+                                                "--cri-socket", ""])
+        ag = agent_main._agent(args, cfg)
+        assert (ag.marks == {"d" * 40: mark}) is kept, boot

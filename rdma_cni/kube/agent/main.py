@@ -20,6 +20,7 @@ from rdma_cni.kube.agent.reconciler import Agent, connect_kube, log, run_once
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, data_dir_of, load_config
 from rdma_cni.node.origin import node_identity
 from rdma_cni.node.rdma_mode import read_netns_mode
+from rdma_cni.store.boot import this_boot
 from rdma_cni.store.core import Store
 from rdma_cni.store.run import agentstatus
 from rdma_cni.store.run.heartbeat import beat
@@ -48,7 +49,10 @@ def _parser() -> argparse.ArgumentParser:
 def _agent(args: argparse.Namespace, config: dict[str, Any]) -> Agent:
     cri_socket = default_socket() if args.cri_socket is None else args.cri_socket
     previous = agentstatus.read(args.status_file) if args.status_file else None
-    marks = (previous or {}).get("marks")
+    # marks are timed by this boot's CLOCK_BOOTTIME: another boot's (or an earlier
+    # release's, on the wall clock) mean nothing here, and are dropped
+    marks = (previous or {}).get("marks") if (previous or {}).get("boot") == this_boot() \
+        else None
     agent = Agent(store=Store(data_dir_of(config)),
                   conf_name=str(config.get("cniConfName") or DEFAULTS["cniConfName"]),
                   status_path=args.status_file, node=node_identity(),

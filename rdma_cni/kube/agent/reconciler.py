@@ -58,6 +58,7 @@ from rdma_cni.kube.agent.view import (
     runtime_dir,
 )
 from rdma_cni.models.subconfig import in_cluster
+from rdma_cni.store.boot import this_boot
 from rdma_cni.store.core import Store
 from rdma_cni.store.run import agentstatus
 from rdma_cni.store.state import AttachmentState
@@ -210,12 +211,18 @@ def _report_view(agent: Agent, reasons: list[str]) -> None:
                               "could not prove gone: " + "; ".join(reasons[:3]))
 
 
-def run_once(agent: Agent, now: float | None = None) -> dict[str, Any]:
-    """One pass; returns (and writes) the status document."""
+def run_once(agent: Agent, now: float | None = None, clock: float | None = None
+             ) -> dict[str, Any]:
+    """One pass; returns (and writes) the status document. ``now`` is the wall clock
+    (what the document shows); ``clock`` times the marks (default CLOCK_BOOTTIME, or
+    ``now`` when a test gives that alone): a wall clock set forward made a pending record
+    of an ADD still running look old enough to release after two passes."""
+    if clock is None:
+        clock = time.clock_gettime(time.CLOCK_BOOTTIME) if now is None else now
     now = time.time() if now is None else now
     ev = gather(agent.store.list_states(), agent.cri, agent.proc, agent.mountinfo)
     names = {agent.node, agent.node_name} - {""}
-    plan, released = reconcile(agent.store, ev, names, agent.marks, now,
+    plan, released = reconcile(agent.store, ev, names, agent.marks, clock,
                                agent.interval, agent.cri)
     agent.marks = plan.marks
     reasons = list(plan.reasons)
@@ -235,7 +242,8 @@ def run_once(agent: Agent, now: float | None = None) -> dict[str, Any]:
            "viewSuspect": bool(reasons),
            "reasons": reasons[:MAX_REASONS],
            "released": len(released), "foreignRecords": plan.foreign,
-           "podsWithoutRdma": missing, "marks": agent.marks, "netnsMode": agent.netns,
+           "podsWithoutRdma": missing, "marks": agent.marks, "boot": this_boot(),
+           "netnsMode": agent.netns,
            "eventsSent": agent.reporter.recent()}
     if agent.status_path:
         try:
