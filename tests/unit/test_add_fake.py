@@ -89,6 +89,33 @@ def test_add_repeat_and_del(node: Node, tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "data" / "addrs").iterdir()) == []
 
 
+def test_an_attachment_of_0_1_0_for_a_named_entry_is_checked_repeated_and_collected(
+        node: Node, tmp_path: Path) -> None:
+    """Release 0.1.0 keyed records without the entry's cniConfName. An attachment it made
+    for the entry ``rdma-b`` (the record under the key without it, no conf name in it)
+    is this entry's after the upgrade: CHECK passes (it said 105), a repeated ADD
+    returns its result (it made new interfaces and failed, 103), and GC collects it once
+    the network no longer lists it (it was skipped for good)."""
+    from rdma_cni.cni.commands.check import cmd_check
+    from rdma_cni.cni.commands.gc import cmd_gc
+
+    before = node.view()
+    out = cmd_add(request(tmp_path, "ADD"), BLOCKS)  # made under the key 0.1.0 used
+    store = Store(str(tmp_path / "data"))
+    old_key = request(tmp_path, "ADD").key
+    saved = store.get_state(old_key)
+    assert saved is not None and old_key.instance == ""
+    store.put_state(old_key, saved.with_(conf_name=""))  # as 0.1.0 wrote it
+    named = [(k, {"cniConf": {"name": "rdma-b"}}) for k, _ in BLOCKS]
+    cmd_check(request(tmp_path, "CHECK", cniConfName="rdma-b"), named)
+    assert cmd_add(request(tmp_path, "ADD", cniConfName="rdma-b"), named) == out
+    cmd_gc(request(tmp_path, "GC", cniConfName="rdma-b",
+                   **{"cni.dev/valid-attachments": [{"containerID": "other", "ifname": "eth0"}]}))
+    assert node.view() == before
+    assert list((tmp_path / "data" / "state").iterdir()) == []
+    assert list((tmp_path / "data" / "addrs").iterdir()) == []
+
+
 def test_an_add_reads_of_the_pinned_nics_only_the_one_it_gives(
         node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sysfs = CountingSysfs(nics_mod.SYSFS_ROOT)

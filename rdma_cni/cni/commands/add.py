@@ -23,6 +23,7 @@ from ipaddress import IPv4Address
 from typing import Any
 
 from rdma_cni.cni import result
+from rdma_cni.cni.commands.delete import recorded
 from rdma_cni.cni.commands.owner import AddOwner, mine, new_token, take_over
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath import sublinks
@@ -132,23 +133,23 @@ def _repeat(req: Request, store: Store, session: Session, token: str
             ) -> dict[str, Any] | None:
     """A repeated ADD of the same attachment returns the same interfaces when intact;
     otherwise it takes the record over (the request that wrote it, maybe still running,
-    changes nothing more), undoes it and drops it."""
-    state = store.get_state(req.key)
+    changes nothing more), undoes it and drops it; a record of release 0.1.0 too."""
+    key, state = recorded(store, req.key)
     if state is None:
         return None
     if state.status == READY and state.netns == req.netns and \
-            _intact(session, state, req.key.digest()):
+            _intact(session, state, key.digest()):
         _not_twice(req, state)
         return result.append(req.prev_result, state.result or {})
     _still_wanted(req)
     log.info("ADD of %s: replacing the earlier incomplete attachment", req.container_id)
-    state = take_over(store, req.key, token)
+    state = take_over(store, key, token)
     if state is None:
         return None
-    teardown(session, state, req.key.digest())
+    teardown(session, state, key.digest())
     with store.lock():
-        if mine(store, req.key, token) is not None:
-            store.purge(req.key)
+        if mine(store, key, token) is not None:
+            store.purge(key)
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdma_cni.cni.commands.delete import data_dir
+from rdma_cni.cni.commands.delete import data_dir, recorded
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.teardown import marker_of
@@ -18,19 +18,19 @@ from rdma_cni.vocab.plan import IfacePlan
 
 def cmd_check(req: Request, blocks: list[tuple[int, Any]]) -> None:
     store = Store(data_dir(req))
-    state = store.get_state(req.key)
+    key, state = recorded(store, req.key)
     if state is None:
         if blocks:
             raise CheckMismatch(f"no RDMA attachment recorded for container {req.container_id}")
         return
     if state.status != READY:
         raise CheckMismatch(f"RDMA attachment of {req.container_id} is incomplete")
-    owned = {(str(ip), ifname) for _, ip, ifname in store.ips_of(req.key)}
+    owned = {(str(ip), ifname) for _, ip, ifname in store.ips_of(key)}
     session = Session(req.netns, pod_required=True, fd=req.netns_fd)  # the netns first (4)
     try:
         _in_prev_result(req.prev_result, state.interfaces)
         for p in state.interfaces:
-            _check_one(session, p, marker_of(req.key.digest()), state.rule_priority)
+            _check_one(session, p, marker_of(key.digest()), state.rule_priority)
             if _reserved(state.mode) and p.address is not None and \
                     (str(p.address.ip), p.name) not in owned:
                 raise CheckMismatch(f"address {p.address.ip} of {p.name} is not reserved")

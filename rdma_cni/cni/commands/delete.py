@@ -44,11 +44,8 @@ def cmd_del(req: Request) -> None:
         log.warning("DEL of %s: nothing to undo: %s", req.container_id, exc.msg)
         return
     store = Store(directory)
-    key = req.key
-    state = store.get_state(key)  # a record teardown cannot use reads as absent (moved aside)
-    if state is None and key.legacy is not None:
-        state = _legacy(store, key.legacy)
-        key = key.legacy if state is not None else key
+    # a record teardown cannot use reads as absent (moved aside)
+    key, state = recorded(store, req.key)
     if state is None:
         if key.digest() in store.quarantined():
             salvage(store, req, key)
@@ -60,11 +57,16 @@ def cmd_del(req: Request) -> None:
     release(store, req.netns or state.netns, state, key, fd)
 
 
-def _legacy(store: Store, key: AttachmentKey) -> AttachmentState | None:
-    """The record release 0.1.0 wrote for this attachment (it did not key by
-    cniConfName); a record of this release under that key is another network's."""
+def recorded(store: Store, key: AttachmentKey) -> tuple[AttachmentKey, AttachmentState | None]:
+    """The attachment's record and the key it is under: ``key``'s, else the one release
+    0.1.0 wrote (it did not key by cniConfName: :attr:`AttachmentKey.legacy`; a record
+    of this release under that key is another network's)."""
     state = store.get_state(key)
-    return state if state is not None and state.legacy else None
+    if state is None and key.legacy is not None:
+        old = store.get_state(key.legacy)
+        if old is not None and old.legacy:
+            return key.legacy, old
+    return key, state
 
 
 def salvage(store: Store, req: Request, key: AttachmentKey) -> None:

@@ -48,8 +48,8 @@ def cmd_gc(req: Request) -> None:
     store = Store(data_dir(req))
     left: list[tuple[AttachmentKey, CniError]] = []
     for key in sorted(store.owners()):
-        if key.network != req.network or key.instance != req.instance or \
-                (key.container_id, key.ifname) in valid:
+        if key.network != req.network or (key.container_id, key.ifname) in valid or \
+                not _this_instance(store, key, req.instance):
             continue
         try:
             failed = collect(store, key)
@@ -63,6 +63,18 @@ def cmd_gc(req: Request) -> None:
         what = "; ".join(f"{shown(k.container_id)} ({shown(k.ifname)}): {e.msg}" for k, e in left)
         msg = f"GC left {len(left)} attachment(s) of this network for later: {what}"
         raise TryAgain(msg) if all(isinstance(e, TryAgain) for _, e in left) else IOFailure(msg)
+
+
+def _this_instance(store: Store, key: AttachmentKey, instance: str) -> bool:
+    """``key`` is an attachment of the entry ``instance`` names, or one release 0.1.0
+    recorded (not keyed by cniConfName: any entry of the network may have made it, and
+    any one may collect it once the network no longer lists it)."""
+    if key.instance == instance:
+        return True
+    if key.instance:
+        return False
+    state = store.get_state(key)
+    return state is not None and state.legacy
 
 
 def collect(store: Store, key: AttachmentKey, names: set[str] | None = None
