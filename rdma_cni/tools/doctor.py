@@ -23,7 +23,7 @@ from typing import Any
 from rdma_cni import defaults
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.confdefaults import DEFAULTS
-from rdma_cni.errors import CniError
+from rdma_cni.errors import CniError, shown
 from rdma_cni.models.subconfig import PLUGIN_TYPE
 from rdma_cni.node.rdma_mode import read_netns_mode
 from rdma_cni.tools.doctor_files import (
@@ -71,7 +71,7 @@ def run_checks(
             Check(
                 "config",
                 "fail",
-                f"mode {mode or 'unset'} is not a known mode",
+                f"mode {shown(config['mode']) if mode else 'unset'} is not a known mode",
                 f"set mode to {names(last=' or ')}",
             )
         )

@@ -17,14 +17,18 @@ from rdma_cni.tools.doctor_report import Check
 
 
 def check_dev(path: str) -> Check:
-    if os.path.isdir(path):
-        return Check("dev-infiniband", "ok", f"{path} present")
-    return Check(
-        "dev-infiniband",
-        "fail",
-        f"{path} missing",
-        "load ib_uverbs / rdma_ucm (modprobe ib_uverbs rdma_ucm)",
-    )
+    """A ``uverbs`` device in ``path``: the directory alone proves nothing (the
+    DaemonSet's hostPath ``DirectoryOrCreate`` makes an empty one where ib_uverbs is not
+    loaded)."""
+    fix = "load ib_uverbs / rdma_ucm (modprobe ib_uverbs rdma_ucm)"
+    try:
+        verbs = sorted(n for n in os.listdir(path) if n.startswith("uverbs"))
+    except OSError:
+        return Check("dev-infiniband", "fail", f"{path} missing", fix)
+    if not verbs:
+        return Check("dev-infiniband", "fail", f"{path} has no uverbs device", fix)
+    return Check("dev-infiniband", "ok", f"{path} present ({', '.join(verbs[:4])}"
+                 f"{', ...' if len(verbs) > 4 else ''})")
 
 
 def check_binary(path: str) -> Check:

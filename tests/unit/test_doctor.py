@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from dataclasses import replace
 from ipaddress import IPv4Interface
@@ -41,6 +42,7 @@ def facts(tmp_path: Path) -> Facts:
     (tmp_path / "kubelet" / "device-plugins").mkdir(parents=True)
     (tmp_path / "kubelet" / "device-plugins" / "kubelet_internal_checkpoint").write_text("{}")
     (tmp_path / "dev-ib").mkdir()
+    (tmp_path / "dev-ib" / "uverbs0").write_text("")
     binary = tmp_path / "rdma-cni"
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
@@ -93,7 +95,7 @@ def test_healthy_node(facts: Facts, tmp_path: Path) -> None:
 
 def test_failures(facts: Facts, tmp_path: Path) -> None:
     Path(facts.kubelet_config).write_text('topologyManagerPolicy: "single-numa-node"\n')
-    os.rmdir(facts.dev_infiniband)
+    shutil.rmtree(facts.dev_infiniband)
     os.unlink(facts.plugin_binary)
     (Path(facts.cni_conf_dir) / "10-vpc.conflist").write_text(
         json.dumps({"plugins": [OURS, PRIMARY]})
@@ -257,3 +259,12 @@ def test_conflist_check_reads_the_file_the_runtime_uses(tmp_path: Path) -> None:
     (conf / "10-vpc.conflist").write_text("[1]")
     check = check_conflist(str(conf))
     assert check.status == "fail" and "10-vpc.conflist: not a JSON object" in check.detail
+
+
+def test_an_empty_dev_infiniband_and_an_unknown_mode_say_so(facts: Facts) -> None:
+    """The DaemonSet's hostPath (DirectoryOrCreate) makes /dev/infiniband where ib_uverbs
+    is not loaded: an empty directory is no pass. An unknown mode is quoted as input."""
+    os.unlink(os.path.join(facts.dev_infiniband, "uverbs0"))
+    by = {c.name: c for c in run_checks({**OURS, "mode": "x y"}, facts=facts)}
+    assert by["dev-infiniband"].status == "fail" and "no uverbs" in by["dev-infiniband"].detail
+    assert by["config"].detail == 'mode "x y" is not a known mode'
