@@ -5,8 +5,11 @@
 # dist/rdma-cni-host ./scripts/build.sh made (BUNDLE=context). Tags the image
 #   localhost/rdma-cni:<version>            (the version of rdma_cni/__init__.py)
 #   localhost/rdma-cni:<version>-<commit>   (scripts/commit-id.sh: every build its own tag)
-# in the local container storage (podman sees it) and writes dist/rdma-cni-image.oci.tar
-# (with dist/rdma-cni-image.oci.tar.ref: "<version>-<commit> reference, bundle digest").
+# in the local container storage (podman sees it) and writes dist/rdma-cni-image.tar, an
+# archive of the image under both tags (docker-archive: `ctr images import` and
+# `podman load` take each tag from it; an OCI archive names one image once, and podman
+# loads none of two), with dist/rdma-cni-image.tar.ref: "<version>-<commit> reference,
+# bundle digest".
 #
 #   ./scripts/image.sh     (as root)
 #
@@ -33,7 +36,8 @@ cache=.work/image
 packages=ibverbs-providers
 rootfs="$cache/rootfs-bookworm-minbase-verbs.tar"
 base=localhost/rdma-cni-base:bookworm-minbase-verbs
-archive=dist/rdma-cni-image.oci.tar
+archive=dist/rdma-cni-image.tar
+rm -f dist/rdma-cni-image.oci.tar dist/rdma-cni-image.oci.tar.ref  # earlier builds' name
 mkdir -p "$cache" dist
 
 if [ ! -s "$rootfs" ]; then
@@ -96,6 +100,6 @@ if [ -n "$old" ] && [ "$old" != "$new" ]; then
     buildah rmi "$old" >/dev/null 2>&1 || true
 fi
 rm -f "$archive"
-buildah push --quiet "$ref" "oci-archive:$archive:$ref" >/dev/null
+podman save --quiet -m --format docker-archive -o "$archive" "$name:$version" "$ref"
 echo "$ref $digest" >"$archive.ref"
 echo "image: $ref and $name:$version ($(echo "$new" | cut -c1-12)), $archive"

@@ -37,6 +37,8 @@ echo "release-image: building $rev with its own scripts (once; cached in $archiv
 (cd "$src" && PYTHONPATH="$src" ./scripts/build.sh >"$tmp/build.log" 2>&1 &&
     RDMA_CNI_IMAGE_NAME="$name" ./scripts/image.sh "$rev" >>"$tmp/build.log" 2>&1) || {
     tail -30 "$tmp/build.log" >&2; echo "release-image: building $rev failed" >&2; exit 1; }
-cp "$src/dist/rdma-cni-image.oci.tar" "$archive.tmp"
+# the archive's name: rdma-cni-image.oci.tar in earlier revisions, rdma-cni-image.tar since
+built=$(ls "$src/dist/rdma-cni-image.oci.tar" "$src/dist/rdma-cni-image.tar" 2>/dev/null | head -1)
+cp "$built" "$archive.tmp"
 mv "$archive.tmp" "$archive"
 echo "$ref"

@@ -44,7 +44,7 @@ REPO = k8srender.REPO
 MODE = "shared-multi"
 HPC_ROUTE = ("198.19.1.0/24", "203.0.113.14", "rdnode0")
 BRIDGE, PEER_NS, PRIMARY_SUBNET = "rdnbr0", "rdnode-peer", "198.18.1.0/24"
-ARCHIVE = REPO / "dist" / "rdma-cni-image.oci.tar"
+ARCHIVE = REPO / "dist" / "rdma-cni-image.tar"
 TOOLS = ("podman", "buildah", "debootstrap", "catatonit", "containerd", "runc", "ctr", "nsenter",
          "kubectl")
 
@@ -67,7 +67,7 @@ def build_image() -> tuple[str, float]:
     out = subprocess.run([str(REPO / "scripts" / "image.sh")], capture_output=True, text=True,
                          timeout=900)
     assert out.returncode == 0, f"scripts/image.sh failed: {out.stderr[-3000:]}"
-    ref = (REPO / "dist" / "rdma-cni-image.oci.tar.ref").read_text().split()[0]
+    ref = (REPO / "dist" / "rdma-cni-image.tar.ref").read_text().split()[0]
     return ref, time.monotonic() - start
 
 

@@ -486,3 +486,50 @@ def test_capacity_counts_a_pool_nics_share_once(tmp_path: Path, mode: str, want:
                                   StoreView(str(tmp_path / "data")), host)
     [cap] = [m for m in collector.collect() if m.name == "rdma_cni_slots_capacity"]
     assert cap.samples[0].value == want
+
+
+def test_a_pod_name_of_undecodable_bytes_costs_no_metric(scrape: Any, node: dict[str, Any]
+                                                         ) -> None:
+    """ADD keeps CNI_ARGS bytes that are not UTF-8 as lone surrogates (K8S_POD_NAME=p\\xff):
+    the exposition could not encode such a label and every scrape answered HTTP 500 (the
+    liveness probe fetches /metrics). The value shows escaped; every metric is there."""
+    rec = _state([_iface("eth1", "eth1", "198.51.100.2/28")])
+    Store(str(node["data"])).put_state(KEY, rec.with_(pod="team-a/p\udcff"))
+    s = scrape()
+    assert _get(s, "rdma_cni_exporter_collector_success", collector="attachments") == 1
+    assert "rdma_cni_slots_capacity" in _names(s)
+    assert any(v.endswith("p\\udcff") for _, labels in s for _, v in labels)
+
+
+def test_idle_connections_are_bounded_in_number_and_time(scrape: Any, node: dict[str, Any],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections that send half a request and nothing more (the exporter listens on the
+    node's address): at most MAX_CONNECTIONS hold a thread, each for at most TIMEOUT s;
+    before, each held a thread and its memory for as long as it stayed open (5,000: 5,053
+    threads, 181 MB)."""
+    import socket
+    import threading
+    import time
+
+    from rdma_cni.kube.exporter import httpserve
+
+    monkeypatch.setattr(httpserve, "MAX_CONNECTIONS", 8)
+    monkeypatch.setattr(httpserve, "TIMEOUT", 1.0)
+    conf, raw = load_config(node["conf"])
+    server = serve(build_registry(conf, raw, node["sysfs"], _stats, _host), "127.0.0.1", 0)
+    base = threading.active_count()
+    idle = []
+    try:
+        for _ in range(40):
+            c = socket.create_connection(("127.0.0.1", server.server_port))
+            c.sendall(b"GET /metrics HTTP/1.1\r\n")
+            idle.append(c)
+        time.sleep(0.3)
+        assert threading.active_count() - base <= 8
+        time.sleep(1.5)  # past TIMEOUT: the silent ones are dropped, the slots free
+        assert "rdma_cni_slots_capacity" in _names(_scrape(server.server_port))
+    finally:
+        for c in idle:
+            c.close()
+        server.shutdown()
+        server.server_close()

@@ -143,11 +143,13 @@ def build_registry(conf: Any, raw: dict[str, Any], sysfs: Sysfs,
 
 
 def serve(registry: CollectorRegistry, host: str, port: int) -> Any:
-    """Start the HTTP server in a thread; returns the server (``.server_port``)."""
-    from prometheus_client import start_http_server
+    """Start the HTTP server in a thread (:mod:`.httpserve`: bounded connections); returns
+    the server (``.server_port``)."""
+    from prometheus_client import make_wsgi_app
 
-    server, _thread = start_http_server(port, addr=host, registry=registry)
-    return server
+    from rdma_cni.kube.exporter import httpserve
+
+    return httpserve.start(make_wsgi_app(registry), host, port)
 
 
 def _parser() -> argparse.ArgumentParser:

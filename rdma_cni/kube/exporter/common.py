@@ -44,7 +44,7 @@ class NodeCollector:
         for src in self.sources:
             start = time.monotonic()
             try:
-                metrics = list(src.collect())
+                metrics = [_encodable(m) for m in src.collect()]
                 success = 1.0
             except Exception:
                 log.exception("collector %s failed", src.name)
@@ -54,3 +54,23 @@ class NodeCollector:
             yield from metrics
         yield ok
         yield took
+
+
+def _encodable(metric: Metric) -> Metric:
+    """``metric`` with every label value UTF-8 can encode: a value read from a record (a
+    pod name of undecodable CNI_ARGS bytes, kept as lone surrogates) shows escaped, never
+    a page the exposition cannot encode (HTTP 500 for every metric)."""
+    for i, sample in enumerate(metric.samples):
+        if not all(_utf8(v) for v in sample.labels.values()):
+            labels = {k: v.encode("utf-8", "backslashreplace").decode("utf-8")
+                      for k, v in sample.labels.items()}
+            metric.samples[i] = sample._replace(labels=labels)
+    return metric
+
+
+def _utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
