@@ -12,9 +12,9 @@ from typing import Any
 
 from rdma_cni.errors import CniError, escaped
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, data_dir_of, load_config
-from rdma_cni.store.core import Store
 from rdma_cni.store.run import agentstatus
 from rdma_cni.store.state import AttachmentState
+from rdma_cni.store.view import StoreView
 
 COLUMNS = ("pod", "container", "interface", "nic", "address", "mac", "mode", "status")
 
@@ -93,10 +93,14 @@ def main(argv: Sequence[str] | None = None, conf_dir: str = DEFAULT_CONF_DIR) ->
             return fail("rdma-cni ls", e.msg, args.json)
         sys.stderr.write(f"rdma-cni ls: {e.msg}; using the default data dir\n")
         config = {}
+    view = StoreView(data_dir_of(config))  # read-only: a listing never changes the data dir
     try:
-        table = rows(Store(data_dir_of(config)).list_states())
+        table = rows(view.states())
         table += missing_rows(agentstatus.read(args.agent_status), str(config.get("name") or ""))
     except CniError as e:
         return fail("rdma-cni ls", e.msg, args.json)
+    if view.unreadable:
+        sys.stderr.write(f"rdma-cni ls: {view.unreadable} state record(s) in "
+                         f"{view.layout.state_dir} could not be read: not listed\n")
     sys.stdout.write(json.dumps(table, indent=2) + "\n" if args.json else render_table(table))
     return 0

@@ -23,10 +23,10 @@ from rdma_cni.kube.exporter.attachments import IfStats, parse_state
 from rdma_cni.kube.exporter.capacity import HostNic, Settings, capacity
 from rdma_cni.kube.exporter.ports import parse_rate
 from rdma_cni.kube.exporter.ports import parse_state as parse_port_state
-from rdma_cni.kube.exporter.storeview import StoreView
 from rdma_cni.store import metrics_file
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState
+from rdma_cni.store.view import StoreView
 from rdma_cni.vocab.attachment import AttachmentKey
 
 IB = "sys/class/infiniband"

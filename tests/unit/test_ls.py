@@ -81,3 +81,18 @@ def test_empty_store_prints_only_the_header(tmp_path: Path,
     cfg.write_text(json.dumps({"dataDir": str(tmp_path / "none")}))
     assert ls.main(["--config", str(cfg)]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_ls_never_changes_the_data_dir(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A corrupt record was moved aside by `ls` (the store's tidying reader), and on a
+    data dir mounted read-only (the device plugin's container) `ls` failed listing
+    nothing. It reads the dir as the exporter does, and says what it could not read."""
+    data = Path(json.loads(config.read_text())["dataDir"])
+    (data / "state" / ("0" * 40 + ".json")).write_text("{not json")
+    before = sorted((p.relative_to(data), p.read_bytes()) for p in data.rglob("*") if p.is_file())
+    assert ls.main(["--json", "--config", str(config)]) == 0
+    captured = capsys.readouterr()
+    assert len(json.loads(captured.out)) == 3
+    assert "1 state record(s)" in captured.err and "not listed" in captured.err
+    after = sorted((p.relative_to(data), p.read_bytes()) for p in data.rglob("*") if p.is_file())
+    assert before == after

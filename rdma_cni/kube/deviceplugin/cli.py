@@ -97,7 +97,7 @@ def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None 
 def _claims_of(data_dir: str) -> Callable[[], list[str]]:
     """The netdevs the store (``dataDir``, mounted read-only; read without tidying, as
     the exporter reads it) says pods hold; none when it cannot be read."""
-    from rdma_cni.kube.exporter.storeview import StoreView
+    from rdma_cni.store.view import StoreView
 
     return StoreView(data_dir).nic_claims
 

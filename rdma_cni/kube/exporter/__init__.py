@@ -35,11 +35,11 @@ from rdma_cni.kube.exporter.configstate import ConfigCollector
 from rdma_cni.kube.exporter.deviceplugin import DevicePluginCollector
 from rdma_cni.kube.exporter.operations import OperationsCollector
 from rdma_cni.kube.exporter.ports import RdmaPortCollector
-from rdma_cni.kube.exporter.storeview import StoreView
 from rdma_cni.node.primary import PrimaryReader
 from rdma_cni.store import metrics_file
 from rdma_cni.store.run import agentstatus
 from rdma_cni.store.run.pluginstatus import DEFAULT_PATH as DEVICE_PLUGIN_STATUS
+from rdma_cni.store.view import StoreView
 
 DEFAULT_PORT = defaults.EXPORTER_PORT
 DEFAULT_HOST = "0.0.0.0"

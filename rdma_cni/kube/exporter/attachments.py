@@ -12,8 +12,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from rdma_cni.kube.exporter.storeview import StoreView
 from rdma_cni.store.state import AttachmentState
+from rdma_cni.store.view import StoreView
 
 log = logging.getLogger("rdma_cni.kube.exporter")
 

@@ -20,10 +20,10 @@ from prometheus_client.metrics_core import Metric
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.ipam.allocator import Pool
-from rdma_cni.kube.exporter.storeview import StoreView
 from rdma_cni.node.discovery import discover
 from rdma_cni.node.pools import HostReader, NodeSettings, build_pools, shares, slot_capacity
 from rdma_cni.node.primary import PrimaryReader
+from rdma_cni.store.view import StoreView
 from rdma_cni.vocab.modes import Capacity
 from rdma_cni.vocab.nic import HostNic
 

@@ -1,10 +1,12 @@
-"""A strictly read-only view of the plugin's data dir for the exporter.
+"""A strictly read-only view of the plugin's data dir, for the readers that must never
+change it (the exporter, the device plugin, ``rdma-cni ls``).
 
 :class:`rdma_cni.store.core.Store` readers tidy up as they go (orphaned temp files
 are deleted, corrupt state records moved aside). The exporter may run in a
 container that cannot see the plugin's PIDs, so a live writer's temp file would
-look orphaned: the exporter must never change the data dir. It reads the same
-layout (see :mod:`rdma_cni.store.core`) and skips anything it cannot parse.
+look orphaned, and a container may see the data dir read-only: these readers must
+never change it. They read the same layout (see :mod:`rdma_cni.store.core`) and skip
+anything they cannot parse (:attr:`StoreView.unreadable` counts the state records).
 """
 
 from __future__ import annotations
@@ -42,17 +44,19 @@ def _record(path: str) -> dict[str, Any] | None:
 class StoreView:
     def __init__(self, data_dir: str) -> None:
         self.layout = Store(data_dir)
+        self.unreadable = 0  # state records the last states() skipped
 
     def states(self) -> list[AttachmentState]:
         """Parsable state records (``state/*.json`` with a ``key`` object)."""
-        out = []
-        for name in _names(self.layout.state_dir):
+        out, self.unreadable = [], 0
+        for name in (n for n in _names(self.layout.state_dir) if n.endswith(".json")):
             rec = _record(os.path.join(self.layout.state_dir, name))
-            if name.endswith(".json") and rec is not None and isinstance(rec.get("key"), dict):
-                try:
-                    out.append(AttachmentState.from_json(rec))
-                except StateError:
-                    continue
+            try:
+                if rec is None or not isinstance(rec.get("key"), dict):
+                    raise StateError(name)
+                out.append(AttachmentState.from_json(rec))
+            except StateError:
+                self.unreadable += 1
         return out
 
     def reserved(self, pool: str) -> set[IPv4Address]:
