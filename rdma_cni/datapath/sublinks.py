@@ -5,6 +5,7 @@ temporary name straight into the pod netns, then renamed and marked with the ali
 from __future__ import annotations
 
 import errno
+from dataclasses import replace
 
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.errors import IfNameInUse
@@ -27,13 +28,24 @@ def create(ctx: Ctx, p: IfacePlan) -> None:
     ctx.made[p.k] = ctx.pod.require(p.tmp).index  # what a rollback may delete
 
 
+def with_pod_index(p: IfacePlan, index: int) -> IfacePlan:
+    """``p`` whose sub-link has ``index`` in the pod's netns (the ready record's)."""
+    return replace(p, identity={**p.identity, "podIndex": index})
+
+
 def ours(ctx: Ctx, p: IfacePlan) -> list[str]:
-    """The names our sub-link of plan ``p`` has in the pod: its temporary name, or its
-    final name when it bears our marker; either only on the NIC (:func:`on_nic`)."""
+    """The names our sub-link of plan ``p`` has in the pod: the link at the index ADD
+    recorded (whatever the pod renamed it or marked it), its temporary name, or its
+    final name when it bears our marker; each only on the NIC (:func:`on_nic`)."""
     out = []
+    index = p.identity.get("podIndex")
+    if isinstance(index, int) and not isinstance(index, bool):
+        link = ctx.pod.link_at(index)
+        if link is not None and on_nic(ctx, p, link):
+            out.append(link.name)
     for name in (p.tmp, p.name):
         link = ctx.pod.link(name)
-        if link is not None and (name == p.tmp or link.alias == ctx.marker) \
+        if link is not None and name not in out and (name == p.tmp or link.alias == ctx.marker) \
                 and on_nic(ctx, p, link):
             out.append(name)
     return out
@@ -43,8 +55,10 @@ def on_nic(ctx: Ctx, p: IfacePlan, link: Link) -> bool:
     """Whether ``link`` (in the pod) is a sub-link of plan ``p``'s kind on the plan's
     NIC: its lower device is the NIC's index in the host's netns. Names and marks are
     the pod's to set (and the temporary name follows from the mark): a pod with
-    CAP_NET_ADMIN could give them to its primary's eth0 for DEL to delete. A link
-    whose lower device is in the host's netns it cannot make."""
+    CAP_NET_ADMIN could give them to its primary's eth0 for DEL to delete. A link on the
+    NIC is ours, or one the pod made on top of ours (the kernel gives a macvlan or ipvlan
+    made on a macvlan its lower device): deleting either takes nothing from the node or
+    the primary."""
     if link.kind != p.kind or link.iflink is None or link.link_netnsid is None:
         return False
     index = p.identity.get("ifindex")

@@ -53,3 +53,28 @@ def test_del_never_deletes_the_primarys_eth0_under_our_names(  # type: ignore[no
                 if lk.get("link_type") == "ether" and lk["ifname"] not in (name, "lo")
                 and lk["ifindex"] == ours["ifindex"]]
     assert rig.files() == []
+
+
+@pytest.mark.parametrize("decoy", [False, True])
+def test_a_renamed_sub_link_still_goes_with_its_address(  # type: ignore[no-untyped-def]
+        rig, faults, decoy: bool) -> None:
+    """The pod renames our eth1 (and, with ``decoy``, makes a macvlan on top of it named
+    eth1 with our mark: the kernel gives it the NIC as its lower device). DEL found no
+    link under the planned names but the decoy, released the address, and the renamed
+    link kept it: the next pod got the same address. DEL finds ours by the index ADD
+    recorded, whatever its name."""
+    rig.nic("rnic0")
+    pod = rig.pod()
+    chain = faults.chain("shared-multi")
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    ours = link_detail(pod.name, "eth1")
+    script = "ip link set eth1 down && ip link set eth1 name bar && ip link set bar up"
+    if decoy:
+        script += (" && ip link add eth1 link bar type macvlan mode bridge"
+                   f" && ip link set eth1 alias '{ours['ifalias']}'")
+    as_pod_process(pod.name, script)
+    assert link_detail(pod.name, "bar")["ifindex"] == ours["ifindex"]
+    assert chain.delete("c1").rc == 0
+    assert "bar" not in pod.links() and "eth1" not in pod.links()
+    assert not [a for a in pod.addrs() if a.startswith("198.51.100.")]
+    assert rig.files() == []

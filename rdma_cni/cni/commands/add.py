@@ -264,7 +264,7 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
         clean = rollback(ctx, steps, owner) if applied else ctx.undone_clean
         _undo(req, store, token, clean, exc)
         raise
-    plans = owner.plans()
+    plans = owner.final_plans()
     ours = result.our_part(plans, macs, req.netns)
     # written before the record's lock, put in place under it (the store lock is not
     # needed: what would take the attachment away takes the record's lock too)

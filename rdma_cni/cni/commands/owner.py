@@ -23,6 +23,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from rdma_cni.datapath import sublinks
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.datapath.execute import Superseded
 from rdma_cni.datapath.physical import with_index
@@ -84,6 +85,14 @@ class AddOwner:
         made = self.ctx.made
         return [with_index(p, made[p.k]) if p.kind == LinkKind.PHYSICAL and p.k in made else p
                 for p in self.state.interfaces]
+
+    def final_plans(self) -> list[IfacePlan]:
+        """:meth:`plans`, and each sub-link's index in the pod (what DEL finds it by,
+        whatever the pod renamed or marked: :func:`rdma_cni.datapath.sublinks.ours`);
+        for the ready record alone (no record write while the steps run)."""
+        made = self.ctx.made
+        return [sublinks.with_pod_index(p, made[p.k])
+                if p.kind != LinkKind.PHYSICAL and p.k in made else p for p in self.plans()]
 
     def _record_moves(self) -> None:
         plans = self.plans()
