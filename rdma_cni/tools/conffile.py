@@ -88,22 +88,27 @@ def _dir_in_root(path: str, root: str) -> str:
     """``path`` with its directory's symlinks resolved under ``root`` (a directory the
     primary links through, ``/etc/vpc -> /opt/vpc``, is the host's ``/opt/vpc``, not
     this container's), where the kernel can (openat2); else ``path`` as it is."""
+    top = root.rstrip("/")
+    if not top or not path.startswith(top + "/"):
+        return path  # no host root (it is /), or a conf dir outside it: as given
     directory, name = os.path.split(path)
-    rel = os.path.relpath(directory, root)
-    if root in ("", "/") or rel == ".." or rel.startswith("../"):
-        return path
+    # the text as it is: ".." is the kernel's to resolve, after the symlinks before it,
+    # and never above the root (RESOLVE_IN_ROOT)
+    rel = directory[len(top) + 1:] or "."
     try:
-        top = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        rfd = os.open(top, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fd = fsops.open_in_root(top, rel)
+            fd = fsops.open_in_root(rfd, rel)
         finally:
-            os.close(top)
+            os.close(rfd)
         try:
             real = os.readlink(f"/proc/self/fd/{fd}")
         finally:
             os.close(fd)
     except (OSError, ValueError):
-        return path  # not there (a dangling link says so later), or no openat2
+        # not there (a dangling link says so later), or no openat2: the text alone,
+        # its ".." kept inside the root
+        return os.path.join(top, os.path.normpath("/" + rel).lstrip("/"), name)
     return os.path.join(real, name)
 
 

@@ -90,6 +90,31 @@ def test_a_directory_link_on_the_way_is_the_hosts(tmp_path: Path) -> None:
     assert os.readlink(host / "etc" / "vpc") == "/opt/vpc"
 
 
+def test_dot_dot_in_a_link_target_is_the_hosts_and_never_leaves_the_root(
+        tmp_path: Path) -> None:
+    """".." after a directory link is the parent of where the link leads (the host's
+    kernel resolves it so), and no number of ".." climbs out of the host root: a file
+    outside it (this machine's) is never read or edited."""
+    host = tmp_path / "host"
+    (host / "opt" / "vpc").mkdir(parents=True)
+    write(str(host / "opt" / NAME), primary(1), "rename")  # /opt/<name>: the host's
+    (host / "etc").mkdir()
+    write(str(host / "etc" / NAME), primary(2), "rename")  # a decoy at /etc/<name>
+    (host / "etc" / "vpc").symlink_to("/opt/vpc")
+    conf = host / "etc" / "cni" / "net.d"
+    conf.mkdir(parents=True)
+    (conf / NAME).symlink_to(f"/etc/vpc/../{NAME}")
+    assert conffile.link_chain(str(conf / NAME), str(host))[-1] == str(host / "opt" / NAME)
+    outside = tmp_path / "outside.conflist"
+    write(str(outside), primary(3), "rename")
+    (conf / "05-up.conflist").symlink_to("../" * 12 + str(outside).lstrip("/"))
+    chain = conffile.link_chain(str(conf / "05-up.conflist"), str(host))
+    assert chain[-1] == str(host / str(outside).lstrip("/")), chain
+    with pytest.raises(ConfigError, match="does not exist"):
+        conflist.ensure_entry(str(conf), ENTRY, str(host))
+    assert generation(str(outside)) == (3, False)
+
+
 @pytest.mark.parametrize("target", ["missing.conflist", "loop.conflist", "dir.conflist"])
 def test_a_link_that_leads_to_no_file_is_refused_naming_the_link(
         tmp_path: Path, target: str) -> None:
