@@ -514,6 +514,7 @@ def test_idle_connections_are_bounded_in_number_and_time(scrape: Any, node: dict
     from rdma_cni.kube.exporter import httpserve
 
     monkeypatch.setattr(httpserve, "MAX_CONNECTIONS", 8)
+    monkeypatch.setattr(httpserve, "PER_CLIENT", 8)
     monkeypatch.setattr(httpserve, "TIMEOUT", 1.0)
     conf, raw = load_config(node["conf"])
     server = serve(build_registry(conf, raw, node["sysfs"], _stats, _host), "127.0.0.1", 0)
@@ -525,11 +526,56 @@ def test_idle_connections_are_bounded_in_number_and_time(scrape: Any, node: dict
             c.sendall(b"GET /metrics HTTP/1.1\r\n")
             idle.append(c)
         time.sleep(0.3)
-        assert threading.active_count() - base <= 8
+        assert threading.active_count() - base <= 2 * 8  # a handler and its deadline each
         time.sleep(1.5)  # past TIMEOUT: the silent ones are dropped, the slots free
         assert "rdma_cni_slots_capacity" in _names(_scrape(server.server_port))
     finally:
         for c in idle:
             c.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_client_trickling_bytes_holds_no_slot_past_the_deadline(
+        node: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """One client fills its connections and sends a header line every 0.3 s (a read's
+    timeout restarts at each): each connection is cut TIMEOUT s after it was accepted,
+    and one client holds at most PER_CLIENT connections, so the scraper (another
+    address) is answered meanwhile."""
+    import socket
+    import threading
+    import time
+
+    from rdma_cni.kube.exporter import httpserve
+
+    monkeypatch.setattr(httpserve, "TIMEOUT", 1.0)
+    conf, raw = load_config(node["conf"])
+    server = serve(build_registry(conf, raw, node["sysfs"], _stats, _host), "127.0.0.2", 0)
+    port, stop, cut = server.server_port, threading.Event(), []
+
+    def trickle() -> None:
+        c = socket.create_connection(("127.0.0.2", port), source_address=("127.0.0.3", 0))
+        try:
+            c.sendall(b"GET /metrics HTTP/1.1\r\n")
+            while not stop.wait(0.3):
+                c.sendall(b"X-Slow: 1\r\n")
+        except OSError:
+            cut.append(1)
+        finally:
+            c.close()
+
+    slow = [threading.Thread(target=trickle) for _ in range(40)]
+    for t in slow:
+        t.start()
+    try:
+        time.sleep(0.5)
+        with urllib.request.urlopen(f"http://127.0.0.2:{port}/metrics", timeout=5) as resp:
+            assert resp.status == 200
+        time.sleep(2.5)
+        assert len(cut) >= httpserve.PER_CLIENT  # the ones served were cut at the deadline
+    finally:
+        stop.set()
+        for t in slow:
+            t.join(5)
         server.shutdown()
         server.server_close()
