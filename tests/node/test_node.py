@@ -88,7 +88,8 @@ def test_install_put_the_bundle_and_our_entry_on_the_host(node: Node) -> None:
 
 def test_each_container_holds_only_its_privileges_and_mounts(node: Node) -> None:
     """What podman made of the manifest's securityContext and volumes."""
-    want = {"install": (False, set()), "cni-watch": (False, set()),
+    want = {"install": (False, {"CAP_CHOWN", "CAP_LEASE"}),
+            "cni-watch": (False, {"CAP_CHOWN", "CAP_LEASE"}),
             "device-plugin": (False, set()), "agent": (False, {"CAP_NET_ADMIN", "CAP_SYS_ADMIN"}),
             "exporter": (False, {"CAP_SYS_ADMIN"})}
     seen = node.podman.containers(node.pod_id)
