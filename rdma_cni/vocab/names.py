@@ -1,7 +1,7 @@
 """The name rules, with one regex for a netdev name (what the kernel takes as an
 interface name and the store as a file name): 1-15 of ``[A-Za-z0-9_.-]``, not ``.``
-or ``..``. On it: a pod interface name (:func:`check_ifname`: not ``lo`` or ``eth0``
-either), a host netdev of the config (:func:`check_host_netdev`: not ``lo``). The
+or ``..``. On it: a pod interface name (:func:`check_ifname`: not ``all``, ``default``,
+``lo`` or ``eth0`` either), a host netdev of the config (:func:`check_host_netdev`: not ``lo``). The
 runtime's ``CNI_IFNAME`` follows the CNI spec's looser rule instead
 (:func:`cni_ifname_ok`). Pure; the ``check_*`` raise ValueError (the models'
 validators)."""
@@ -13,7 +13,8 @@ import re
 from rdma_cni.errors import shown
 
 _NETDEV_RE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
-RESERVED_IFNAMES = frozenset((".", "..", "lo", "eth0"))
+# "all" and "default" name /proc/sys/net/*/conf/ entries: the kernel refuses them for a netdev
+RESERVED_IFNAMES = frozenset((".", "..", "all", "default", "lo", "eth0"))
 _CNI_IFNAME_BAD = re.compile(r"[/:\s\x00]")
 
 
@@ -26,7 +27,7 @@ def check_ifname(value: str) -> str:
     if not _NETDEV_RE.fullmatch(value) or value in RESERVED_IFNAMES:
         raise ValueError(
             f"interface name {shown(value)} is invalid: 1-15 characters of [A-Za-z0-9_.-], "
-            "not '.', '..', 'lo' or 'eth0'"
+            "not '.', '..', 'all', 'default', 'lo' or 'eth0'"
         )
     return value
 

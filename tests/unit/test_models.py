@@ -154,7 +154,8 @@ def test_valid_ifnames(name: str) -> None:
     assert check_ifname(name) == name
 
 
-@pytest.mark.parametrize("name", ["eth0", "lo", ".", "..", "../x", "x" * 16, "", "a b",
+@pytest.mark.parametrize("name", ["eth0", "lo", ".", "..", "all", "default", "../x", "x" * 16, "",
+                                  "a b",
                                   "eth1\n", "a/b", "a:b", "é"])
 def test_invalid_ifnames_are_code_7(name: str) -> None:
     with pytest.raises(ConfigError) as info:
