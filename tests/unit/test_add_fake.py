@@ -17,7 +17,7 @@ from rdma_cni.cni.commands.add import cmd_add
 from rdma_cni.cni.commands.delete import cmd_del
 from rdma_cni.cni.request import Request
 from rdma_cni.datapath import session as session_mod
-from rdma_cni.errors import AllocationError, ConfigError, NicUnavailable
+from rdma_cni.errors import AllocationError, ConfigError, IOFailure, NicUnavailable
 from rdma_cni.node import nics as nics_mod
 from rdma_cni.store.core import Store
 from rdma_cni.vocab.kinds import READY
@@ -87,6 +87,27 @@ def test_add_repeat_and_del(node: Node, tmp_path: Path) -> None:
     assert node.view() == before
     assert sorted(p.name for p in (tmp_path / "data" / "state").iterdir()) == []
     assert sorted(p.name for p in (tmp_path / "data" / "addrs").iterdir()) == []
+
+
+def test_a_ready_record_that_cannot_be_written_leaves_nothing(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk when ADD writes its ready record: the ADD fails with 5 and rolls
+    back like any other failure (it left the interfaces, the reservations and the
+    pending record, which a DEL on the same full disk could not take over)."""
+    before = node.view()
+    real = Store.prepare_state
+
+    def full(self: Store, key: Any, state: Any) -> str:
+        if state.status == READY:
+            raise IOFailure("failed to write the record: No space left on device")
+        return real(self, key, state)
+
+    monkeypatch.setattr(Store, "prepare_state", full)
+    with pytest.raises(IOFailure):
+        cmd_add(request(tmp_path, "ADD"), BLOCKS)
+    assert node.view() == before
+    for sub in ("state", "addrs"):
+        assert sorted(p.name for p in (tmp_path / "data" / sub).iterdir()) == []
 
 
 def test_an_attachment_of_0_1_0_for_a_named_entry_is_checked_repeated_and_collected(

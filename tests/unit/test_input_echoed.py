@@ -16,7 +16,7 @@ import pytest
 from support.cnijson import STRICT
 
 from rdma_cni.cni import dispatch
-from rdma_cni.cni.commands import add
+from rdma_cni.cni.commands import repeat
 from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import CniError, Code, ConfigError
 from rdma_cni.vocab.attachment import AttachmentKey
@@ -128,8 +128,8 @@ def test_a_repeated_add_reads_the_primarys_names_of_any_shape() -> None:
                                                       {"name": ["eth1"], "sandbox": netns},
                                                       "eth1", {"sandbox": netns}]})
     state = SimpleNamespace(result={"interfaces": [{"name": "eth1"}]}, conf_name="rd\x1bma")
-    add._not_twice(req, state)  # type: ignore[arg-type]  # none of them is a name: no clash
+    repeat.not_twice(req, state)  # type: ignore[arg-type]  # none of them is a name: no clash
     req.prev_result["interfaces"].append({"name": "eth1", "sandbox": netns})
     with pytest.raises(ConfigError) as exc:
-        add._not_twice(req, state)  # type: ignore[arg-type]
+        repeat.not_twice(req, state)  # type: ignore[arg-type]
     assert '"eth1"' in exc.value.msg and '"rd\\u001bma"' in exc.value.msg, exc.value.msg

@@ -23,15 +23,14 @@ from ipaddress import IPv4Address
 from typing import Any
 
 from rdma_cni.cni import result
-from rdma_cni.cni.commands.delete import recorded
-from rdma_cni.cni.commands.owner import AddOwner, mine, new_token, take_over
+from rdma_cni.cni.commands.owner import AddOwner, mine, new_token
+from rdma_cni.cni.commands.repeat import repeat, still_wanted
 from rdma_cni.cni.request import Request
-from rdma_cni.datapath import sublinks
 from rdma_cni.datapath.execute import apply, rollback, steps_for
 from rdma_cni.datapath.plan import plan_interfaces, with_address
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.tables import choose_tables
-from rdma_cni.datapath.teardown import marker_of, teardown
+from rdma_cni.datapath.teardown import marker_of
 from rdma_cni.errors import ConfigError, NicUnavailable, TryAgain, shown
 from rdma_cni.ipam.allocator import build_pool
 from rdma_cni.ipam.reserve import allocate
@@ -46,7 +45,7 @@ from rdma_cni.store.core import Store
 from rdma_cni.store.files import Identity
 from rdma_cni.store.records import claim_plan
 from rdma_cni.store.state import AttachmentState, make_state
-from rdma_cni.vocab.kinds import PENDING, READY, LinkKind
+from rdma_cni.vocab.kinds import PENDING, READY
 from rdma_cni.vocab.plan import IfacePlan, NicFacts
 
 log = logging.getLogger("rdma_cni")
@@ -67,7 +66,7 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
     session = Session(req.netns, pod_required=True, fd=req.netns_fd)
     token = new_token()
     try:
-        again = _repeat(req, store, session, token)
+        again = repeat(req, store, session, token)
         if again is not None:
             return again
         assert session.host is not None
@@ -129,79 +128,9 @@ def _allocation(req: Request, nc: NetConf) -> AllocationAnswer:
     return answer
 
 
-def _repeat(req: Request, store: Store, session: Session, token: str
-            ) -> dict[str, Any] | None:
-    """A repeated ADD of the same attachment returns the same interfaces when intact;
-    otherwise it takes the record over (the request that wrote it, maybe still running,
-    changes nothing more), undoes it and drops it; a record of release 0.1.0 too."""
-    key, state = recorded(store, req.key)
-    if state is None:
-        return None
-    if state.status == READY and state.netns == req.netns and \
-            _intact(session, state, key.digest()):
-        _not_twice(req, state)
-        return result.append(req.prev_result, state.result or {})
-    _still_wanted(req)
-    log.info("ADD of %s: replacing the earlier incomplete attachment", req.container_id)
-    state = take_over(store, key, token)
-    if state is None:
-        return None
-    teardown(session, state, key.digest())
-    with store.lock():
-        if mine(store, key, token) is not None:
-            store.purge(key)
-    return None
-
-
-def _not_twice(req: Request, state: AttachmentState) -> None:
-    """A repeated ADD gets the primary's result as prevResult, without our interfaces; when
-    they are in it, an earlier rdma-cni entry of this conflist made them (same key)."""
-    ours = _names_in(state.result, "")
-    prev = _names_in(req.prev_result, req.netns)  # the primary's: any shape at all
-    if ours & prev:
-        name = state.conf_name or req.netconf.cniConfName
-        raise ConfigError(
-            f"invalid network configuration: another rdma-cni entry of this conflist already "
-            f"made {', '.join(shown(n) for n in sorted(ours & prev))} with cniConfName "
-            f"{shown(name)}: give each RDMA network its own cniConfName")
-
-
-def _names_in(result: dict[str, Any] | None, sandbox: str) -> set[str]:
-    """The names of a result's interfaces (those in ``sandbox`` when one is given)."""
-    out = set()
-    for i in (result or {}).get("interfaces") or []:
-        if isinstance(i, dict) and isinstance(i.get("name"), str) and \
-                (not sandbox or i.get("sandbox") == sandbox):
-            out.add(i["name"])
-    return out
-
-
-def _intact(session: Session, state: AttachmentState, digest: str) -> bool:
-    """Every interface of the record is in the pod under its name and our mark, a
-    sub-link on its NIC (a pod could mark a link of its own)."""
-    if session.pod is None or session.host is None:
-        return False
-    marker = marker_of(digest)
-    for p in state.interfaces:
-        link = session.pod.link(p.name)
-        if link is None or link.alias != marker:
-            return False
-        if p.kind != LinkKind.PHYSICAL and \
-                not sublinks.on_nic(session.ctx(marker, state.rule_priority), p, link):
-            return False
-    return True
-
-
-def _still_wanted(req: Request) -> None:
-    """Refuse to change anything for a client that gave up waiting (it runs the ADD itself)."""
-    if req.abandoned is not None and req.abandoned():
-        log.warning("ADD of %s abandoned by its client: nothing changed", req.container_id)
-        raise TryAgain(f"ADD of {req.container_id} abandoned by its caller: nothing changed")
-
-
 def _first_owner(req: Request, store: Store) -> None:
     """Under the lock: only one request at a time builds an attachment."""
-    _still_wanted(req)
+    still_wanted(req)
     if store.get_state(req.key) is not None:
         raise TryAgain(f"another ADD of {req.container_id} ({req.ifname}) got there first; "
                        "retry")
@@ -260,15 +189,21 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
         applied = True
         nic_select.wait_gids(plans)
         macs = {p.name: ctx.pod.require(p.name).mac for p in plans}
-    except BaseException as exc:
+        plans = owner.final_plans()
+        ours = result.our_part(plans, macs, req.netns)
+        _save_ready(req, store, owner, state(READY, plans, ours))
+    except BaseException as exc:  # the ready record's write too: a full disk leaves nothing
         clean = rollback(ctx, steps, owner) if applied else ctx.undone_clean
         _undo(req, store, token, clean, exc)
         raise
-    plans = owner.final_plans()
-    ours = result.our_part(plans, macs, req.netns)
-    # written before the record's lock, put in place under it (the store lock is not
-    # needed: what would take the attachment away takes the record's lock too)
-    ready: str | None = store.prepare_state(req.key, state(READY, plans, ours))
+    return result.append(req.prev_result, ours)
+
+
+def _save_ready(req: Request, store: Store, owner: AddOwner, ready_state: AttachmentState
+                ) -> None:
+    """Written before the record's lock, put in place under it (the store lock is not
+    needed: what would take the attachment away takes the record's lock too)."""
+    ready: str | None = store.prepare_state(req.key, ready_state)
     try:
         with store.record_lock(req.key) as held:
             if not owner.still_mine(held):
@@ -279,7 +214,6 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
     finally:
         if ready is not None:
             store.discard(ready)
-    return result.append(req.prev_result, ours)
 
 
 def _undo(req: Request, store: Store, token: str, clean: bool, exc: BaseException) -> None:

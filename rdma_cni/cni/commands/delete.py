@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 from rdma_cni.cni.request import Request
 from rdma_cni.confdefaults import DEFAULTS
-from rdma_cni.errors import ConfigError
+from rdma_cni.errors import ConfigError, escaped
 from rdma_cni.log import LazyLogger
+from rdma_cni.node.origin import netns_identity, recorded_netns
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState
 from rdma_cni.vocab.attachment import AttachmentKey
@@ -94,15 +95,43 @@ def release(store: Store, netns_path: str, state: AttachmentState, key: Attachme
         if taken is None:
             return  # released meanwhile
         state = taken
-    same = netns_path == state.netns
+    path, fd = reach(state, netns_path, fd)
     try:
-        _tear_down(store, key, netns_path if same else "", fd if same else None,
-                   lambda _: state)
+        _tear_down(store, key, path, fd, lambda _: state)
     except NicNotBack as exc:
         if not _give_up(store, key, state, exc.msg):
             raise
     log.info("DEL of %s/%s released %d interface(s)", key.network, key.container_id,
              len(state.interfaces))
+
+
+def reach(state: AttachmentState, netns_path: str, fd: int | None) -> tuple[str, int | None]:
+    """Where an undo of ``state`` finds the pod: the request's netns when ADD made it
+    there; else the netns ADD recorded, while its path still shows the very netns ADD
+    recorded (a request that names another netns must not release what a live pod
+    holds); else none ("": the host alone)."""
+    if netns_path == state.netns:
+        return netns_path, fd
+    recorded = recorded_netns(state)
+    if state.netns and recorded is not None and netns_identity(state.netns) == recorded:
+        log.warning("%s names netns %s; the attachment is in %s: undone there",
+                    state.key.container_id if state.key else "the request", escaped(netns_path),
+                    escaped(state.netns))
+        return state.netns, None
+    return "", None
+
+
+def undo_elsewhere(state: AttachmentState, digest: str, netns_path: str) -> None:
+    """Undo ``state`` of a repeated ADD for ``netns_path`` where :func:`reach` finds it."""
+    from rdma_cni.datapath.session import Session
+    from rdma_cni.datapath.teardown import teardown
+
+    path, fd = reach(state, netns_path, None)
+    session = Session(path, pod_required=False, fd=fd)
+    try:
+        teardown(session, state, digest)
+    finally:
+        session.close()
 
 
 def _take_over(store: Store, key: AttachmentKey) -> AttachmentState | None:
