@@ -17,7 +17,8 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pydantic_core import SchemaValidator, ValidationError
+import rdma_cni.adapters.pydanticcorepkg  # isort: skip  # noqa: F401 - before pydantic_core
+from pydantic_core._pydantic_core import SchemaValidator, ValidationError
 
 from rdma_cni.errors import escaped, shown
 
