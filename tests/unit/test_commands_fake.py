@@ -59,7 +59,7 @@ def test_check_passes_on_an_intact_attachment(node: Node, tmp_path: Path) -> Non
     (lambda pod: pod.delete_link("eth2"), "interface eth2 is missing"),
     (lambda pod: pod.set_alias("eth1", "other", "alias"), "eth1 in /run/netns/pod1 is not ours"),
     (lambda pod: pod.del_rule("198.51.100.10", 100, PRIO), "rule from 198.51.100.10 lookup 100"),
-    (lambda pod: pod.set_down("eth2", "down"), "routing table 101 of eth2 is empty"),
+    (lambda pod: pod.set_down("eth2", "down"), "route 198.51.100.0/26 dev eth2 is missing"),
 ])
 def test_check_names_what_is_damaged(node: Node, tmp_path: Path, damage: Any,
                                      says: str) -> None:

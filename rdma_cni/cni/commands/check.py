@@ -1,5 +1,6 @@
-"""CHECK: our interfaces, addresses, rules and reservations exist as recorded.
-What other plugins added is tolerated."""
+"""CHECK: our interfaces (the devices themselves, not look-alikes), addresses, rules,
+routes and reservations exist as recorded (:mod:`rdma_cni.datapath.intact`). What other
+plugins added is tolerated, but for a route in one of our tables that leads elsewhere."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from rdma_cni.cni.commands.delete import data_dir, recorded
 from rdma_cni.cni.request import Request
+from rdma_cni.datapath.intact import mismatch
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.teardown import marker_of
 from rdma_cni.errors import CheckMismatch, shown
@@ -63,19 +65,6 @@ def _reserved(mode: object) -> bool:
 
 
 def _check_one(session: Session, p: IfacePlan, marker: str, priority: int) -> None:
-    assert session.pod is not None
-    link = session.pod.link(p.name)
-    if link is None:
-        raise CheckMismatch(f"interface {p.name} is missing in {session.pod_path}")
-    if link.alias != marker:
-        raise CheckMismatch(f"interface {p.name} in {session.pod_path} is not ours")
-    have = {str(a) for i, a in session.pod.addresses(link.index)}
-    for addr in p.addresses:
-        if str(addr) not in have:
-            raise CheckMismatch(f"interface {p.name} lacks its address {addr}")
-    rules = set(session.pod.rules())
-    for addr in p.addresses[:1]:
-        if (priority, p.table, f"{addr.ip}/32") not in rules:
-            raise CheckMismatch(f"rule from {addr.ip} lookup {p.table} is missing")
-    if not session.pod.routes(table=p.table):
-        raise CheckMismatch(f"routing table {p.table} of {p.name} is empty")
+    wrong = mismatch(session, p, marker, priority)
+    if wrong is not None:
+        raise CheckMismatch(wrong)

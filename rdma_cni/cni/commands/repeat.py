@@ -11,13 +11,13 @@ from rdma_cni.cni import result
 from rdma_cni.cni.commands.delete import recorded, undo_elsewhere
 from rdma_cni.cni.commands.owner import mine, take_over
 from rdma_cni.cni.request import Request
-from rdma_cni.datapath import sublinks
+from rdma_cni.datapath.intact import mismatch
 from rdma_cni.datapath.session import Session
 from rdma_cni.datapath.teardown import marker_of, teardown
 from rdma_cni.errors import ConfigError, TryAgain, shown
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState
-from rdma_cni.vocab.kinds import READY, LinkKind
+from rdma_cni.vocab.kinds import READY
 
 log = logging.getLogger("rdma_cni")
 
@@ -73,17 +73,16 @@ def _names_in(result: dict[str, Any] | None, sandbox: str) -> set[str]:
 
 
 def _intact(session: Session, state: AttachmentState, digest: str) -> bool:
-    """Every interface of the record is in the pod under its name and our mark, a
-    sub-link on its NIC (a pod could mark a link of its own)."""
+    """Every interface of the record is in the pod as ADD made it: the device itself
+    under its name and our mark (a pod could mark a link of its own), its addresses,
+    rule and routes (:mod:`rdma_cni.datapath.intact`, as CHECK holds them)."""
     if session.pod is None or session.host is None:
         return False
     marker = marker_of(digest)
     for p in state.interfaces:
-        link = session.pod.link(p.name)
-        if link is None or link.alias != marker:
-            return False
-        if p.kind != LinkKind.PHYSICAL and \
-                not sublinks.on_nic(session.ctx(marker, state.rule_priority), p, link):
+        wrong = mismatch(session, p, marker, state.rule_priority)
+        if wrong is not None:
+            log.info("ADD of an attachment that has a record: %s", wrong)
             return False
     return True
 
