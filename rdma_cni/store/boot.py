@@ -23,14 +23,16 @@ written them in this very boot for pods that still run."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
+from typing import Any
 
 from rdma_cni.log import LazyLogger
 from rdma_cni.store import journal
 from rdma_cni.store.atomic import ioerr
 from rdma_cni.store.files import Corrupt, read_record, remove, scan
 
-__all__ = ["BOOT_ID", "check_boot"]
+__all__ = ["BOOT_ID", "check_boot", "stamp"]
 
 log = LazyLogger(__name__)
 
@@ -52,6 +54,12 @@ def this_boot() -> str:
         except OSError:
             return ""
     return _boot[0]
+
+
+def stamp() -> dict[str, Any]:
+    """When a record is written, on a clock a wall-clock step cannot move: this boot's
+    ID and its ``CLOCK_BOOTTIME`` (the clock the agent times its passes by)."""
+    return {"boot": this_boot(), "boottime": time.clock_gettime(time.CLOCK_BOOTTIME)}
 
 
 def check_boot(root: str, lock_fd: int) -> None:

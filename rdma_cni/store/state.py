@@ -7,10 +7,12 @@ The JSON form is the record of ``state/<digest>.json`` (see :mod:`rdma_cni.store
      "netns": "/var/run/netns/x", "pod": "ns/name", "podUID": "...",
      "rulePriority": 20000, "interfaces": [...], "result": {...} | null,
      "origin": {...}, "cniConfName": "rdma", "request": "<token>",
-     "nicPendingSince": 1700000000.0}
+     "nicPendingSince": 1700000000.0, "written": {"boot": "<boot id>", "boottime": 812.5}}
 
-``origin``, ``cniConfName`` (release 0.1.0 wrote none), ``request`` and
-``nicPendingSince`` are optional; every other field has its default here, once.
+``origin``, ``cniConfName`` (release 0.1.0 wrote none), ``request``,
+``nicPendingSince`` and ``written`` (when ADD wrote the record: the boot and its
+``CLOCK_BOOTTIME``, :func:`rdma_cni.store.boot.stamp`; earlier releases wrote none) are
+optional; every other field has its default here, once.
 Keys this release does not know are kept in :attr:`AttachmentState.extra` and
 written back, so a round trip loses nothing a newer release wrote."""
 
@@ -29,7 +31,7 @@ CONF_NAME = "cniConfName"
 PENDING_SINCE = "nicPendingSince"
 _KNOWN = frozenset({"schema", "key", "status", "mode", "netns", "pod", "podUID",
                     "rulePriority", "interfaces", "result", "origin", CONF_NAME,
-                    "request", PENDING_SINCE})
+                    "request", PENDING_SINCE, "written"})
 
 
 class StateError(ValueError):
@@ -50,6 +52,7 @@ class AttachmentState:
     conf_name: str = ""  # the entry's cniConfName; "" in records of 0.1.0
     request: str = ""  # the token of the ADD that wrote it
     nic_pending_since: float | None = None  # DEL first saw an exclusive NIC not back
+    written: dict[str, Any] | None = None  # when ADD wrote it (boot, CLOCK_BOOTTIME)
     key: AttachmentKey | None = None  # set by the store
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -80,6 +83,7 @@ class AttachmentState:
             origin=_dict(rec.get("origin")), conf_name=_str(rec.get(CONF_NAME)),
             request=_str(rec.get("request")),
             nic_pending_since=since if _number(since) else None,
+            written=_dict(rec.get("written")),
             key=_key(rec.get("key")),
             schema=_int(rec.get("schema")) or SCHEMA,
             extra={k: v for k, v in rec.items() if k not in _KNOWN},
@@ -93,7 +97,8 @@ class AttachmentState:
             "interfaces": [plan_to_dict(p) for p in self.interfaces], "result": self.result,
         }
         optional = ((CONF_NAME, self.conf_name), ("origin", self.origin),
-                    ("request", self.request), (PENDING_SINCE, self.nic_pending_since))
+                    ("request", self.request), (PENDING_SINCE, self.nic_pending_since),
+                    ("written", self.written))
         rec.update((k, v) for k, v in optional if v)
         if self.key is not None:
             rec["key"] = self.key.as_dict()
@@ -103,13 +108,16 @@ class AttachmentState:
 def make_state(status: str, mode: str, netns: str, pod: str, uid: str, priority: int,
                plans: list[IfacePlan], result: dict[str, Any] | None = None,
                origin: dict[str, Any] | None = None, *,
-               conf_name: str = "", request: str = "") -> AttachmentState:
+               conf_name: str = "", request: str = "",
+               written: dict[str, Any] | None = None) -> AttachmentState:
     """``origin`` (:func:`rdma_cni.node.origin.origin_of`): the node and netns identity;
     ``conf_name``: the entry's cniConfName (see
-    :attr:`rdma_cni.vocab.attachment.AttachmentKey.legacy`)."""
+    :attr:`rdma_cni.vocab.attachment.AttachmentKey.legacy`); ``written``:
+    :func:`rdma_cni.store.boot.stamp`."""
     return AttachmentState(status=status, mode=mode, netns=netns, pod=pod, pod_uid=uid,
                            rule_priority=priority, interfaces=tuple(plans), result=result,
-                           origin=origin or None, conf_name=conf_name, request=request)
+                           origin=origin or None, conf_name=conf_name, request=request,
+                           written=written)
 
 
 def _str(v: Any) -> str:

@@ -34,6 +34,7 @@ from support.agent import (
 from support.fakes.cri import FakeCri
 from support.resident import Serve
 
+from rdma_cni.kube.agent.plan import PENDING_GRACE
 from rdma_cni.proto import cri_v1_pb2 as cri_pb
 
 pytestmark = [needs_exec, pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
@@ -84,6 +85,15 @@ class Site:
     def states(self) -> list[str]:
         return sorted(json.loads(p.read_text())["key"]["containerID"]
                       for p in (self.data_dir / "state").glob("*.json"))
+
+    def age(self) -> None:
+        """Every ready record as if ADD wrote it PENDING_GRACE seconds ago: the agent
+        gives a younger one the time the runtime takes to list the sandbox."""
+        for path in (self.data_dir / "state").glob("*.json"):
+            rec = json.loads(path.read_text())
+            assert rec["written"]["boottime"] > 0, rec
+            rec["written"]["boottime"] -= PENDING_GRACE
+            path.write_text(json.dumps(rec))
 
     def reserved(self) -> list[str]:
         files = [*(self.data_dir / "addrs").glob("*"), *(self.data_dir / "ips").glob("*/*")]
@@ -146,6 +156,10 @@ def test_runtime_list_decides_and_gone_needs_two_passes(site: Site) -> None:
     assert run.returncode == 0, run.stderr
     assert site.states() == ["b" * 64, "c" * 64], "released on the first pass"
     time.sleep(0.3)
+    # ADD wrote the ready record just now: the runtime may still be starting the sandbox
+    assert site.agent.agent_once().returncode == 0
+    assert site.states() == ["b" * 64, "c" * 64], "released a ready record just written"
+    site.age()
     run = site.agent.agent_once()
     assert run.returncode == 0, run.stderr
     assert site.states() == ["b" * 64]
@@ -169,6 +183,7 @@ def test_unreachable_runtime_releases_nothing_and_reports(site: Site) -> None:
     assert any("UNAVAILABLE" in r for r in status["reasons"]), status["reasons"]
     site.cri.broken = False
     site.cri.sandboxes.pop("d" * 64, None)
+    site.age()
     for _ in range(2):
         assert site.agent.agent_once().returncode == 0
         time.sleep(0.3)
@@ -236,22 +251,30 @@ def test_live_pod_survives_a_propagated_bind_of_the_wrong_netns_dir(
     _kept_without_runtime(site, "a" * 64, addr, "nothing shows it is the runtime's")
 
 
-def test_a_propagated_bind_of_the_runtimes_netns_dir_still_releases(tmp_path: Path) -> None:
-    """The same agent, /var/run/netns a propagated bind of the runtime's own directory:
-    it is the directory ADD saw, so a pod whose netns is gone is released (after two
-    passes) with no runtime socket, and a live one is kept."""
+def test_a_propagated_bind_of_the_runtimes_netns_dir_needs_the_hosts_pids(
+        tmp_path: Path) -> None:
+    """The same agent, /var/run/netns a propagated bind of the runtime's own directory
+    (the directory ADD saw), no runtime socket: a pod whose netns is gone is still kept,
+    because in the container's own PID namespace no process of the node is seen, so
+    nothing shows that none holds the netns; the status says so. (Before, it was released
+    after two passes, as was a live pod whose netns file alone was unmounted:
+    tests/faults/test_fault_agent_pidns.py.)"""
     site = Site(tmp_path, resident=False, netns=("/run/netns", "rw,rshared"))
     try:
-        _, live_addr = site.pod("b" * 64)
+        site.pod("b" * 64)
         gone_ns, _ = site.pod("c" * 64)
         site.node.delete_pod(next(p for p in site.node.pods if p.path == gone_ns))
         site.chain.cache.pop(("c" * 64, "eth0"))
-        for _ in range(2):
+        site.age()
+        for _ in range(3):
             run = site.agent.agent_once(cri=False)
             assert run.returncode == 0, run.stderr
             time.sleep(0.3)
-        assert site.states() == ["b" * 64]
-        assert site.reserved() == [live_addr.split("/")[0]]
-        assert site.agent.status()["released"] == 1
+        assert site.states() == ["b" * 64, "c" * 64]
+        status = site.agent.status()
+        assert status["released"] == 0 and status["viewSuspect"] is True
+        assert [r for r in status["reasons"] if "PID namespace" in r] == \
+            [r for r in status["reasons"] if "c" * 12 in r], status["reasons"]
+        assert not any("runtime's netns directory" in r for r in status["reasons"])
     finally:
         site.close()

@@ -5,6 +5,7 @@ without touching the pod, and DEL leaves the node as it was."""
 
 from __future__ import annotations
 
+import time
 from ipaddress import IPv4Interface
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from rdma_cni.cni.request import Request
 from rdma_cni.datapath import session as session_mod
 from rdma_cni.errors import AllocationError, ConfigError, IOFailure, NicUnavailable
 from rdma_cni.node import nics as nics_mod
+from rdma_cni.store.boot import this_boot
 from rdma_cni.store.core import Store
 from rdma_cni.vocab.kinds import READY
 from rdma_cni.vocab.netlink import Route
@@ -78,6 +80,9 @@ def test_add_repeat_and_del(node: Node, tmp_path: Path) -> None:
     store = Store(str(tmp_path / "data"))
     saved = store.get_state(request(tmp_path, "ADD").key)
     assert saved is not None and saved.status == READY and saved.result is not None
+    # when it was written, on the clock the agent times its passes by
+    assert saved.written is not None and saved.written["boot"] == this_boot()
+    assert 0 <= time.clock_gettime(time.CLOCK_BOOTTIME) - saved.written["boottime"] < 60
 
     again = cmd_add(request(tmp_path, "ADD"), BLOCKS)  # the runtime retried the ADD
     assert again == out

@@ -41,6 +41,7 @@ from rdma_cni.node.allocation import AllocationAnswer, PodRef, assign, kubelet_s
 from rdma_cni.node.hostinfo import nic_facts
 from rdma_cni.node.origin import origin_of
 from rdma_cni.node.pools import ranges_of
+from rdma_cni.store.boot import stamp
 from rdma_cni.store.core import Store
 from rdma_cni.store.files import Identity
 from rdma_cni.store.records import claim_plan
@@ -92,15 +93,17 @@ def cmd_add(req: Request, raw_blocks: list[tuple[int, Any]]) -> dict[str, Any]:
 
 
 def _states(req: Request, nc: NetConf, token: str) -> StateOf:
-    """The states this ADD writes (pending, then ready): only the status, the plans and the
-    result differ, the netns's origin is read once."""
+    """The states this ADD writes (pending, then ready): only the status, the plans, the
+    result and when it was made differ (the agent gives a ready record of the last
+    minutes the time the runtime takes to list its sandbox), the netns's origin is read
+    once."""
     origin = origin_of(req.netns, req.netns_fd)
 
     def state(status: str, plans: list[IfacePlan],
               ours: dict[str, Any] | None) -> AttachmentState:
         return make_state(status, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
                           nc.routing.rulePriority, plans, ours, origin=origin,
-                          conf_name=nc.cniConfName, request=token)
+                          conf_name=nc.cniConfName, request=token, written=stamp())
     return state
 
 

@@ -2,7 +2,10 @@
 
 An attachment is released only after it was judged gone (:mod:`agentview`) on
 :data:`PASSES` consecutive passes spread over at least one interval (a pending
-record, an ADD possibly still running, over :data:`PENDING_GRACE` seconds).
+record, an ADD possibly still running, over :data:`PENDING_GRACE` seconds; a ready
+record ADD wrote less than :data:`PENDING_GRACE` seconds ago by the clock the passes
+are timed by, not before it is that old: the runtime lists a sandbox only once its
+``RunPodSandbox`` returns, after CNI ADD did, and answers NOT_FOUND until then).
 State another node wrote is never touched. When, without the runtime to
 confirm each one, more than :data:`MASS_FRACTION` of this node's attachments
 (and more than :data:`MASS_MIN`) look gone at once, none is released: that
@@ -39,11 +42,26 @@ class PassPlan:
 
 
 def _ripe(mark: dict[str, float], state: AttachmentState, now: float,
-          interval: float) -> bool:
+          interval: float, boot: str) -> bool:
     waited = now - mark["first"]
     if mark["passes"] < PASSES or waited < 0.9 * interval:
         return False
-    return state.status != Status.PENDING or waited >= PENDING_GRACE
+    if state.status == Status.PENDING:
+        return waited >= PENDING_GRACE
+    return not young(state, now, boot)
+
+
+def young(state: AttachmentState, now: float, boot: str) -> bool:
+    """Whether ADD wrote ``state`` less than :data:`PENDING_GRACE` seconds before ``now``
+    (``CLOCK_BOOTTIME`` of the boot ``boot``). A record of another boot is older than
+    any sandbox of this one; a record without the stamp (earlier releases wrote none)
+    is taken for old, as it was."""
+    written = state.written or {}
+    at = written.get("boottime")
+    if not boot or written.get("boot") != boot or not isinstance(at, int | float) \
+            or isinstance(at, bool):
+        return False
+    return 0 <= now - at < PENDING_GRACE
 
 
 def restored_marks(raw: object) -> dict[str, dict[str, float]]:
@@ -69,8 +87,10 @@ def _label(state: AttachmentState) -> str:
 
 def plan_pass(states: Sequence[AttachmentState], ev: Evidence, node: str | set[str],
               marks: dict[str, dict[str, float]], now: float, interval: float,
-              judge_fn: Callable[[AttachmentState, Evidence], Verdict] = judge) -> PassPlan:
-    """The releases, the new marks and the report of one pass."""
+              judge_fn: Callable[[AttachmentState, Evidence], Verdict] = judge,
+              boot: str = "") -> PassPlan:
+    """The releases, the new marks and the report of one pass (``now``: the boot
+    ``boot``'s CLOCK_BOOTTIME)."""
     plan = PassPlan(needs_confirm=ev.sandboxes is not None)
     names = {node} if isinstance(node, str) else set(node)
     own: list[AttachmentState] = []
@@ -96,7 +116,7 @@ def plan_pass(states: Sequence[AttachmentState], ev: Evidence, node: str | set[s
         old = marks.get(digest) or {"first": now, "passes": 0.0}
         mark = {"first": old["first"], "passes": old["passes"] + 1}
         plan.marks[digest] = mark
-        if _ripe(mark, st, now, interval):
+        if _ripe(mark, st, now, interval, boot):
             ripe.append(key)
     bound = max(MASS_MIN, int(MASS_FRACTION * len(own)))
     if not plan.needs_confirm and len(ripe) > bound:

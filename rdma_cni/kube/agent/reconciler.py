@@ -93,9 +93,10 @@ def gather(states: Sequence[AttachmentState], cri: CriClient | None,
             unsound[d] = why
         else:
             sound.add(d)
+    held, partial = held_netns(proc)
     return Evidence(sandboxes=sandboxes, runtime_error=error, runtime_present=present,
-                    runtime_down=down, held=held_netns(proc), sound_dirs=frozenset(sound),
-                    unsound_dirs=unsound)
+                    runtime_down=down, held=held, held_partial=partial,
+                    sound_dirs=frozenset(sound), unsound_dirs=unsound)
 
 
 def _confirmed_gone(cri: CriClient | None, key: AttachmentKey, plan: PassPlan) -> bool:
@@ -116,12 +117,14 @@ def _confirmed_gone(cri: CriClient | None, key: AttachmentKey, plan: PassPlan) -
 
 def reconcile(store: Store, ev: Evidence, node: str | set[str],
               marks: dict[str, dict[str, float]],
-              now: float, interval: float, cri: CriClient | None = None
-              ) -> tuple[PassPlan, list[AttachmentKey]]:
-    """Release what is gone by this pass's evidence, and stateless leftovers."""
+              now: float, interval: float, cri: CriClient | None = None,
+              boot: str | None = None) -> tuple[PassPlan, list[AttachmentKey]]:
+    """Release what is gone by this pass's evidence, and stateless leftovers (``now``:
+    CLOCK_BOOTTIME of the boot ``boot``, default this one)."""
     from rdma_cni.cni.commands.gc import collect
 
-    plan = plan_pass(store.list_states(), ev, node, marks, now, interval)
+    plan = plan_pass(store.list_states(), ev, node, marks, now, interval,
+                     boot=this_boot() if boot is None else boot)
     released = []
     for key in plan.release:
         if not _confirmed_gone(cri, key, plan):

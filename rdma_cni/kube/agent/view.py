@@ -10,10 +10,12 @@ pod's address, so the evidence is graded:
   ADD recorded; the recorded path is a mounted nsfs file with that identity;
 - **gone**: the runtime is reachable and does not have the sandbox; or, with no
   runtime socket at all, the recorded path is not a netns in a view that is
-  sound and no visible process holds the recorded netns. A view is sound when the
+  sound and no process holds the recorded netns. A view is sound when the
   netns directory is a propagated mount here *and* is shown to be the runtime's
   (:func:`runtime_dir`): propagation alone does not tell a bind of the runtime's
-  directory from a bind of an empty one;
+  directory from a bind of an empty one. "No process holds it" counts only when
+  every process of the node was seen (:func:`held_netns`): in a PID namespace of its
+  own (a pod without hostPID) the agent sees none of the pods' processes;
 - anything else is **unknown**, and the reasons go to the report.
 
 :func:`gather` reads the OS (``/proc``, mountinfo, the CRI socket); everything
@@ -46,6 +48,7 @@ class Evidence:
     runtime_present: bool = False  # a runtime socket exists
     runtime_down: bool = False  # it exists, and nothing answers there
     held: frozenset[tuple[int, int]] = frozenset()  # netns identities held by visible processes
+    held_partial: str = ""  # why ``held`` may miss a process of the node ("": it cannot)
     sound_dirs: frozenset[str] = frozenset()  # netns dirs whose view propagates
     unsound_dirs: dict[str, str] = field(default_factory=dict)  # dir -> why not
 
@@ -92,6 +95,9 @@ def _without_runtime(netns: str, seen: tuple[int, int] | None, ev: Evidence) -> 
                                 f"unsound: {why}")
     if seen is not None:  # a live netns with another identity: the path was reused
         return Verdict(UNKNOWN, f"{netns} is a netns other than the one recorded at ADD")
+    if ev.held_partial:
+        return Verdict(UNKNOWN, f"{netns} is not a netns here, but a process may still hold "
+                                f"it: {ev.held_partial}")
     return Verdict(GONE, f"{netns} is gone (propagated view, no process holds it)")
 
 
@@ -120,20 +126,57 @@ def netns_dirs(states: Sequence[AttachmentState]) -> set[str]:
 
 
 # -- OS facts ------------------------------------------------------------------------
-def held_netns(proc: str = "/proc") -> frozenset[tuple[int, int]]:
-    """Identities of the netns of every process visible under ``proc`` (unreadable ones skipped)."""
+#: the inode of the initial PID namespace (PROC_PID_INIT_INO, include/linux/proc_ns.h:
+#: fixed since Linux 3.8, whatever the boot)
+PROC_PID_INIT_INO = 0xEFFFFFFC
+
+
+def all_processes(proc: str = "/proc") -> str:
+    """"" when ``proc`` lists every process of the node, else why not.
+
+    ``proc/self`` resolves only for a process that ``proc``'s PID namespace shows, to
+    that process's own namespace: when that is the initial one, ``proc`` is a mount of
+    the initial namespace (no other shows its processes), which holds every process.
+    Comparing with ``proc/1/ns/pid`` would tell nothing (in a pod's own namespace, 1 is
+    the pod's first process) and needs ptrace access to it. A node that is itself a
+    container (kind) fails the test even with hostPID: its releases then need the runtime."""
+    try:
+        ino = os.stat(os.path.join(proc, "self", "ns", "pid")).st_ino
+    except OSError as e:
+        return f"{proc}/self/ns/pid cannot be read ({e.strerror})"
+    if ino != PROC_PID_INIT_INO:
+        return ("the agent is not in the host's PID namespace (its pod has no hostPID): "
+                "it sees none of the pods' processes")
+    if not os.path.isdir(os.path.join(proc, "1")):
+        return f"{proc} does not show process 1 (mounted with hidepid?)"
+    return ""
+
+
+def held_netns(proc: str = "/proc") -> tuple[frozenset[tuple[int, int]], str]:
+    """Identities of the netns of every process visible under ``proc``, and why that may
+    miss one ("": it cannot): not the host's PID namespace, or a process whose netns
+    could not be read (another's needs CAP_SYS_PTRACE unless it has no capability this
+    process lacks). Processes that exit meanwhile are skipped."""
     out = set()
     try:
         pids = [p for p in os.listdir(proc) if p.isdigit()]
-    except OSError:
-        return frozenset()
+    except OSError as e:
+        return frozenset(), f"{proc} cannot be listed ({e.strerror})"
+    denied = 0
     for pid in pids:
         try:
             st = os.stat(os.path.join(proc, pid, "ns", "net"))
+        except PermissionError:
+            denied += 1
+            continue
         except OSError:
             continue
         out.add((st.st_dev, st.st_ino))
-    return frozenset(out)
+    why = all_processes(proc)
+    if not why and denied:
+        why = (f"the netns of {denied} process(es) could not be read (CAP_SYS_PTRACE "
+               "reads every process's)")
+    return frozenset(out), why
 
 
 def mount_of(directory: str, mountinfo: str) -> tuple[str, list[str]] | None:
