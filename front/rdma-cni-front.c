@@ -387,6 +387,14 @@ static int request_fds(int fds[MAX_FDS]) {
     return -1;
 }
 
+/* One line on stderr when the answer cannot reach the runtime (cli.py entry). */
+static void lost(const char *why) {
+    char msg[256];
+    int n = snprintf(msg, sizeof msg, "rdma-cni: the answer could not be written to stdout: "
+                     "%s\n", why);
+    write_all(2, msg, n > 0 && (size_t)n < sizeof msg ? (size_t)n : 0);
+}
+
 /* The server's answer relayed: returns the exit status, or -1 to fall back. */
 static int forward(const char *path, const struct buf *in) {
     int fds[MAX_FDS], nfds, sock = -1, rc = -1;
@@ -403,7 +411,11 @@ static int forward(const char *path, const struct buf *in) {
         !(body = malloc(blen ? blen : 1)) || read_until(sock, body, blen, deadline) ||
         front_parse_reply(body, blen, &r) != 1 || !front_relayable(cmd ? cmd : "", &r))
         goto out;
-    write_all(1, r.out, r.olen);
+    if (write_all(1, r.out, r.olen)) {
+        lost(strerror(errno));
+        rc = 1;
+        goto out;
+    }
     write_all(2, r.err, r.elen);
     rc = r.exit;
 out:
@@ -519,7 +531,17 @@ int main(int argc, char **argv) {
     char path[108] = DEFAULT_SOCKET;
     const char *cmd = getenv("CNI_COMMAND");
     if (argc > 1 || !cmd || !*cmd) exec_bundle(argv, &in, 0);
-    if (read_stdin(&in)) exec_bundle(argv, &in, 1);
+    if (fcntl(1, F_GETFD) < 0) {  /* fd 1 closed: no answer can reach the runtime */
+        lost("stdout is closed");
+        return 1;
+    }
+    if (read_stdin(&in)) {
+        /* nothing read (fd 0 closed, a directory): code 5, as the bundle answers
+         * (cli.py); VERSION answers as for an empty config */
+        if (in.n == 0 && strcmp(cmd, "VERSION"))
+            fail("failed to read network config from stdin");
+        exec_bundle(argv, &in, 1);
+    }
     if (in.n <= MAX_STDIN && front_socket_of(in.p ? in.p : "", in.n, path, sizeof path) >= 0 &&
         path[0]) {
         int rc = forward(path, &in);

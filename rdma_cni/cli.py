@@ -7,6 +7,7 @@ the first argument names a subcommand, each imported only when used.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import json
 import os
@@ -72,11 +73,25 @@ def entry() -> NoReturn:
         sys.exit(_subcommand(sys.argv[1:]))
     try:
         code = plugin_main()
-    except BrokenPipeError:  # the runtime stopped reading: nobody gets the answer
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.write("rdma-cni: stdout was closed before the answer was written\n")
+    except (OSError, ValueError) as exc:  # nobody gets the answer: one line, no traceback
+        _say(f"rdma-cni: {_lost(exc)}\n")
         code = 1
     exit_plugin(code)
+
+
+def _lost(exc: BaseException) -> str:
+    """Why the answer did not reach stdout (the only writes :func:`plugin_main` lets fail)."""
+    if isinstance(exc, BrokenPipeError):  # the runtime stopped reading
+        return "stdout was closed before the answer was written"
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return f"the answer could not be written to stdout: {reason}"
+
+
+def _say(text: str) -> None:
+    """A line on stderr, if there is one."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # None: fd 2 was closed
+        sys.stderr.write(text)
+        sys.stderr.flush()
 
 
 def exit_plugin(code: int) -> NoReturn:
@@ -87,10 +102,11 @@ def exit_plugin(code: int) -> NoReturn:
     import logging
 
     try:
-        sys.stdout.flush()
+        if sys.stdout is not None:  # None: fd 1 was closed at start
+            sys.stdout.flush()
     except (OSError, ValueError):
         code = code or 120
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         sys.stderr.flush()
     logging.shutdown()
     os._exit(code)
@@ -100,12 +116,17 @@ def plugin_main() -> int:
     if not os.environ.get("CNI_COMMAND"):  # never wait on a terminal's stdin
         sys.stderr.write(about())
         return 0
-    stdin = sys.stdin.buffer.read(MAX_STDIN + 1)
+    if sys.stdout is None:  # fd 1 closed: no answer can reach the runtime; nothing is done
+        raise OSError(errno.EBADF, "stdout is closed")
+    stdin = _read_stdin()
+    if isinstance(stdin, str):
+        return _unreadable(stdin)
     conf = _peek_conf(stdin)
     reply = _resident(conf, stdin)
     if reply is not None:
         sys.stdout.write(str(reply.get("stdout", "")))
-        sys.stderr.write(str(reply.get("stderr", "")))
+        sys.stdout.flush()  # here, where a failure is reported (entry), not at exit
+        _say(str(reply.get("stderr", "")))
         code = reply.get("exit", 1)
         return code if isinstance(code, int) else 1
     # One short-lived request: reference counting frees what it drops, and the cyclic
@@ -118,6 +139,25 @@ def plugin_main() -> int:
 
     log.configure(conf)
     return dispatch.run(os.environ, stdin, sys.stdout, sys.stderr)
+
+
+def _read_stdin() -> bytes | str:
+    """The network config (one byte more than the limit, to see excess), or why it
+    cannot be read: fd 0 closed (``sys.stdin`` is None), a directory, a read error."""
+    if sys.stdin is None:
+        return "stdin is closed"
+    try:
+        return sys.stdin.buffer.read(MAX_STDIN + 1)
+    except (OSError, ValueError) as exc:
+        return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _unreadable(reason: str) -> int:
+    from rdma_cni import log
+    from rdma_cni.cni import dispatch
+
+    log.configure({})  # no config: the default log, as for a config that does not decode
+    return dispatch.unreadable(os.environ, sys.stdout, reason)
 
 
 def _resident(conf: dict[str, object], stdin: bytes) -> dict[str, object] | None:

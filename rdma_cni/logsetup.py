@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from rdma_cni.confdefaults import DEFAULTS
-from rdma_cni.errors import escaped
+from rdma_cni.errors import escaped, shown
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
@@ -142,6 +142,15 @@ class SharedFile(logging.Handler):
         if old >= 0:
             os.close(old)
 
+    def is_stdout(self) -> bool:
+        """The file open is the one fd 1 names."""
+        try:
+            out = os.fstat(1)
+        except OSError:  # fd 1 closed
+            return False
+        own = os.fstat(self._fd)
+        return (own.st_dev, own.st_ino) == (out.st_dev, out.st_ino)
+
     def _moved(self) -> bool:
         """The path no longer names the file this process has open."""
         try:
@@ -192,15 +201,34 @@ def daemon(fmt: str, level: int = logging.INFO, log_format: object = "text") -> 
 
 
 def open_file(path: str, level: int, log_format: object = "text") -> SharedFile | None:
-    """The log file handler for ``path``; None (the reason logged) when it cannot be opened."""
+    """The log file handler for ``path``; None (the reason logged) when it cannot be opened,
+    and when it is this process's stdout (``/dev/stdout``, ``/proc/self/fd/1``, the file
+    stdout is redirected to): the answer's one document must be all there is on it."""
     try:
         handler = SharedFile(path)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         logging.getLogger("rdma_cni").debug("cannot open log file %s: %s", path, exc)
         return None
+    if handler.is_stdout():
+        handler.close()
+        _say_once(f"rdma-cni: logFile {shown(path, 256)} is stdout, where the answer goes: "
+                  "nothing is logged there (warnings still go to stderr)\n")
+        return None
     handler.setLevel(level)
     handler.setFormatter(formatter(_FORMAT, log_format))
     return handler
+
+
+_said: set[str] = set()
+
+
+def _say_once(text: str) -> None:
+    """``text`` on stderr, once per process."""
+    if text not in _said:
+        _said.add(text)
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # None: fd 2 closed
+            sys.stderr.write(text)
+            sys.stderr.flush()
 
 
 def _add_file(logger: logging.Logger, path: str, level: int, log_format: object) -> None:

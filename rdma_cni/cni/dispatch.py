@@ -34,11 +34,13 @@ MAX_STDIN = 1 << 20
 MAX_DEPTH = 64  # nesting of the stdin document (CNI configs are a few levels deep)
 MAX_MESSAGE = 2000  # characters of an error's msg or details (they may quote the input)
 COMMANDS = ("ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC")
-# CNI spec 1.1.0, "Parameters": what each command needs
+# CNI spec 1.1.0, "Execution Protocol": the required environment parameters of each
+# command. CNI_PATH is optional for ADD, DEL and CHECK; GC's runtime must pass it, for the
+# plugins GC delegates to, and this plugin delegates to none: it is never required here.
 REQUIRED: dict[str, tuple[str, ...]] = {
-    "ADD": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
-    "DEL": ("CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"),
-    "CHECK": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
+    "ADD": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"),
+    "DEL": ("CNI_CONTAINERID", "CNI_IFNAME"),
+    "CHECK": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"),
     "STATUS": (),
     "GC": (),
     "VERSION": (),
@@ -78,12 +80,14 @@ def run(
             stderr.write(ABOUT)
         return 0
     if command == "VERSION":
-        _emit(stdout, _version_doc(stdin))
+        _write(stdout, _text(_version_doc(stdin)))
         return 0
     started = time.monotonic()
     seen: dict[str, Any] = {}
-    code = _serve(env, command, stdin, stdout, handlers, on_request, netns_fd, seen)
+    code, answer = _serve(env, command, stdin, handlers, on_request, netns_fd, seen)
     conf, seconds = seen.get("conf"), time.monotonic() - started
+    if answer is not None:  # outside _serve: a stdout that fails is the caller's (cli.py)
+        _write(stdout, answer)
     if defer is None:
         _record(conf, command, code, seconds)
     else:
@@ -91,10 +95,11 @@ def run(
     return 1 if code else 0
 
 
-def _serve(env: Mapping[str, str], command: str, stdin: bytes, stdout: IO[str],
+def _serve(env: Mapping[str, str], command: str, stdin: bytes,
            handlers: Handlers | None, on_request: Callable[[Request], None] | None,
-           netns_fd: int | None, seen: dict[str, Any]) -> int:
-    """The command itself; returns 0 or the CNI error code it reported."""
+           netns_fd: int | None, seen: dict[str, Any]) -> tuple[int, str | None]:
+    """The command itself: 0 or the CNI error code it reports, and its answer (None:
+    nothing to write)."""
     version = versions.LATEST
     try:
         conf = seen["conf"] = _decode(stdin, command)
@@ -105,18 +110,14 @@ def _serve(env: Mapping[str, str], command: str, stdin: bytes, stdout: IO[str],
         if on_request is not None:
             on_request(req)
         result = _call(handlers or _default_handlers(), req)
-        if result is not None:
-            _emit(stdout, versions.convert(result, version))
-        return 0
+        return 0, None if result is None else _text(versions.convert(result, version))
     except CniError as exc:
         log.warning("%s failed: code %d: %s", command, int(exc.code), exc.msg)
-        _emit(stdout, _error_doc(version, exc.code, exc.msg, exc.details))
-        return int(exc.code)
+        return int(exc.code), _text(_error_doc(version, exc.code, exc.msg, exc.details))
     except Exception as exc:  # the one place an unexpected exception becomes a CNI error
         log.exception("%s failed with an internal error", command)
         msg = escaped(f"{command} failed: internal error: {type(exc).__name__}: {exc}")[:1000]
-        _emit(stdout, _error_doc(version, Code.IO_FAILURE, msg, ""))
-        return int(Code.IO_FAILURE)
+        return int(Code.IO_FAILURE), _text(_error_doc(version, Code.IO_FAILURE, msg, ""))
 
 
 def _record(conf: dict[str, Any] | None, command: str, code: int, seconds: float) -> None:
@@ -270,9 +271,28 @@ def _error_doc(version: str, code: int, msg: str, details: str) -> dict[str, Any
     return doc
 
 
-def _emit(stdout: IO[str], doc: dict[str, Any]) -> None:
+def _text(doc: dict[str, Any]) -> str:
     # JSON only: a non-finite number raises here, before anything is written (jsondoc
     # refuses them in the input, so none reaches a result)
-    stdout.write(json.dumps(doc, separators=(",", ":"), allow_nan=False))
-    stdout.write("\n")
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n"
+
+
+def _write(stdout: IO[str], text: str) -> None:
+    """The one write of the answer. An error of stdout's (closed, full) is not caught:
+    no second document could be written there either."""
+    stdout.write(text)
     stdout.flush()
+
+
+def unreadable(env: Mapping[str, str], stdout: IO[str], reason: str) -> int:
+    """The answer when stdin cannot be read (closed, a directory): VERSION answers as for
+    an empty config; any other command fails with 5 (nothing decoded: the latest version)."""
+    command = env.get("CNI_COMMAND", "")
+    if command == "VERSION":
+        _write(stdout, _text(_version_doc(b"")))
+        return 0
+    msg = f"failed to read network config from stdin: {reason}"
+    named = command if command in COMMANDS else shown(command[:40])
+    log.warning("%s failed: code %d: %s", named, int(Code.IO_FAILURE), msg)
+    _write(stdout, _text(_error_doc(versions.LATEST, Code.IO_FAILURE, msg, "")))
+    return 1

@@ -3,7 +3,9 @@
 In-process, a request logs to its config's ``logFile`` at its ``logLevel`` and
 ``logFormat``. So does a request ``serve`` answers: its thread's records go to that file
 when ``serve`` sees the caller's file there (the same walk from the caller's root and
-from its own as for the data dir, :func:`rdma_cni.resident.view.identity`); otherwise,
+from its own as for the data dir, :func:`rdma_cni.resident.view.identity`) and the path
+is absolute (a relative one names a file under the caller's working directory, which
+``serve`` does not know); otherwise,
 and for everything that is not a request's, they go to ``serve``'s own log, with one
 line a minute saying why. Files are opened once and kept (a few: one per network).
 """
@@ -61,6 +63,11 @@ class RequestLog(logging.Handler):
         path, level, fmt = _settings(conf)
         if not path:
             return _Nowhere()  # "" turns the file off, as in-process
+        if not path.startswith("/"):  # the caller's cwd decides which file: not ours
+            self.warn(f"log:{path}", f"resident server: the request's logFile "
+                      f"{json.dumps(path)} is not an absolute path: the request's lines "
+                      "go to the server's log")
+            return None
         try:
             own_root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             try:

@@ -29,7 +29,7 @@ from typing import Any
 from rdma_cni.adapters import fsops
 from rdma_cni.cni import dispatch
 from rdma_cni.cni.request import Request
-from rdma_cni.errors import clipped
+from rdma_cni.errors import ConfigError, clipped, shown
 from rdma_cni.resident import intake, protocol, view
 from rdma_cni.resident.pool import Pool
 
@@ -82,6 +82,7 @@ class Server:
         umask is set before ``bind``) in a directory of its own only root can enter, and
         renamed into place once listening: no one else can ever connect, clients never
         see a half-made socket."""
+        _refuse_other(self.path)
         parent = os.path.dirname(self.path) or "."
         os.makedirs(parent, mode=0o700, exist_ok=True)
         private = tempfile.mkdtemp(prefix=".s", dir=parent)  # 0700
@@ -94,8 +95,8 @@ class Server:
             finally:
                 os.umask(old)
             sock.listen(BACKLOG)
-            if os.path.exists(self.path) and stat.S_ISSOCK(os.lstat(self.path).st_mode):
-                os.unlink(self.path)
+            if _refuse_other(self.path):
+                os.unlink(self.path)  # a socket: a server before this one left it
             os.rename(tmp, self.path)
             self.bound = fsops.dev_ino(self.path, follow=False)
         except BaseException:
@@ -246,6 +247,20 @@ class Server:
                                   "the caller runs it in-process")
                 return f"the server does not see the caller's files: {why}"
         return ""
+
+
+def _refuse_other(path: str) -> bool:
+    """Whether a socket is at ``path`` (replaced by ``bind``). Anything else there (a
+    file, a directory, a link) is not the server's to replace, nor to remove at exit:
+    refused."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISSOCK(mode):
+        raise ConfigError(f"socket path {shown(path, 256)} exists and is no socket: "
+                          "not replacing it (remove it, or name another path)")
+    return True
 
 
 def _abandoned(conn: socket.socket) -> bool:

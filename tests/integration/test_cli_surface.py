@@ -23,6 +23,7 @@ import pytest
 
 from rdma_cni import __version__
 from rdma_cni.cli import SUBCOMMANDS
+from rdma_cni.logsetup import TEST_LOG_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = sorted(SUBCOMMANDS)
@@ -282,3 +283,54 @@ def test_doctor_finds_networks_on_two_data_dirs(built_binary: list[str],
         "status"] == "ok"
 
 
+
+
+PASS_THROUGH = {"cniVersion": "1.1.0", "name": "n", "type": "rdma-cni", "mode": "shared",
+                "residentSocket": ""}
+
+
+def exec_plugin(binary: Sequence[str], command: str, tmp: Path, shell: str = "",
+                **env: str) -> subprocess.CompletedProcess[str]:
+    """The plugin as a runtime would run it, with only the CNI variables (``env -i``);
+    ``shell``: redirections of its descriptors (``<&-``, ``>&-``, ``>/dev/full``)."""
+    conf = {**PASS_THROUGH, "logFile": str(tmp / "log"), "metricsFile": str(tmp / "metrics")}
+    full = {"CNI_COMMAND": command, "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0",
+            TEST_LOG_FILE: str(tmp / "log"), **env}  # the log of a config not read
+    return subprocess.run(["sh", "-c", f'exec "$@" {shell}', "sh", "env", "-i",
+                           *[f"{k}={v}" for k, v in full.items()], *binary],
+                          input=json.dumps(conf), capture_output=not shell.startswith(">"),
+                          stderr=subprocess.PIPE if shell.startswith(">") else None,
+                          text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK"])
+def test_cni_path_is_optional(built_binary: list[str], tmp_path: Path, command: str) -> None:
+    """SPEC.md lists CNI_PATH among the optional parameters of ADD, DEL and CHECK: the
+    plugin, which delegates to no other, answered 4 without it."""
+    netns = {} if command == "DEL" else {"CNI_NETNS": "/proc/self/ns/net"}
+    res = exec_plugin(built_binary, command, tmp_path, **netns)
+    assert res.returncode == 0, res
+    assert "CNI_PATH" not in res.stdout + res.stderr
+
+
+def test_a_closed_stdin_is_a_code_5_document(built_binary: list[str], tmp_path: Path) -> None:
+    res = exec_plugin(built_binary, "DEL", tmp_path, "<&-")
+    assert res.returncode == 1, res
+    assert json.loads(res.stdout)["msg"] == \
+        "failed to read network config from stdin: stdin is closed"
+    assert json.loads(res.stdout)["code"] == 5
+    assert "Traceback" not in res.stderr and "Failed to execute" not in res.stderr
+
+
+@pytest.mark.parametrize(("shell", "reason"), [(">&-", "stdout is closed"),
+                                               (">/dev/full", "No space left on device")])
+@pytest.mark.parametrize("command", ["VERSION", "BOGUS"])
+def test_an_unwritable_stdout_is_one_line(built_binary: list[str], tmp_path: Path,
+                                          shell: str, reason: str, command: str) -> None:
+    res = exec_plugin(built_binary, command, tmp_path, shell)
+    assert res.returncode == 1
+    lines = res.stderr.splitlines()
+    assert lines[-1] == f"rdma-cni: the answer could not be written to stdout: {reason}", \
+        res.stderr
+    assert "Traceback" not in res.stderr and "Failed to execute" not in res.stderr
+    assert len(lines) <= 2  # BOGUS: its own warning (code 4) first, when it ran

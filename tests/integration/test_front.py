@@ -8,6 +8,7 @@ garbage it execs the bundle, which runs the request in-process, exactly once.
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import subprocess
@@ -172,3 +173,26 @@ def test_front_is_a_static_musl_binary(bin_dir: Path) -> None:
     types = {struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range(phnum)}
     assert 3 not in types and 2 not in types  # PT_INTERP, PT_DYNAMIC: nothing to load
     assert b"glibc" not in data.lower() and b"GLIBC_" not in data
+
+
+@pytest.mark.parametrize(("command", "shell", "code"), [
+    ("DEL", "<&-", 1), ("VERSION", "<&-", 0), ("VERSION", ">&-", 1)])
+def test_front_with_a_closed_stdin_or_stdout(bin_dir: Path, command: str, shell: str,
+                                             code: int) -> None:
+    """A closed stdin: code 5 (nothing to forward), VERSION still answers; a closed
+    stdout: one line on stderr. Never a traceback."""
+    res = subprocess.run(["sh", "-c", f'exec "$@" {shell}', "sh", "env", "-i",
+                          f"CNI_COMMAND={command}", "CNI_CONTAINERID=c1", "CNI_IFNAME=eth0",
+                          str(bin_dir / "rdma-cni")], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert res.returncode == code, res
+    assert "Traceback" not in res.stderr
+    if shell == ">&-":
+        assert res.stderr == "rdma-cni: the answer could not be written to stdout: " \
+                             "stdout is closed\n"
+    elif command == "DEL":
+        doc = json.loads(res.stdout)
+        assert doc["code"] == 5 and doc["msg"].startswith(
+            "rdma-cni: failed to read network config from stdin")
+    else:
+        assert json.loads(res.stdout)["cniVersion"]

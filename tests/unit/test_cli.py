@@ -13,6 +13,7 @@ import pytest
 
 from rdma_cni import cli
 from rdma_cni.errors import shown
+from rdma_cni.logsetup import TEST_LOG_FILE
 
 
 def test_about_lists_the_table_including_new_entries(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,3 +142,73 @@ def test_a_closed_stdout_is_one_line_on_stderr(tmp_path: Path) -> None:
         os.close(write)
     assert proc.returncode == 1
     assert proc.stderr.decode() == "rdma-cni: stdout was closed before the answer was written\n"
+
+
+def _exec_plugin(command: str, conf: dict[str, object], shell: str, log: Path,
+                 stdout: int | None = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+    """The python entry (``python -m rdma_cni``) run by ``sh -c 'exec "$@" <shell>'``:
+    ``<&-`` closes its stdin, ``>&-`` its stdout. ``log``: the default log file."""
+    return subprocess.run(["sh", "-c", f'exec "$@" {shell}', "sh", sys.executable, "-m",
+                           "rdma_cni"], input=json.dumps(conf), stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, timeout=60, cwd=str(ROOT),
+                          env={**_plugin_env(command), TEST_LOG_FILE: str(log)})
+
+
+@pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK"])
+def test_a_closed_stdin_is_a_code_5_document(tmp_path: Path, command: str) -> None:
+    log = tmp_path / "log"
+    proc = _exec_plugin(command, BAD_MODE_ADD, "<&-", log)
+    assert proc.returncode == 1, proc.stderr
+    msg = "failed to read network config from stdin: stdin is closed"
+    assert json.loads(proc.stdout) == {"cniVersion": "1.1.0", "code": 5, "msg": msg}
+    assert proc.stderr == f"rdma-cni: WARNING {command} failed: code 5: {msg}\n"
+    assert f"WARNING {command} failed: code 5: {msg}" in log.read_text()
+
+
+def test_version_answers_with_a_closed_stdin(tmp_path: Path) -> None:
+    proc = _exec_plugin("VERSION", {}, "<&-", tmp_path / "log")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["cniVersion"] == "1.1.0", proc
+
+
+@pytest.mark.parametrize("command", ["VERSION", "ADD"])
+def test_a_closed_stdout_fd_is_one_line_and_nothing_done(tmp_path: Path, command: str) -> None:
+    log = tmp_path / "log"
+    proc = _exec_plugin(command, {**BAD_MODE_ADD, "logFile": str(log)}, ">&-", log,
+                        stdout=None)
+    assert proc.returncode == 1
+    assert proc.stderr == "rdma-cni: the answer could not be written to stdout: " \
+                          "stdout is closed\n"
+    assert not log.exists()  # refused before the command ran
+
+
+@pytest.mark.parametrize("command", ["VERSION", "ADD"])
+def test_a_full_stdout_is_one_line_on_stderr(tmp_path: Path, command: str) -> None:
+    """``> /dev/full``: the write of the answer fails; no second document is tried, no
+    traceback. ADD's own warning (code 7) comes first."""
+    log = tmp_path / "log"
+    proc = _exec_plugin(command, {**BAD_MODE_ADD, "logFile": str(log)}, ">/dev/full", log,
+                        stdout=None)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1] == \
+        "rdma-cni: the answer could not be written to stdout: No space left on device"
+    assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) <= 2, proc.stderr
+
+
+@pytest.mark.parametrize("target", ["/dev/stdout", "/proc/self/fd/1", "stdout-file"])
+def test_a_log_file_that_is_stdout_gets_nothing(tmp_path: Path, target: str) -> None:
+    """logFile naming stdout (or the file stdout is redirected to) would put log lines
+    before the answer: the plugin logs to stderr only and says so once."""
+    out = tmp_path / "stdout-file"
+    path = str(out) if target == "stdout-file" else target
+    with out.open("w") as stdout:
+        proc = subprocess.run([sys.executable, "-m", "rdma_cni"],
+                              input=json.dumps({**BAD_MODE_ADD, "logFile": path}),
+                              stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=60,
+                              cwd=str(ROOT), env=_plugin_env("ADD"))
+    assert proc.returncode == 1
+    answer = json.loads(out.read_text())  # the one document, nothing before or after
+    assert answer["code"] == 7
+    lines = proc.stderr.splitlines()
+    assert lines[0] == f'rdma-cni: logFile "{path}" is stdout, where the answer goes: ' \
+                       "nothing is logged there (warnings still go to stderr)"
+    assert len(lines) == 2 and lines[1].startswith("rdma-cni: WARNING ADD failed: code 7")

@@ -26,10 +26,10 @@ ENV = {
     "CNI_IFNAME": "eth0",
     "CNI_PATH": "/opt/cni/bin",
 }
-REQUIRED = {
-    "ADD": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
-    "DEL": ("CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"),
-    "CHECK": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
+REQUIRED = {  # SPEC.md 1.1.0, "Execution Protocol": CNI_PATH is optional for all three
+    "ADD": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"),
+    "DEL": ("CNI_CONTAINERID", "CNI_IFNAME"),
+    "CHECK": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"),
 }
 OUR_RESULT = {
     "cniVersion": "1.1.0",
@@ -149,7 +149,24 @@ def test_missing_required_variable_is_code_4_naming_it(command: str, var: str, h
 
 def test_all_missing_variables_are_named_at_once() -> None:
     o = invoke("ADD", env={})
-    assert_error(o, 4, "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH")
+    assert_error(o, 4, "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME")
+    assert "CNI_PATH" not in o.stdout
+
+
+@pytest.mark.parametrize("command", sorted(REQUIRED))
+@pytest.mark.parametrize("how", ["unset", "empty"])
+def test_cni_path_is_optional(command: str, how: str) -> None:
+    """SPEC.md lists CNI_PATH among the optional parameters of ADD, DEL and CHECK (the
+    plugin delegates to no other): its absence reaches the handler."""
+    env = dict(ENV)
+    if how == "unset":
+        env.pop("CNI_PATH")
+    else:
+        env["CNI_PATH"] = ""
+    o = invoke(command, env=env)
+    assert o.status == 0, o.stdout
+    (_name, req), = o.handlers.calls
+    assert (req.container_id, req.cni_path) == ("c0ffee01", "")
 
 
 def test_del_without_netns_reaches_the_handler() -> None:
@@ -601,3 +618,37 @@ def test_version_and_pass_through_add_import_nothing_heavy(tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"codes": [0, 0, 0, 0], "heavy": []}
     assert metrics.is_file()  # the ADD was counted, and that cost nothing heavy either
+
+
+class _FullStdout(io.StringIO):
+    """A stdout every write of which fails (``> /dev/full``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("command", ["ADD", "BOGUS", "VERSION"])
+def test_a_stdout_that_fails_is_raised_once_to_the_caller(command: str) -> None:
+    """The answer is written once, outside the catch-all: a failing stdout is not taken
+    for the command's failure, whose error document would fail to be written again."""
+    out = _FullStdout()
+    with pytest.raises(OSError, match="No space left"):
+        dispatch.run({**ENV, "CNI_COMMAND": command}, json.dumps(conf()).encode(), out,
+                     io.StringIO(), handlers=FakeHandlers())
+    assert out.writes == 1
+
+
+def test_an_unreadable_stdin_is_code_5_and_version_still_answers() -> None:
+    out = io.StringIO()
+    assert dispatch.unreadable({**ENV, "CNI_COMMAND": "DEL"}, out, "stdin is closed") == 1
+    doc = only_doc(out.getvalue())
+    assert doc == {"cniVersion": versions.LATEST, "code": 5,
+                   "msg": "failed to read network config from stdin: stdin is closed"}
+    out = io.StringIO()
+    assert dispatch.unreadable({"CNI_COMMAND": "VERSION"}, out, "stdin is closed") == 0
+    assert only_doc(out.getvalue())["supportedVersions"] == list(versions.SUPPORTED)

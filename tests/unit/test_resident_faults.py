@@ -5,8 +5,11 @@ log file while a request writes to the first, and the client's timeout variable.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,9 +17,11 @@ from typing import Any
 
 import pytest
 
+from rdma_cni.errors import ConfigError
 from rdma_cni.resident import client, protocol, requestlog
 from rdma_cni.resident.server import Server
 
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {"CNI_COMMAND": "VERSION", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}
 
 
@@ -77,6 +82,39 @@ def test_a_stopping_server_leaves_the_socket_of_the_one_that_replaced_it(tmp_pat
     assert not os.path.exists(new.path)
 
 
+@pytest.mark.parametrize("kind", ["file", "directory", "symlink"])
+def test_what_is_no_socket_at_its_path_is_refused_and_left_alone(tmp_path: Path,
+                                                                  kind: str) -> None:
+    """A regular file at --socket was replaced by the socket, and gone at exit."""
+    path = tmp_path / "notasocket"
+    if kind == "file":
+        path.write_text("precious\n")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "elsewhere")
+    before = os.lstat(path)
+    with pytest.raises(ConfigError, match="exists and is no socket: not replacing it"):
+        Server(str(path)).bind()
+    after = os.lstat(path)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    assert kind != "file" or path.read_text() == "precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notasocket"]  # no temp dir left
+
+
+def test_serve_on_a_file_is_one_line_and_the_file_stays(tmp_path: Path) -> None:
+    path = tmp_path / "notasocket"
+    path.write_text("precious\n")
+    proc = subprocess.run([sys.executable, "-m", "rdma_cni", "serve", "--socket", str(path),
+                           "--log-file", str(tmp_path / "log")], capture_output=True,
+                          text=True, timeout=60, cwd=str(ROOT),
+                          env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1
+    assert proc.stderr == f'rdma-cni serve: socket path "{path}" exists and is no socket: ' \
+                          "not replacing it (remove it, or name another path)\n"
+    assert path.read_text() == "precious\n"
+
+
 def test_a_nul_in_a_config_path_is_answered(tmp_path: Path) -> None:
     """The request's thread died with a traceback (ValueError: embedded null byte) and the
     caller got no answer."""
@@ -114,6 +152,32 @@ def test_the_oldest_log_file_goes_and_only_once_no_request_writes_to_it(tmp_path
     log._release(first)
     assert first not in log.retired and first not in log.users
     log.close()
+
+
+@pytest.mark.parametrize("path", ["plugin.log", "./plugin.log", "logs/../plugin.log"])
+def test_a_relative_log_file_goes_to_the_server_s_log(tmp_path: Path, path: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative logFile was opened under the server's working directory; in-process it
+    is the runtime's: another file. The server's own log takes the lines, and says why."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "logs").mkdir()
+    records: list[logging.LogRecord] = []
+    own = logging.Handler()
+    own.emit = records.append  # type: ignore[method-assign]
+    warned: list[str] = []
+    log = requestlog.RequestLog(own, lambda key, msg: warned.append(msg))
+    root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with log.route({"logFile": path}, root):
+            log.handle(logging.LogRecord("rdma_cni", logging.WARNING, "f", 1, "a line", None,
+                                         None))
+    finally:
+        os.close(root)
+        log.close()
+    assert [r.getMessage() for r in records] == ["a line"]
+    assert not (tmp_path / "plugin.log").exists()
+    assert warned == [f"resident server: the request's logFile {json.dumps(path)} is not an "
+                      "absolute path: the request's lines go to the server's log"]
 
 
 @pytest.mark.parametrize(("value", "seconds"), [("abc", 25.0), ("inf", 25.0), ("nan", 25.0),
