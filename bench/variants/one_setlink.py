@@ -4,7 +4,6 @@ the kernel applies the IPv4 settings after the link is up within that one reques
 what two rtnetlink requests and their steps cost an ADD."""
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from rdma_cni.adapters.rtnl import RTM_SETLINK, ifinfmsg
@@ -13,6 +12,7 @@ from rdma_cni.cni.commands import add
 from rdma_cni.datapath import execute, podconfig, sublinks
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.datapath.plan import SYSCTLS
+from rdma_cni.records import replace
 from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.netlink import IPV4_DEVCONF
 from rdma_cni.vocab.plan import IfacePlan

@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from rdma_cni.adapters import netns
@@ -43,6 +42,7 @@ from rdma_cni.adapters.rtnlmsg import (
     stats_of,
 )
 from rdma_cni.adapters.rtnlunlist import SetupError, delete_unlisted
+from rdma_cni.records import replace
 from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.netlink import (
     IPV4_DEVCONF,

@@ -14,9 +14,9 @@ import os
 import socket
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from rdma_cni.errors import IOFailure
+from rdma_cni.records import record
 from rdma_cni.vocab.modes import RdmaNetnsMode
 
 NETLINK_RDMA = 20
@@ -65,7 +65,7 @@ def build_move(seq: int, dev_index: int, netns_fd: int) -> bytes:
     return build(RDMA_NLDEV_CMD_SET, NLM_F_REQUEST | NLM_F_ACK, seq, attrs)
 
 
-@dataclass(frozen=True)
+@record
 class Message:
     type: int
     seq: int

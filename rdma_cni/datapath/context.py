@@ -6,11 +6,11 @@ so that unit tests run the steps over the in-memory fake."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 from rdma_cni import defaults
 from rdma_cni.adapters import netns
 from rdma_cni.adapters.rdmanl import RdmaNetlink
+from rdma_cni.records import field, record
 from rdma_cni.vocab.ports import NetlinkPort
 
 
@@ -46,7 +46,7 @@ class NetnsOps:
         os.close(fd)
 
 
-@dataclass
+@record(frozen=False)
 class Ctx:
     host: NetlinkPort
     pod: NetlinkPort

@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from typing import Protocol
 
 from rdma_cni import testhooks
 from rdma_cni.datapath import physical, podconfig, sublinks
 from rdma_cni.datapath.context import Ctx, NetnsOps
 from rdma_cni.errors import TryAgain
+from rdma_cni.records import record
 from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.plan import IfacePlan
 
@@ -43,7 +43,7 @@ class Owner(Protocol):
         the attachment is no longer this request's."""
 
 
-@dataclass(frozen=True)
+@record
 class Step:
     name: str
     plan: IfacePlan

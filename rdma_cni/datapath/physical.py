@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from rdma_cni.adapters import netns
@@ -22,6 +21,7 @@ from rdma_cni.datapath.context import Ctx
 from rdma_cni.datapath.hostconfig import restore_host
 from rdma_cni.datapath.sublinks import KINDS as SUBLINK_KINDS
 from rdma_cni.errors import IOFailure, NicUnavailable, TryAgain
+from rdma_cni.records import replace
 from rdma_cni.vocab.modes import Mode
 from rdma_cni.vocab.netlink import Link
 from rdma_cni.vocab.plan import IfacePlan

@@ -9,11 +9,11 @@ overrides (validated by the block model).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface
 from typing import TYPE_CHECKING, Any
 
 from rdma_cni.errors import ConfigError, IfNameInUse, UnsupportedField, shown
+from rdma_cni.records import replace
 from rdma_cni.vocab.modes import NicRule, names_where
 from rdma_cni.vocab.names import check_ifname
 from rdma_cni.vocab.plan import IfacePlan, NicFacts

@@ -32,11 +32,11 @@ Pure except for the reads through the netlink sessions and the store it is given
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface
 from typing import Any
 
 from rdma_cni.datapath.physical import HOST, POD, SUBLINK_KINDS
+from rdma_cni.records import replace
 from rdma_cni.store.core import Store
 from rdma_cni.store.records import plan_from_dict
 from rdma_cni.store.state import AttachmentState, make_state

@@ -5,10 +5,10 @@ temporary name straight into the pod netns, then renamed and marked with the ali
 from __future__ import annotations
 
 import errno
-from dataclasses import replace
 
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.errors import IfNameInUse
+from rdma_cni.records import replace
 from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.netlink import Link, NetlinkFailure
 from rdma_cni.vocab.plan import IfacePlan

@@ -12,9 +12,9 @@ choice is saved in the state record; DEL and CHECK use the saved table.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
 
 from rdma_cni.errors import ConfigError
+from rdma_cni.records import replace
 from rdma_cni.vocab.plan import IfacePlan
 
 #: tables the kernel reserves (unspec, compat, default, main, local)

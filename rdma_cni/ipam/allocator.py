@@ -10,16 +10,16 @@ No I/O here: :mod:`rdma_cni.ipam.reserve` ties this to the store.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
 from rdma_cni.errors import AddressError, ConfigError, NetmaskError, NicUnavailable, shown
+from rdma_cni.records import field, record
 from rdma_cni.vocab.modes import SHARED_MAX_PREFIX  # shared modes refuse NIC prefixes this long
 
 _MAX_IP = (1 << 32) - 1
 
 
-@dataclass(frozen=True)
+@record
 class RangeLimits:
     """What one ``ipam.ranges`` entry (``models.netconf.IpamRangeConf``) puts on a pool,
     parsed: the first and last address and the excluded networks."""
@@ -29,7 +29,7 @@ class RangeLimits:
     exclude: tuple[IPv4Network, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class Pool:
     """The addresses ``first``..``last`` of ``network`` minus ``excluded``.
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from rdma_cni.errors import (
@@ -24,6 +23,7 @@ from rdma_cni.errors import (
     shown,
 )
 from rdma_cni.node.discovery import normalize_ids
+from rdma_cni.records import record
 from rdma_cni.vocab.modes import RESOURCE_RDMA, Mode, NicRule
 
 log = logging.getLogger("rdma_cni")
@@ -42,7 +42,7 @@ class NicLike(Protocol):
     def netdev(self) -> str: ...
 
 
-@dataclass(frozen=True)
+@record
 class AllocationAnswer:
     """``ids`` None: no kubelet source exists (or ``allocation: config``)."""
 
@@ -50,7 +50,7 @@ class AllocationAnswer:
     source: str
 
 
-@dataclass(frozen=True)
+@record
 class PodRef:
     namespace: str
     name: str

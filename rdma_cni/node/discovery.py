@@ -29,10 +29,10 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from contextlib import closing
-from dataclasses import replace
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import AllocationError, shown
+from rdma_cni.records import replace
 from rdma_cni.vocab.nic import Nic
 
 NET = "sys/class/net"

@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import closing
-from dataclasses import replace
 from ipaddress import IPv4Address
 
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.errors import TryAgain
+from rdma_cni.records import replace
 from rdma_cni.vocab.nic import Gid, parse_gid
 
 ROCE_V2 = "RoCE v2"

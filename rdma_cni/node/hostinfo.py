@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface, ip_interface
 
 from rdma_cni.errors import NicUnavailable
+from rdma_cni.records import replace
 from rdma_cni.vocab.netlink import FOREVER, RT_TABLE_MAIN, Addr, Link, Route
 from rdma_cni.vocab.nic import Nic
 from rdma_cni.vocab.plan import HostAddr, HostRoute, NicFacts

@@ -4,7 +4,6 @@ node's own NIC), and the bounded wait for the pod interfaces' RoCE GIDs."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import NamedTuple
 
 from rdma_cni.adapters.sysfs import Sysfs
@@ -18,6 +17,7 @@ from rdma_cni.node.discovery import (
     uverbs_map,
 )
 from rdma_cni.node.primary import keep_off, primary_nics
+from rdma_cni.records import replace
 from rdma_cni.vocab.nic import Nic
 from rdma_cni.vocab.plan import IfacePlan
 from rdma_cni.vocab.ports import NetlinkPort

@@ -10,19 +10,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
 from rdma_cni.errors import CniError
 from rdma_cni.ipam.allocator import Pool, RangeLimits, build_pool
+from rdma_cni.records import field, record
 from rdma_cni.vocab.modes import Capacity, Mode
 from rdma_cni.vocab.nic import HostNic
 
 log = logging.getLogger("rdma_cni")
 
 
-@dataclass(frozen=True)
+@record
 class NodeSettings:
     """What the device plugin and the exporter need of the node's config (a mode
     given as its string becomes the :class:`Mode`; an unknown one is a ConfigError)."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 
+from rdma_cni.records import record
 from rdma_cni.store import journal
 from rdma_cni.vocab.attachment import AttachmentKey
 
@@ -23,7 +23,7 @@ Listing = Iterable[tuple[str, IPv4Address, Owner]]
 Reader = Callable[[str], "Owner | None"]
 
 
-@dataclass
+@record(frozen=False)
 class View:
     head: journal.Head
     listed_at: float

@@ -17,16 +17,16 @@ load. Keys this release does not know (a newer release wrote them) are kept in
 
 from __future__ import annotations
 
-from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface
 from typing import Any
 
+from rdma_cni.records import fields, replace
 from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.netlink import RT_TABLE_MAIN
 from rdma_cni.vocab.plan import HostAddr, HostRoute, IfacePlan
 
 #: the saved fields, in declaration order
-_SAVED = tuple(f for f in IfacePlan.__dataclass_fields__ if f != "extra")
+_SAVED = tuple(f for f in fields(IfacePlan) if f != "extra")
 _FIELDS = frozenset(_SAVED)
 
 

@@ -18,10 +18,10 @@ written back, so a round trip loses nothing a newer release wrote."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rdma_cni.confdefaults import DEFAULTS
+from rdma_cni.records import field, record, replace
 from rdma_cni.store.records import plan_from_dict, plan_to_dict
 from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.plan import IfacePlan
@@ -38,7 +38,7 @@ class StateError(ValueError):
     """A record whose interfaces teardown cannot use."""
 
 
-@dataclass(frozen=True)
+@record
 class AttachmentState:
     status: str = ""
     mode: str = ""

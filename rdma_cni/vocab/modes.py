@@ -16,10 +16,10 @@ Stdlib only and cheap to import: the pass-through ADD and DEL may read it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 
 from rdma_cni.errors import ConfigError, shown
+from rdma_cni.records import record
 from rdma_cni.vocab.kinds import LinkKind
 
 RESOURCE_RDMA = "vke.volcengine.com/rdma"
@@ -54,7 +54,7 @@ class Capacity(StrEnum):
     #                            standing for every NIC; in use: attachments
 
 
-@dataclass(frozen=True)
+@record
 class Traits:
     link: LinkKind
     nics: NicRule

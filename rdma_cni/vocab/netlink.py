@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 from rdma_cni.errors import IOFailure
+from rdma_cni.records import field, record
 
 RT_TABLE_MAIN = 254
 RT_TABLE_LOCAL = 255
@@ -35,7 +35,7 @@ DEFAULT_DSTS = ("0.0.0.0/0", "::/0")
 IPV4_DEVCONF = {"rp_filter": 8, "arp_announce": 18, "arp_ignore": 19, "arp_notify": 22}
 
 
-@dataclass(frozen=True)
+@record
 class Link:
     index: int
     name: str
@@ -53,7 +53,7 @@ class Link:
     link_netnsid: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Addr:
     """An address of any family as the kernel shows it: ``flags`` are its IFA_F_* bits,
     ``valid``/``preferred`` its remaining lifetimes in seconds (:data:`FOREVER`: none),
@@ -72,7 +72,7 @@ class Addr:
         return 6 if ":" in self.cidr else 4
 
 
-@dataclass(frozen=True)
+@record
 class Route:
     dst: str  # CIDR
     gateway: str | None
@@ -107,7 +107,7 @@ class Route:
         return [g for i, g in zip(self.nexthops, self.via, strict=False) if i == oif and g]
 
 
-@dataclass(frozen=True)
+@record
 class LinkStats:
     rx_bytes: int
     tx_bytes: int

@@ -6,11 +6,12 @@ NIC's IPv4 configuration on the host (:class:`HostNic`). Stdlib only:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv6Address
 
+from rdma_cni.records import record
 
-@dataclass(frozen=True)
+
+@record
 class Nic:
     netdev: str
     ibdev: str | None = None
@@ -31,7 +32,7 @@ class Nic:
         return self.netdev if self.shares_function or not self.pci else self.pci
 
 
-@dataclass(frozen=True)
+@record
 class Gid:
     ibdev: str
     port: int
@@ -64,7 +65,7 @@ def ipv4_of(gid: str | Gid) -> IPv4Address | None:
     return addr.ipv4_mapped if addr is not None else None
 
 
-@dataclass(frozen=True)
+@record
 class HostNic:
     addresses: tuple[IPv4Interface, ...]
     gateway: IPv4Address | None = None

@@ -14,10 +14,10 @@ not know (a newer release wrote them) are kept in :attr:`IfacePlan.extra`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface
 from typing import Any, NamedTuple
 
+from rdma_cni.records import field, record
 from rdma_cni.vocab.netlink import RT_TABLE_MAIN
 
 
@@ -50,7 +50,7 @@ class HostAddr(NamedTuple):
     broadcast: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class IfacePlan:
     k: int
     name: str
@@ -80,7 +80,7 @@ class IfacePlan:
         return self.addresses[0] if self.addresses else None
 
 
-@dataclass(frozen=True)
+@record
 class NicFacts:
     """What the host shows of one RDMA NIC (netdev), read before planning."""
 

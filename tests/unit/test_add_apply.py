@@ -6,7 +6,6 @@ is, and a failed ADD leaves no state and no temp file."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from rdma_cni.cni.commands import add as add_cmd
 from rdma_cni.cni.commands import owner as owner_mod
 from rdma_cni.cni.request import Request
 from rdma_cni.errors import IOFailure, TryAgain
+from rdma_cni.records import replace
 from rdma_cni.store.atomic import TMP
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState, make_state

@@ -4,8 +4,6 @@ real kernel by tests/integration/test_netlink_contract.py)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from support.fakenode import EXCL, MARK, POD, PRIO, SHARED, Node, add, delete
 
@@ -14,6 +12,7 @@ from rdma_cni.datapath import execute
 from rdma_cni.datapath.plan import SYSCTLS
 from rdma_cni.datapath.session import Session
 from rdma_cni.errors import EnvError, IfNameInUse, IOFailure
+from rdma_cni.records import replace
 from rdma_cni.vocab.plan import IfacePlan
 
 

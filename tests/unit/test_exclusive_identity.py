@@ -3,7 +3,6 @@ never a look-alike a pod can make (a veth with the NIC's name, MAC and our mark)
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from rdma_cni.datapath.physical import (
@@ -16,6 +15,7 @@ from rdma_cni.datapath.physical import (
     unprovable,
 )
 from rdma_cni.datapath.plan import identity_of
+from rdma_cni.records import replace
 from rdma_cni.vocab.netlink import Link
 from rdma_cni.vocab.plan import IfacePlan, NicFacts
 

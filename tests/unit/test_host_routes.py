@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from rdma_cni.adapters.netlink import Link, Route
 from rdma_cni.node.hostinfo import _facts
+from rdma_cni.records import replace
 from rdma_cni.store.records import plan_from_dict, plan_to_dict
 from rdma_cni.vocab.plan import HostRoute, IfacePlan
 

@@ -23,12 +23,12 @@ PKG = "rdma_cni"
 #: the first (leaf modules) and the last (the command line)
 LAYERS = [
     {"errors", "defaults", "confdefaults", "jsondoc", "testhooks", "log", "logsetup", "cliargs",
-     "__init__", "proto"},
+     "__init__", "proto", "records"},
     {"vocab"}, {"adapters"}, {"models", "store"}, {"ipam"}, {"node"}, {"datapath"},
     {"cni"}, {"resident"}, {"tools"}, {"kube"}, {"cli", "__main__"},
 ]
 SIDEWAYS_OK = {0, len(LAYERS) - 1}
-VOCAB_MAY = {"rdma_cni.errors", "rdma_cni.defaults"}
+VOCAB_MAY = {"rdma_cni.errors", "rdma_cni.defaults", "rdma_cni.records"}
 
 
 class Edge(NamedTuple):

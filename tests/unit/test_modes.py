@@ -102,7 +102,7 @@ def test_importing_the_table_is_cheap() -> None:
              "or m in ('pydantic', 'pydantic_core', 'pyroute2', 'grpc', 'netaddr'))))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=60, check=True, cwd=str(ROOT)).stdout
-    assert json.loads(out) == ["rdma_cni", "rdma_cni.errors", "rdma_cni.vocab",
+    assert json.loads(out) == ["rdma_cni", "rdma_cni.errors", "rdma_cni.records", "rdma_cni.vocab",
                                "rdma_cni.vocab.kinds", "rdma_cni.vocab.modes"]
 
 

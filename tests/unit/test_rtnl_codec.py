@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import struct
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -28,6 +27,7 @@ from rdma_cni.adapters.rtnlmsg import (
     route_request,
     rule_of,
 )
+from rdma_cni.records import replace
 from rdma_cni.vocab.netlink import Addr, Route
 
 MACVLAN = {"attrs": [("IFLA_INFO_KIND", "macvlan"),

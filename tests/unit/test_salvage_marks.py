@@ -8,11 +8,12 @@ under the pod's own name for it, with the addresses and routes the pod gave it."
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Interface
 from pathlib import Path
 
 import pytest
+
+from rdma_cni.records import replace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 

@@ -6,7 +6,6 @@ and a give-up horizon ends the retries."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from ipaddress import IPv4Interface
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from rdma_cni.adapters.netlink import Link
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.cni.commands import delete
 from rdma_cni.datapath.teardown import NicNotBack, _recover_on_host, hardware_of
+from rdma_cni.records import replace
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState
 from rdma_cni.vocab.attachment import AttachmentKey

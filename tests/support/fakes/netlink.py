@@ -19,11 +19,12 @@ from __future__ import annotations
 import errno
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Interface, ip_address, ip_network
 from typing import Any
 
 from rdma_cni.adapters.netns import NetnsGone
+from rdma_cni.records import replace
 from rdma_cni.vocab.netlink import (
     RT_TABLE_LOCAL,
     RT_TABLE_MAIN,
