@@ -178,11 +178,22 @@ class Claims:
             return self._claim(self.addrs_dir, str(ip), key, ifname, {"pool": pool})
 
     def _legacy_owner(self, ip: IPv4Address) -> Owner | None:
-        for sub in scan(self.ips_dir):
-            owner = self._owner_at(os.path.join(self.ips_dir, sub, str(ip)))
+        for _, pool_dir in self._legacy_pools():
+            owner = self._owner_at(os.path.join(pool_dir, str(ip)))
             if owner is not None:
                 return owner
         return None
+
+    def _legacy_pools(self) -> Iterator[tuple[IPv4Network, str]]:
+        """(pool, its directory) of the layout up to 0.1.0 (``ips/<subnet>``); anything
+        else there is ignored (a warning): no release wrote it, and no reservation is in it."""
+        for sub in scan(self.ips_dir):
+            path = os.path.join(self.ips_dir, sub)
+            net = _pool_from_dirname(sub)
+            if net is None or not os.path.isdir(path):
+                log.warning("ignoring stray entry %s", path)
+                continue
+            yield net, path
 
     def ip_owners(self, pool: str, mine: AttachmentKey | None = None, fresh: bool = False
                   ) -> dict[IPv4Address, Owner]:
@@ -252,12 +263,8 @@ class Claims:
                         within: IPv4Network | None = None
                         ) -> Iterator[tuple[str, IPv4Address, Owner, str]]:
         """:meth:`_ip_entries` of the layout up to 0.1.0 (``ips/<subnet>/<ip>``)."""
-        for sub in scan(self.ips_dir):
-            net = _pool_from_dirname(sub)
-            if net is None:
-                log.warning("ignoring stray entry %s", os.path.join(self.ips_dir, sub))
-                continue
-            for _, ip, owner, path in self._dir_owners(f"{self.ips_dir}/{sub}", mine, within):
+        for net, pool_dir in self._legacy_pools():
+            for _, ip, owner, path in self._dir_owners(pool_dir, mine, within):
                 yield str(net), ip, owner, path
 
     def ips_of(self, key: AttachmentKey) -> list[tuple[str, IPv4Address, str]]:

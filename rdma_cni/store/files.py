@@ -14,11 +14,18 @@ import stat
 from typing import Any
 
 from rdma_cni import jsondoc
+from rdma_cni.errors import IOFailure
+from rdma_cni.log import LazyLogger
 from rdma_cni.store.atomic import TMP, fsync_dir, ioerr
 from rdma_cni.store.orphans import drop_if_orphan
 
+log = LazyLogger(__name__)
+
 #: the largest record read: releases up to 0.1.0 wrote state without a bound
 MAX_READ = 16 << 20
+#: how a record is opened: never through a symlink, and without waiting for a writer (a
+#: FIFO in a record's place opens at once, then reads as corrupt: it is no regular file)
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 class Corrupt(Exception):
@@ -30,11 +37,17 @@ def encode(obj: dict[str, Any]) -> bytes:
 
 
 def ensure_dir(path: str, parents: bool = False) -> None:
+    """Create the directory ``path`` (0700); one already there (or a link to one) is
+    kept. Anything else in its place is an :class:`IOFailure`: the store never removes
+    what it did not write, and a write under it would fail anyway."""
     try:
         if parents:
             os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
         os.mkdir(path, 0o700)
     except FileExistsError:
+        if not os.path.isdir(path):
+            raise IOFailure(f"failed to create directory {path}: something that is not a "
+                            "directory is in its place") from None
         return
     except OSError as e:
         raise ioerr("create directory", path, e) from e
@@ -44,7 +57,7 @@ def ensure_dir(path: str, parents: bool = False) -> None:
 def remove(path: str) -> bool:
     try:
         os.unlink(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # ENOTDIR: its directory is not one
         return False
     except OSError as e:
         raise ioerr("remove", path, e) from e
@@ -86,8 +99,8 @@ def read_identified(path: str) -> tuple[dict[str, Any] | None, Identity | None]:
     """:func:`read_record`, and the :data:`Identity` of the file read (from the same open
     file, so the two always belong together)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except FileNotFoundError:
+        fd = os.open(path, _READ_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):  # ENOTDIR: its directory is not one
         return None, None
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.EISDIR):
@@ -96,10 +109,11 @@ def read_identified(path: str) -> tuple[dict[str, Any] | None, Identity | None]:
     try:
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise Corrupt("is a directory" if stat.S_ISDIR(st.st_mode) else
+                              "not a regular file")
             raw = f.read(MAX_READ + 1)
     except OSError as e:
-        if e.errno == errno.EISDIR:
-            raise Corrupt("is a directory") from e
         raise ioerr("read", path, e) from e
     try:
         rec: dict[str, Any] = jsondoc.decode(raw, MAX_READ, dict, "not a JSON object")
@@ -110,10 +124,15 @@ def read_identified(path: str) -> tuple[dict[str, Any] | None, Identity | None]:
 
 def scan(directory: str) -> list[str]:
     """Entry names of ``directory``, sorted (missing: none), minus temp files; orphans
-    are removed. Temp files share a prefix, so they sit together in the sorted names."""
+    are removed. Temp files share a prefix, so they sit together in the sorted names.
+    Something that is not a directory holds no records: none, and a warning (only a
+    hand put it there; whatever would write under it fails, :func:`ensure_dir`)."""
     try:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        log.warning("%s is not a directory: it holds no records", directory)
         return []
     except OSError as e:
         raise ioerr("list", directory, e) from e

@@ -217,7 +217,7 @@ def record(path: str, command: str, code: int, seconds: float) -> None:
 
 def _read_bytes(path: str) -> bytes:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return b""
     try:

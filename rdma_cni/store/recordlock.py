@@ -27,7 +27,8 @@ from rdma_cni.errors import IOFailure
 from rdma_cni.store.files import Identity, identity_from
 from rdma_cni.store.lock import wait_flock
 
-_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: O_NONBLOCK: a FIFO in a record's place opens at once (a reader quarantines it)
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 @contextmanager
@@ -53,7 +54,7 @@ def _lock_in_place(path: str, start: float, timeout: float
     while True:
         try:
             fd = os.open(path, _FLAGS)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # ENOTDIR: state/ is not a directory
             return None
         except OSError as e:
             raise IOFailure(f"failed to open state record {path}: {e.strerror or e}") from e

@@ -7,18 +7,22 @@ The JSON form is the record of ``state/<digest>.json`` (see :mod:`rdma_cni.store
      "netns": "/var/run/netns/x", "pod": "ns/name", "podUID": "...",
      "rulePriority": 20000, "interfaces": [...], "result": {...} | null,
      "origin": {...}, "cniConfName": "rdma", "request": "<token>",
-     "nicPendingSince": 1700000000.0, "written": {"boot": "<boot id>", "boottime": 812.5}}
+     "nicPendingSince": {"boot": "<boot id>", "since": 1234.5},
+     "written": {"boot": "<boot id>", "boottime": 812.5}}
 
 ``origin``, ``cniConfName`` (release 0.1.0 wrote none), ``request``,
 ``nicPendingSince`` and ``written`` (when ADD wrote the record: the boot and its
 ``CLOCK_BOOTTIME``, :func:`rdma_cni.store.boot.stamp`; earlier releases wrote none) are
 optional; every other field has its default here, once.
+``nicPendingSince`` is when a DEL first saw an exclusive NIC not back: seconds of the
+boot's ``CLOCK_BOOTTIME`` with the kernel's boot ID (:class:`NicPending`); earlier
+releases wrote a number, the wall clock, which reads as a mark of no boot.
 Keys this release does not know are kept in :attr:`AttachmentState.extra` and
 written back, so a round trip loses nothing a newer release wrote."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.records import field, record, replace
@@ -38,6 +42,25 @@ class StateError(ValueError):
     """A record whose interfaces teardown cannot use."""
 
 
+class NicPending(NamedTuple):
+    """When a DEL first saw an exclusive NIC not back: ``since`` on ``CLOCK_BOOTTIME`` of
+    the boot ``boot``; ``boot`` None: a number an earlier release wrote (the wall clock)."""
+
+    boot: str | None
+    since: float
+
+    @classmethod
+    def from_json(cls, v: Any) -> NicPending | None:
+        if _number(v):
+            return cls(None, float(v))
+        if isinstance(v, dict) and isinstance(v.get("boot"), str) and _number(v.get("since")):
+            return cls(v["boot"], float(v["since"]))
+        return None
+
+    def to_json(self) -> dict[str, Any] | float:
+        return self.since if self.boot is None else {"boot": self.boot, "since": self.since}
+
+
 @record
 class AttachmentState:
     status: str = ""
@@ -51,7 +74,7 @@ class AttachmentState:
     origin: dict[str, Any] | None = None  # see rdma_cni.node.origin
     conf_name: str = ""  # the entry's cniConfName; "" in records of 0.1.0
     request: str = ""  # the token of the ADD that wrote it
-    nic_pending_since: float | None = None  # DEL first saw an exclusive NIC not back
+    nic_pending_since: NicPending | None = None  # DEL first saw an exclusive NIC not back
     written: dict[str, Any] | None = None  # when ADD wrote it (boot, CLOCK_BOOTTIME)
     key: AttachmentKey | None = None  # set by the store
     schema: int = SCHEMA
@@ -73,7 +96,6 @@ class AttachmentState:
             interfaces = tuple(plan_from_dict(d) for d in rec.get("interfaces") or [])
         except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
             raise StateError(f"unusable interfaces: {exc!r}"[:200]) from exc
-        since = rec.get(PENDING_SINCE)
         return cls(
             status=_str(rec.get("status")), mode=_str(rec.get("mode")),
             netns=_str(rec.get("netns")), pod=_str(rec.get("pod")),
@@ -82,7 +104,7 @@ class AttachmentState:
             interfaces=interfaces, result=_dict(rec.get("result")),
             origin=_dict(rec.get("origin")), conf_name=_str(rec.get(CONF_NAME)),
             request=_str(rec.get("request")),
-            nic_pending_since=since if _number(since) else None,
+            nic_pending_since=NicPending.from_json(rec.get(PENDING_SINCE)),
             written=_dict(rec.get("written")),
             key=_key(rec.get("key")),
             schema=_int(rec.get("schema")) or SCHEMA,
@@ -97,9 +119,10 @@ class AttachmentState:
             "interfaces": [plan_to_dict(p) for p in self.interfaces], "result": self.result,
         }
         optional = ((CONF_NAME, self.conf_name), ("origin", self.origin),
-                    ("request", self.request), (PENDING_SINCE, self.nic_pending_since),
-                    ("written", self.written))
+                    ("request", self.request), ("written", self.written))
         rec.update((k, v) for k, v in optional if v)
+        if self.nic_pending_since is not None:
+            rec[PENDING_SINCE] = self.nic_pending_since.to_json()
         if self.key is not None:
             rec["key"] = self.key.as_dict()
         return rec

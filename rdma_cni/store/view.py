@@ -12,6 +12,7 @@ anything they cannot parse (:attr:`StoreView.unreadable` counts the state record
 from __future__ import annotations
 
 import os
+import stat
 from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
@@ -32,8 +33,11 @@ def _names(directory: str) -> list[str]:
 
 def _record(path: str) -> dict[str, Any] | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        # O_NONBLOCK: a FIFO in a record's place must not hold the reader
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
             raw = f.read(_MAX_RECORD + 1)
         rec: dict[str, Any] = jsondoc.decode(raw, _MAX_RECORD, dict)
     except (OSError, jsondoc.JsonRefused):

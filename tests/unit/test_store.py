@@ -393,14 +393,63 @@ def test_write_failure_is_io_failure(tmp_path: Path) -> None:
         bad.put_state(OLD, S({}))
     with pytest.raises(IOFailure):
         bad.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
-    with pytest.raises(IOFailure, match="Not a directory"):
-        bad.get_state(OLD)
-    with pytest.raises(IOFailure, match="failed to list"):
-        bad.owners()
+    # nothing can be held under something that is not a directory: reads find nothing
+    # (a DEL has nothing to undo there), writes fail
+    assert bad.get_state(OLD) is None and bad.owners() == set()
+    assert bad.quarantined() == set()
     missing = Store(str(tmp_path / "missing"))
     assert missing.get_state(OLD) is None and missing.list_states() == []
     assert missing.owners() == set() and missing.nic_claims() == {}
     assert not (tmp_path / "missing").exists()
+
+
+WRITES = {
+    "state": lambda st: st.put_state(OLD, S({})),
+    "addrs": lambda st: st.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1"),
+    "nics": lambda st: st.claim_nic("rnic0", OLD, "eth1"),
+}
+
+
+@pytest.mark.parametrize("sub", ["state", "addrs", "nics", "corrupt", "ips"])
+def test_a_file_where_a_directory_belongs_holds_nothing_and_refuses_writes(
+        tmp_path: Path, sub: str) -> None:
+    """A DEL has nothing to undo there (it failed with code 5, every DEL of the node);
+    a write fails, naming the path (ADD refuses such a data dir)."""
+    store = Store(str(tmp_path / "data"))
+    store.usable()
+    (tmp_path / "data" / sub).write_text("x")
+    assert store.get_state(OLD) is None and store.owners() == set()
+    assert store.quarantined() == set() and store.nic_claims() == {}
+    assert store.ips_of(OLD) == [] and store.corrupt_records() == []
+    store.purge(OLD)
+    store.forget_quarantined(OLD)
+    if sub in WRITES:
+        with pytest.raises(IOFailure, match=f"failed to create directory .*/{sub}: "
+                                            "something that is not a directory"):
+            WRITES[sub](store)
+
+
+def test_a_stray_file_among_the_old_pools_is_ignored(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "data"))
+    (tmp_path / "data" / "ips").mkdir(parents=True)
+    (tmp_path / "data" / "ips" / "junk").write_text("x")
+    (tmp_path / "data" / "ips" / "192.0.2.0_28").write_text("x")
+    assert store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
+    assert store.ips_of(OLD) == [(POOL, A("192.0.2.2"), "eth1")]
+    assert store.release_ips(OLD) == 1
+
+
+def test_a_fifo_in_a_records_place_is_corrupt_not_waited_on(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "data"))
+    store.put_state(OLD, S({}))
+    assert store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
+    fifo = Path(store.state_dir) / ("0" * 40 + ".json")
+    os.mkfifo(fifo)
+    os.mkfifo(Path(store.addrs_dir) / "192.0.2.3")
+    assert [st.key for st in store.list_states()] == [OLD]
+    assert not fifo.exists() and store.quarantined() == {"0" * 40}
+    assert store.ip_owners(POOL, fresh=True)[A("192.0.2.3")] == (UNKNOWN_OWNER, "")
+    assert str(Path(store.addrs_dir) / "192.0.2.3") in store.corrupt_records()
 
 
 # -- locking and concurrency ------------------------------------------------------------

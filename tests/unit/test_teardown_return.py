@@ -18,7 +18,7 @@ from rdma_cni.cni.commands import delete
 from rdma_cni.datapath.teardown import NicNotBack, _recover_on_host, hardware_of
 from rdma_cni.records import replace
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import AttachmentState
+from rdma_cni.store.state import AttachmentState, NicPending
 from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.plan import IfacePlan
 
@@ -108,20 +108,73 @@ def test_a_nic_whose_device_is_gone_is_done_without_waiting(sysfs: Sysfs) -> Non
     assert time.monotonic() - t0 < 1 and host.calls == []
 
 
-def test_del_keeps_failing_until_the_give_up_horizon(tmp_path: Path) -> None:
+class Clocks:
+    """The wall clock and CLOCK_BOOTTIME as :func:`delete._give_up` reads them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, boot: str = "boot-1") -> None:
+        self.wall, self.boottime, self.boot = 1_700_000_000.0, 1000.0, boot
+        monkeypatch.setattr(delete.time, "time", lambda: self.wall)
+        real = time.clock_gettime
+
+        def clock_gettime(clk: int) -> float:
+            return self.boottime if clk == time.CLOCK_BOOTTIME else real(clk)
+        monkeypatch.setattr(delete.time, "clock_gettime", clock_gettime)
+        monkeypatch.setattr(delete, "this_boot", lambda: self.boot)
+
+
+def _marked(tmp_path: Path) -> tuple[Store, AttachmentKey, AttachmentState]:
     store = Store(str(tmp_path / "data"))
     key = AttachmentKey("net", "c1", "eth0")
     store.claim_nic("rnic0", key, "eth1")
     store.put_state(key, AttachmentState())
     state = store.get_state(key)
     assert state is not None
+    return store, key, state
+
+
+def test_del_keeps_failing_until_the_give_up_horizon(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    clocks = Clocks(monkeypatch)
+    store, key, state = _marked(tmp_path)
     assert not delete._give_up(store, key, state, "not back")  # first: marks the time
     marked = store.get_state(key)
-    assert marked is not None and isinstance(marked.nic_pending_since, float)
+    assert marked is not None and marked.nic_pending_since == NicPending("boot-1", 1000.0)
+    clocks.boottime += delete.GIVE_UP - 1
     assert not delete._give_up(store, key, marked, "not back")  # within the horizon
-    old = marked.with_(nic_pending_since=time.time() - delete.GIVE_UP - 1)
-    assert delete._give_up(store, key, old, "not back")
+    clocks.boottime += 1
+    assert delete._give_up(store, key, marked, "not back")
     assert store.get_state(key) is None and store.nic_claims() == {}
+
+
+def test_a_wall_clock_set_forward_does_not_end_the_wait(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An NTP step of the wall clock between two DELs released the NIC's claim while the
+    NIC was still hidden in the pod (the wait was timed by time.time())."""
+    clocks = Clocks(monkeypatch)
+    store, key, state = _marked(tmp_path)
+    assert not delete._give_up(store, key, state, "not back")
+    marked = store.get_state(key)
+    assert marked is not None
+    clocks.wall += 10 * delete.GIVE_UP
+    clocks.boottime += 30
+    assert not delete._give_up(store, key, marked, "not back")
+    assert store.get_state(key) is not None and set(store.nic_claims()) == {"rnic0"}
+
+
+@pytest.mark.parametrize("old", [NicPending("boot-0", 0.0), NicPending(None, 1.0)])
+def test_a_mark_of_another_boot_or_release_starts_the_wait_afresh(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old: NicPending) -> None:
+    """A mark of another boot, or the wall-clock number of an earlier release, is no
+    time of this boot: this DEL marks it anew, the full wait follows."""
+    clocks = Clocks(monkeypatch)
+    store, key, state = _marked(tmp_path)
+    assert not delete._give_up(store, key, state.with_(nic_pending_since=old), "not back")
+    marked = store.get_state(key)
+    assert marked is not None and marked.nic_pending_since == NicPending("boot-1", 1000.0)
+    clocks.boottime += delete.GIVE_UP - 1
+    assert not delete._give_up(store, key, marked, "not back")
+    clocks.boottime += 1
+    assert delete._give_up(store, key, marked, "not back")
 
 
 def test_fallback_names_of_two_nics_differ_and_a_taken_one_is_not_a_failure() -> None:

@@ -12,14 +12,16 @@ from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import ConfigError, escaped
 from rdma_cni.log import LazyLogger
 from rdma_cni.node.origin import netns_identity, recorded_netns
+from rdma_cni.store.boot import this_boot
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import AttachmentState
+from rdma_cni.store.state import AttachmentState, NicPending
 from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.kinds import PENDING
 from rdma_cni.vocab.modes import Mode
 
 #: DEL keeps failing (code 11) for an exclusive NIC the kernel has not returned for
-#: this long after the first such DEL; then it releases the attachment and logs it
+#: this long after the first such DEL; then it releases the attachment and logs it.
+#: Timed by CLOCK_BOOTTIME within one boot (see :func:`_give_up`)
 GIVE_UP = 600.0
 
 if TYPE_CHECKING:
@@ -145,16 +147,20 @@ def _take_over(store: Store, key: AttachmentKey) -> AttachmentState | None:
 
 def _give_up(store: Store, key: AttachmentKey, state: AttachmentState, why: str) -> bool:
     """An exclusive NIC is not back yet: keep the state (marked with when that was first
-    seen) so the runtime retries, or, :data:`GIVE_UP` seconds on, release the rest."""
-    now = time.time()
-    since = state.nic_pending_since
-    if since is None:
-        store.put_state(key, state.with_(nic_pending_since=now))
+    seen) so the runtime retries, or, :data:`GIVE_UP` seconds on, release the rest.
+
+    The mark is this boot's ``CLOCK_BOOTTIME`` with the boot ID: a step of the wall clock
+    (NTP) changes nothing. A mark of another boot, or the wall-clock number an earlier
+    release wrote, starts the wait afresh (never sooner than a full wait)."""
+    now, boot = time.clock_gettime(time.CLOCK_BOOTTIME), this_boot()
+    mark = state.nic_pending_since
+    if mark is None or mark.boot != boot:
+        store.put_state(key, state.with_(nic_pending_since=NicPending(boot, now)))
         return False
-    if now - since < GIVE_UP:
+    if now - mark.since < GIVE_UP:
         return False
     log.error("DEL of %s/%s gives up waiting after %.0f s and releases it: %s", key.network,
-              key.container_id, now - since, why)
+              key.container_id, now - mark.since, why)
     with store.lock():
         store.purge(key)
     return True
