@@ -422,7 +422,13 @@ class Node:
                 sh("ip", "netns", "del", ns, check=False)
 
 
-_LINK_KEYS = ("ifname", "flags", "mtu", "address", "link_type", "operstate", "master")
+#: what the oracle compares of a link (``ip -j -d link``): besides its name, flags (the
+#: PROMISC and ALLMULTI a user set among them), MTU, MAC and state, what its user may set
+#: (queue length, alias, group, IPv6 address generation mode). Not the kernel's counts of
+#: promiscuous and all-multicast users: a macvlan on a link counts as one while it lives.
+_LINK_KEYS = ("ifname", "flags", "mtu", "address", "link_type", "operstate", "master",
+              "txqlen", "ifalias", "group", "inet6_addr_gen_mode")
+_CONF = ("/proc/sys/net/ipv4/conf", "/proc/sys/net/ipv6/conf")
 _ADDR_KEYS = ("family", "local", "prefixlen", "broadcast", "scope", "label")
 #: the flags of an address the oracle compares: what a configuration sets (nodad,
 #: noprefixroute, mngtmpaddr, home, optimistic) or the kernel derives from it (secondary:
@@ -471,8 +477,8 @@ def snapshot(ns: str | None) -> dict[str, Any]:
     since a link-local address that appears or vanishes is a change of the node (an
     IPv6 address generation mode not restored).
     """
-    links = sorted(({k: lk.get(k) for k in _LINK_KEYS} for lk in ip_json(ns, "link", "show")),
-                   key=lambda x: str(x["ifname"]))
+    links = sorted(({k: lk.get(k) for k in _LINK_KEYS}
+                    for lk in ip_json(ns, "-d", "link", "show")), key=lambda x: str(x["ifname"]))
     addrs = sorted(addr_row(lk["ifname"], a) for lk in _settled_addrs(ns)
                    for a in lk.get("addr_info", []))
     routes = sorted(json.dumps({k: v for k, v in r.items() if k not in _ROUTE_DROP},
@@ -481,7 +487,26 @@ def snapshot(ns: str | None) -> dict[str, Any]:
                     for r in ip_json(ns, family, "route", "show", "table", "all"))
     rules = sorted(json.dumps(r, sort_keys=True) for family in ("-4", "-6")
                    for r in ip_json(ns, family, "rule", "show"))
-    return {"links": links, "addrs": addrs, "routes": routes, "rules": rules}
+    return {"links": links, "addrs": addrs, "routes": routes, "rules": rules,
+            "sysctls": sysctls(ns)}
+
+
+def sysctls(ns: str | None) -> list[tuple[str, str, str, str]]:
+    """(interface, "ipv4"/"ipv6", key, value) of every readable file under
+    ``/proc/sys/net/ipv{4,6}/conf`` of the netns ``ns`` (``all`` and ``default`` too):
+    every interface's IPv4 and IPv6 settings, which the kernel makes again from the
+    netns's ``default`` when a link moves into it."""
+    argv = ["grep", "-rs", "^", *_CONF]
+    if ns:
+        argv = (["nsenter", f"--net={ns}"] if ns.startswith("/") else
+                ["ip", "netns", "exec", ns]) + argv
+    out = []
+    for line in sh(*argv, check=False).splitlines():
+        path, _, value = line.partition(":")
+        parts = path.split("/")  # "", proc, sys, net, ipv4, conf, <interface>, <key>
+        if len(parts) == 8:
+            out.append((parts[6], parts[4], parts[7], value))
+    return sorted(out)
 
 
 def without(snap: Mapping[str, Any], gone: Iterable[str]) -> dict[str, Any]:
@@ -492,6 +517,7 @@ def without(snap: Mapping[str, Any], gone: Iterable[str]) -> dict[str, Any]:
         "addrs": [a for a in snap["addrs"] if a[0] not in gone],
         "routes": [r for r in snap["routes"] if json.loads(r).get("dev") not in gone],
         "rules": list(snap["rules"]),
+        "sysctls": [s for s in snap.get("sysctls", []) if s[0] not in gone],
     }
 
 

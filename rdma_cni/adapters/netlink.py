@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rdma_cni.adapters import netns
+from rdma_cni.adapters import netns, procsys
 from rdma_cni.adapters.netlink_l3 import NEW, Layer3
 from rdma_cni.adapters.netlink_l3 import filtered as _filtered
 from rdma_cni.adapters.rtnl import (
@@ -37,6 +37,7 @@ from rdma_cni.adapters.rtnlmsg import (
     inet6_mode_attrs,
     inet6_mode_of,
     ipv4_conf_attrs,
+    link_conf_of,
     link_of,
     nsid_of,
     stats_of,
@@ -48,6 +49,7 @@ from rdma_cni.vocab.netlink import (
     IPV4_DEVCONF,
     RT_TABLE_MAIN,
     Link,
+    LinkConf,
     LinkStats,
     NetlinkFailure,
     Route,
@@ -196,6 +198,12 @@ class Netlink(Layer3):
     def set_mac(self, name: str, mac: str, action: str) -> None:
         self._set(name, action, [("IFLA_ADDRESS", mac)], mac=mac)
 
+    def set_flags(self, name: str, flags: int, mask: int, action: str) -> None:
+        self._set(name, action, [], flags=flags & mask, change=mask)
+
+    def set_txqlen(self, name: str, txqlen: int, action: str) -> None:
+        self._set(name, action, [("IFLA_TXQLEN", txqlen)])
+
     def delete_link(self, name: str) -> bool:
         self._known.pop(name, None)
         gone = False
@@ -253,6 +261,19 @@ class Netlink(Layer3):
                 except SetupError:  # no thread or socket for it: sent and answered here
                     pass
             self._nl.request(ifinfmsg, RTM_DELLINK, 0, attrs)
+
+    def link_conf(self, name: str) -> LinkConf | None:
+        msgs: list[Any] = []
+        with _filtered(f"look up {name} in {self.label}", (errno.ENODEV,)):
+            msgs = self._nl.request(ifinfmsg, RTM_GETLINK, 0, [("IFLA_IFNAME", name)])
+        return link_conf_of(msgs[0]) if msgs else None
+
+    def set_ipv6_conf(self, name: str, values: Sequence[tuple[str, int]], action: str) -> None:
+        try:
+            procsys.write_ipv6_conf(name, values, self._netns)
+        except OSError as exc:
+            raise NetlinkFailure(f"failed to {action}: {exc.strerror or exc}",
+                                 exc.errno or errno.EIO) from None
 
     def inet6_mode(self, name: str) -> int | None:
         msgs: list[Any] = []

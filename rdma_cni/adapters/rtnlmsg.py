@@ -8,7 +8,16 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from rdma_cni.vocab.netlink import FOREVER, Addr, Link, LinkStats, Route
+from rdma_cni.vocab.netlink import (
+    FOREVER,
+    IPV4_DEVCONF,
+    IPV6_DEVCONF,
+    Addr,
+    Link,
+    LinkConf,
+    LinkStats,
+    Route,
+)
 
 RTNH_F_ONLINK = 4
 RTPROT_STATIC = 4
@@ -22,6 +31,9 @@ _RTNH = struct.Struct("=HBBi")
 #: struct rtattr: length (with its header), type
 _RTA = struct.Struct("=HH")
 _RTA_GATEWAY = 5
+#: IFLA_AF_SPEC's families, and in them the settings arrays (u32 / s32 each)
+_IFLA_INET_CONF, _IFLA_INET6_CONF, _IFLA_INET6_ADDR_GEN_MODE = 1, 2, 8
+_NLA_TYPE = 0x3FFF
 
 
 def link_of(msg: Any) -> Link:
@@ -171,6 +183,41 @@ def inet6_mode_attrs(mode: int) -> list[Any]:
     """The RTM_SETLINK attributes that set the IPv6 address generation mode."""
     return [("IFLA_AF_SPEC", {"attrs": [
         ("AF_INET6", {"attrs": [("IFLA_INET6_ADDR_GEN_MODE", mode)]})]})]
+
+
+def link_conf_of(msg: Any) -> LinkConf:
+    """The settings of an RTM_NEWLINK's link (:class:`LinkConf`): its flags, queue length,
+    alias and, from IFLA_AF_SPEC, its IPv4 and IPv6 settings (read from the kernel's
+    arrays: an IPv4 setting of index i is the array's (i-1)-th, an IPv6 one its i-th)."""
+    spec = _nested(msg.payload("IFLA_AF_SPEC") or b"")
+    inet = _nested(spec.get(AF_INET, b"")).get(_IFLA_INET_CONF, b"")
+    inet6 = _nested(spec.get(AF_INET6, b""))
+    v4 = _array(inet, "=I")
+    v6 = _array(inet6.get(_IFLA_INET6_CONF, b""), "=i")
+    mode = inet6.get(_IFLA_INET6_ADDR_GEN_MODE)
+    return LinkConf(
+        flags=msg["flags"], txqlen=msg.attr("IFLA_TXQLEN") or 0,
+        alias=msg.attr("IFLA_IFALIAS") or None,
+        ipv4={k: v4[i - 1] for k, i in IPV4_DEVCONF.items() if i <= len(v4)},
+        ipv6={k: v6[i] for k, i in IPV6_DEVCONF.items() if i < len(v6)},
+        inet6_mode=mode[0] if mode else None)
+
+
+def _nested(data: bytes) -> dict[int, bytes]:
+    """type -> payload of the attributes packed in ``data`` (the first of each type)."""
+    out: dict[int, bytes] = {}
+    off = 0
+    while off + _RTA.size <= len(data):
+        length, kind = _RTA.unpack_from(data, off)
+        if length < _RTA.size or off + length > len(data):
+            break
+        out.setdefault(kind & _NLA_TYPE, data[off + _RTA.size:off + length])
+        off += (length + 3) & ~3
+    return out
+
+
+def _array(data: bytes, fmt: str) -> list[int]:
+    return [v for (v,) in struct.iter_unpack(fmt, data[:len(data) - len(data) % 4])]
 
 
 def ipv4_conf_attrs(conf: Sequence[tuple[int, int]]) -> list[Any]:

@@ -9,7 +9,8 @@ is up: the kernel gives an address with a finite lifetime that was added to a do
 link no prefix route when the link comes up. They start tentative, as the kernel makes
 every new one (``nodad`` only where the host's had it); a route whose IPv6 source
 address is still tentative waits, bounded, for its duplicate address detection. The
-IPv6 address generation mode is set before the link comes up, so the kernel makes the
+IPv6 address generation mode and the NIC's IPv4 and IPv6 settings
+(:func:`restore_settings`) are set before the link comes up, so the kernel makes the
 link-local address the host had (or none)."""
 
 from __future__ import annotations
@@ -17,9 +18,21 @@ from __future__ import annotations
 import errno
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from rdma_cni.vocab.netlink import FOREVER, SCOPE_LINK, SCOPE_UNIVERSE, Addr, NetlinkFailure, Route
+from rdma_cni.vocab.netlink import (
+    FOREVER,
+    IPV4_DEVCONF,
+    IPV6_DEVCONF,
+    LINK_FLAGS,
+    SCOPE_LINK,
+    SCOPE_UNIVERSE,
+    Addr,
+    LinkConf,
+    NetlinkFailure,
+    Route,
+)
 from rdma_cni.vocab.plan import HostAddr, HostRoute, IfacePlan
 from rdma_cni.vocab.ports import L3Changes, NetlinkPort
 
@@ -34,6 +47,7 @@ def restore_host(host: NetlinkPort, name: str, p: IfacePlan) -> None:
     if p.host_mtu:
         host.set_mtu(name, p.host_mtu, f"restore MTU of {name}")
     set_mode(host, name, p.inet6_mode)
+    restore_settings(host, name, p)
     # a record of an earlier release has IPv4 addresses only
     addrs = p.host_addrs or tuple(HostAddr(str(a)) for a in p.addresses)
     put_addrs(host, name, addrs, relabel=name != p.nic, family=4 if p.host_up else None)
@@ -58,6 +72,53 @@ def restore_mac(host: NetlinkPort, name: str, p: IfacePlan) -> None:
         host.set_mac(name, mac, f"restore the MAC address of {name}")
     except NetlinkFailure as exc:
         log.warning("%s (the pod changed it to %s)", exc.msg, link.mac)
+
+
+def restore_settings(host: NetlinkPort, name: str, p: IfacePlan) -> None:
+    """The NIC's own settings ADD recorded (``host_link``), where they differ now: its
+    IPv4 and IPv6 settings (the kernel made them again from the host's ``default`` when
+    the NIC came back), before its addresses and its link come up (``disable_ipv6``
+    first: no link-local address the host never had); its link flags, queue length and
+    alias (the pod's to change). One that fails is a warning: the NIC is back."""
+    saved, now = p.host_link, host.link_conf(name) if p.host_link else None
+    if now is None:
+        return
+    for what, change in _changes(host, name, saved, now):
+        try:
+            change()
+        except NetlinkFailure as exc:
+            log.warning("%s: its %s not restored", exc.msg, what)
+
+
+def _changes(host: NetlinkPort, name: str, saved: dict[str, Any], now: LinkConf
+             ) -> list[tuple[str, Callable[[], object]]]:
+    """(what, the change) of each setting ``saved`` that ``now`` differs from."""
+    v4 = [(k, v) for k, v in saved["ipv4"].items() if k in IPV4_DEVCONF and now.ipv4.get(k) != v]
+    v6 = sorted(((k, v) for k, v in saved["ipv6"].items()
+                 if k in IPV6_DEVCONF and k in now.ipv6 and now.ipv6[k] != v),
+                key=lambda kv: kv[0] != "disable_ipv6")
+    flags, alias = saved["flags"] & LINK_FLAGS, saved["alias"] or None
+    out: list[tuple[str, Callable[[], object]]] = []
+    if v4:
+        out.append(("IPv4 settings", lambda: host.set_ipv4_conf(
+            name, v4, f"restore {_listed(v4)} of {name}")))
+    if v6:
+        out.append(("IPv6 settings", lambda: host.set_ipv6_conf(
+            name, v6, f"restore {_listed(v6)} of {name}")))
+    if flags != now.flags & LINK_FLAGS:
+        out.append(("link flags", lambda: host.set_flags(
+            name, flags, LINK_FLAGS, f"restore the link flags of {name}")))
+    if saved["txqlen"] and saved["txqlen"] != now.txqlen:
+        out.append(("queue length", lambda: host.set_txqlen(
+            name, saved["txqlen"], f"restore the queue length of {name}")))
+    if alias != now.alias:
+        out.append(("alias", lambda: host.set_alias(
+            name, alias or "", f"restore the alias of {name}")))
+    return out
+
+
+def _listed(values: Sequence[tuple[str, int]]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values)
 
 
 def set_mode(nl: L3Changes, name: str, mode: int | None) -> None:

@@ -124,7 +124,7 @@ def _plan_one(nc: NetConf, k: int, name: str, nic: NicFacts, mac: str | None,
         routes=nic.routes, ibdev=nic.ibdev,
         identity=identity_of(nic),
         host_mtu=nic.mtu, host_up=nic.up, host_routes=nic.host_routes,
-        host_addrs=nic.host_addrs, inet6_mode=nic.inet6_mode,
+        host_addrs=nic.host_addrs, inet6_mode=nic.inet6_mode, host_link=nic.host_link,
     )
 
 

@@ -4,7 +4,10 @@ An exclusive NIC leaves the host whole (``whole=True``): its own configuration i
 in full so that the pod gets it and DEL gives it back as it was: every address of
 every family in the kernel's order (the primary IPv4 address of a subnet before its
 secondaries) with flags, label, broadcast and the end of its lifetimes, every route
-through it in every table, and its IPv6 address generation mode. What the kernel
+through it in every table, its IPv6 address generation mode, and its own settings: the
+link flags a user sets (NOARP, MULTICAST, PROMISC, ALLMULTI), its queue length, its
+alias and its IPv4 and IPv6 settings (``/proc/sys/net/ipv{4,6}/conf/<nic>``, which the
+kernel makes again from the ``default`` of every netns the NIC enters). What the kernel
 makes by itself is left to the kernel: connected and prefix routes, routes learned
 from router advertisements or redirects, SLAAC and temporary addresses, and the IPv6
 link-local address it generates (it is made again from the restored mode).
@@ -21,7 +24,7 @@ from rdma_cni.records import replace
 from rdma_cni.vocab.netlink import FOREVER, RT_TABLE_MAIN, Addr, Link, Route
 from rdma_cni.vocab.nic import Nic
 from rdma_cni.vocab.plan import HostAddr, HostRoute, NicFacts
-from rdma_cni.vocab.ports import L3View, NetlinkPort
+from rdma_cni.vocab.ports import NetlinkPort
 
 RTPROT_REDIRECT, RTPROT_KERNEL, RTPROT_RA = 1, 2, 9
 IFA_F_TEMPORARY = 0x01  # IPv6 (the same bit is IFA_F_SECONDARY in IPv4)
@@ -92,15 +95,17 @@ def host_route(r: Route) -> HostRoute:
     return HostRoute(r.dst, r.gateway, r.proto, r.priority, r.onlink, r.table, r.prefsrc)
 
 
-def _whole(nl: L3View, facts: NicFacts, link: Link) -> NicFacts:
+def _whole(nl: NetlinkPort, facts: NicFacts, link: Link) -> NicFacts:
     """``facts`` with the NIC's own configuration of every family (see the module doc)."""
-    mode = nl.inet6_mode(link.name)
+    conf = nl.link_conf(link.name)
+    mode = conf.inet6_mode if conf is not None else nl.inet6_mode(link.name)
     mine = configured_addrs(nl.addrs(link.index), mode)
     v4 = tuple(IPv4Interface(a.cidr) for a in mine if a.version == 4)
     now = time.clock_gettime(time.CLOCK_BOOTTIME)
     routes = tuple(host_route(r) for r in nl.routes_via(link.index) if _configured(r))
     return replace(facts, addresses=v4, host_addrs=tuple(host_addr(a, now) for a in mine),
-                   host_routes=routes, inet6_mode=mode)
+                   host_routes=routes, inet6_mode=mode,
+                   host_link=conf.saved() if conf is not None else {})
 
 
 def configured_addrs(addrs: Sequence[Addr], mode: int | None) -> list[Addr]:

@@ -9,11 +9,13 @@ mirrored fabric routes are not saved at all (a NIC with BGP-learned routes would
 make the record grow with them); an exclusive NIC keeps its host configuration
 (DEL puts it back): every address of every family in the kernel's order with its
 flags and lifetimes (``host_addrs``), every route through it in every table
-(``host_routes``; ``routes`` is derived from them on load) and its IPv6 address
-generation mode. Records written with both lists (releases up to 0.1.0), or with
-IPv4 addresses only (``host_addrs`` absent: ``addresses`` are restored), still
-load. Keys this release does not know (a newer release wrote them) are kept in
-:attr:`IfacePlan.extra` and written back."""
+(``host_routes``; ``routes`` is derived from them on load), its IPv6 address
+generation mode and its own settings (``host_link``: link flags, queue length, alias,
+IPv4 and IPv6 settings; absent in earlier releases' records, which restore none).
+Records written with both lists (releases up to 0.1.0), or with IPv4 addresses only
+(``host_addrs`` absent: ``addresses`` are restored), still load. Keys this release
+does not know (a newer release wrote them) are kept in :attr:`IfacePlan.extra` and
+written back."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def plan_to_dict(p: IfacePlan) -> dict[str, Any]:
     d["requested_ip"] = str(p.requested_ip) if p.requested_ip else None
     d["addresses"] = [str(a) for a in p.addresses]
     d["gateway"] = str(p.gateway) if p.gateway else None
-    del d["host_addrs"], d["inet6_mode"]
+    del d["host_addrs"], d["inet6_mode"], d["host_link"]
     if p.kind != LinkKind.PHYSICAL:  # deleting the sub-interface takes its routes with it
         d["routes"], d["host_routes"] = [], []
     else:
@@ -45,6 +47,8 @@ def plan_to_dict(p: IfacePlan) -> dict[str, Any]:
         if p.host_addrs:
             d["host_addrs"] = [list(a) for a in p.host_addrs]
             d["inet6_mode"] = p.inet6_mode
+        if p.host_link:
+            d["host_link"] = p.host_link
     return {**p.extra, **d}
 
 
@@ -87,6 +91,16 @@ def _host_addr(a: list[Any]) -> HostAddr:
     return HostAddr(str(a[0]), int(a[1]), until(a[2]), until(a[3]), a[4], a[5])
 
 
+def _host_link(saved: Any) -> dict[str, Any]:
+    """The NIC's saved settings, checked for their types (absent: none)."""
+    if not saved:
+        return {}
+    alias = saved.get("alias")
+    return {"flags": int(saved["flags"]), "txqlen": int(saved["txqlen"]),
+            "alias": str(alias) if alias is not None else None,
+            **{f: {str(k): int(v) for k, v in saved[f].items()} for f in ("ipv4", "ipv6")}}
+
+
 def plan_from_dict(d: dict[str, Any]) -> IfacePlan:
     """Raises KeyError, ValueError, TypeError, IndexError or AttributeError on an
     entry teardown cannot use."""
@@ -105,5 +119,6 @@ def plan_from_dict(d: dict[str, Any]) -> IfacePlan:
         host_routes=host_routes,
         host_addrs=tuple(_host_addr(a) for a in d.get("host_addrs") or []),
         inet6_mode=int(mode) if mode is not None else None,
+        host_link=_host_link(d.get("host_link")),
         extra={k: v for k, v in d.items() if k not in _FIELDS},
     )

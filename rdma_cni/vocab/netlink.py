@@ -31,8 +31,27 @@ FOREVER = 0xFFFFFFFF
 DEFAULT_DSTS = ("0.0.0.0/0", "::/0")
 #: an interface's IPv4 settings (``/proc/sys/net/ipv4/conf/<name>/<key>``) by their index
 #: in the kernel's ``ipv4_devconf`` (``IPV4_DEVCONF_*``, include/uapi/linux/ip.h): what
-#: RTM_SETLINK sets through IFLA_AF_SPEC (the ones the plugin sets)
-IPV4_DEVCONF = {"rp_filter": 8, "arp_announce": 18, "arp_ignore": 19, "arp_notify": 22}
+#: RTM_SETLINK sets through IFLA_AF_SPEC and RTM_GETLINK shows (IFLA_INET_CONF). The
+#: kernel's own ``mc_forwarding`` (2, read-only) and ``tag`` (12, in no file) are left out.
+IPV4_DEVCONF = {name: i for i, name in enumerate((
+    "", "forwarding", "", "proxy_arp", "accept_redirects", "secure_redirects",
+    "send_redirects", "shared_media", "rp_filter", "accept_source_route", "bootp_relay",
+    "log_martians", "", "arp_filter", "medium_id", "disable_xfrm", "disable_policy",
+    "force_igmp_version", "arp_announce", "arp_ignore", "promote_secondaries", "arp_accept",
+    "arp_notify", "accept_local", "src_valid_mark", "proxy_arp_pvlan", "route_localnet",
+    "igmpv2_unsolicited_report_interval", "igmpv3_unsolicited_report_interval",
+    "ignore_routes_with_linkdown", "drop_unicast_in_l2_multicast", "drop_gratuitous_arp",
+    "bc_forwarding", "arp_evict_nocarrier")) if name}
+#: the IPv6 settings of an interface an exclusive NIC gets back
+#: (``/proc/sys/net/ipv6/conf/<name>/<key>``), by their index in IFLA_INET6_CONF
+#: (``DEVCONF_*``, include/uapi/linux/ipv6.h); RTM_SETLINK sets none of them
+IPV6_DEVCONF = {"forwarding": 0, "hop_limit": 1, "mtu": 2, "accept_ra": 3,
+                "accept_redirects": 4, "autoconf": 5, "dad_transmits": 6, "use_tempaddr": 10,
+                "accept_ra_defrtr": 17, "accept_ra_pinfo": 18, "proxy_ndp": 22,
+                "disable_ipv6": 26, "accept_dad": 27, "ndisc_notify": 29}
+#: the link flags (ifi_flags) a NIC gets back: NOARP, PROMISC, ALLMULTI, MULTICAST
+#: (PROMISC and ALLMULTI as set by a user, not by a packet socket's count)
+LINK_FLAGS = 0x80 | 0x100 | 0x200 | 0x1000
 
 
 @record
@@ -51,6 +70,25 @@ class Link:
     #: ``link_netnsid`` names: the id the reading netns gives it; None: the link's own)
     iflink: int | None = None
     link_netnsid: int | None = None
+
+
+@record
+class LinkConf:
+    """A link's own settings that a move to another netns resets (its IPv4 and IPv6
+    settings: the kernel makes them again from the new netns's ``default``) or that its
+    user may change (flags, queue length, alias)."""
+
+    flags: int  # ifi_flags
+    txqlen: int
+    alias: str | None
+    ipv4: dict[str, int] = field(default_factory=dict)  # IPV4_DEVCONF keys
+    ipv6: dict[str, int] = field(default_factory=dict)  # IPV6_DEVCONF keys (none: no IPv6)
+    inet6_mode: int | None = None  # IFLA_INET6_ADDR_GEN_MODE
+
+    def saved(self) -> dict[str, object]:
+        """The state record's form (:attr:`rdma_cni.vocab.plan.IfacePlan.host_link`)."""
+        return {"flags": self.flags & LINK_FLAGS, "txqlen": self.txqlen, "alias": self.alias,
+                "ipv4": dict(self.ipv4), "ipv6": dict(self.ipv6)}
 
 
 @record

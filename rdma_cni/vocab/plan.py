@@ -9,7 +9,8 @@ A record holds what teardown needs, not every route of the node: a sub-interface
 mirrored fabric routes are not saved at all; an exclusive NIC keeps its host
 configuration (DEL puts it back): every address of every family in the kernel's
 order with its flags and lifetimes (``host_addrs``), every route through it in every
-table (``host_routes``) and its IPv6 address generation mode. Keys a release does
+table (``host_routes``), its IPv6 address generation mode and its own settings
+(``host_link``: link flags, queue length, alias, IPv4 and IPv6 settings). Keys a release does
 not know (a newer release wrote them) are kept in :attr:`IfacePlan.extra`."""
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ class IfacePlan:
     rdma_move: bool = False  # exclusive NIC under RDMA netns mode "exclusive"
     host_addrs: tuple[HostAddr, ...] = ()  # exclusive: every address, in the kernel's order
     inet6_mode: int | None = None  # exclusive: IFLA_INET6_ADDR_GEN_MODE on the host
+    #: exclusive: the NIC's own settings on the host (:meth:`LinkConf.saved
+    #: <rdma_cni.vocab.netlink.LinkConf.saved>`: flags, txqlen, alias, ipv4, ipv6); a
+    #: record without them (an earlier release's) restores none of them
+    host_link: dict[str, Any] = field(default_factory=dict)
     #: keys of the saved entry this release does not know, written back unchanged
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -105,3 +110,4 @@ class NicFacts:
     link_netnsid: int | None = None  # ... in the netns of this id (None: the NIC's own)
     #: every IPv4 gateway reached through the NIC, in any table (kept out of its pool)
     gateways: tuple[IPv4Address, ...] = ()
+    host_link: dict[str, Any] = field(default_factory=dict)  # its settings (exclusive only)

@@ -24,6 +24,7 @@ from rdma_cni.vocab.netlink import (
     RT_TABLE_MAIN,
     Addr,
     Link,
+    LinkConf,
     LinkStats,
     Route,
     Rule,
@@ -65,6 +66,9 @@ class LinkView(Bound, Protocol):
         return None
 
     def link_stats(self, names: Iterable[str]) -> dict[str, LinkStats]: ...
+    def link_conf(self, name: str) -> LinkConf | None:
+        """The settings of ``name`` (:class:`LinkConf`; None: no such link, or unknown)."""
+        return None
 
 
 class LinkChanges(Bound, Protocol):
@@ -98,6 +102,13 @@ class LinkSettings(Bound, Protocol):
 
     def set_mtu(self, name: str, mtu: int, action: str) -> None: ...
     def set_mac(self, name: str, mac: str, action: str) -> None: ...
+    def set_flags(self, name: str, flags: int, mask: int, action: str) -> None:
+        """Set the link flags (ifi_flags) of ``mask`` to those of ``flags``."""
+
+    def set_txqlen(self, name: str, txqlen: int, action: str) -> None: ...
+    def set_ipv6_conf(self, name: str, values: Sequence[tuple[str, int]], action: str) -> None:
+        """Set IPv6 settings of ``name`` (keys of :data:`~rdma_cni.vocab.netlink.IPV6_DEVCONF`,
+        as ``/proc/sys/net/ipv6/conf/<name>/<key>`` names them), in order."""
 
 
 class L3View(Bound, Protocol):

@@ -18,9 +18,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "state"
 #: values that differ from run to run (netns path and identity, the ADD's token, MACs)
 PER_RUN = ("netns", "origin", "request", "result")
 PER_RUN_IFACE = ("identity",)
-#: keys this release adds to an exclusive NIC's entry (its configuration of every family);
-#: the replayed record goes without them, as the previous code wrote it
-ADDED_IFACE = ("host_addrs", "inet6_mode")
+#: keys this release adds to an exclusive NIC's entry (its configuration of every family,
+#: its own settings); the replayed record goes without them, as the previous code wrote it
+ADDED_IFACE = ("host_addrs", "inet6_mode", "host_link")
 HEAVY = {"pydantic", "pydantic_core", "grpc", "kubernetes"}
 
 

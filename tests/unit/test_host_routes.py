@@ -86,3 +86,59 @@ def test_every_family_round_trips_through_the_record() -> None:
     back = plan_from_dict(d)
     assert back == plan
     assert back.routes == (("198.19.0.0/16", "198.51.100.62"),)  # what the pod mirrors
+
+
+# the NIC's own settings (flags, queue length, alias, IPv4 and IPv6 settings) --------
+HOST_LINK = {"flags": 0x1080, "txqlen": 500, "alias": "uplink-A",
+             "ipv4": {"arp_ignore": 2, "accept_local": 1, "rp_filter": 0},
+             "ipv6": {"forwarding": 1, "disable_ipv6": 1}}
+
+
+def test_settings_round_trip_and_an_old_record_has_none() -> None:
+    plan = IfacePlan(k=0, name="eth1", tmp="t", nic="rnic0", kind="physical", mtu=1400,
+                     table=100, host_link=HOST_LINK)
+    d = plan_to_dict(plan)
+    assert d["host_link"] == HOST_LINK
+    assert plan_from_dict(d) == plan
+    del d["host_link"]
+    assert plan_from_dict(d).host_link == {}
+
+
+class _Host:
+    """The settings a returning NIC shows (the node's defaults), and what is set."""
+
+    label = "host"
+
+    def __init__(self) -> None:
+        from rdma_cni.vocab.netlink import LinkConf
+
+        self.conf = LinkConf(flags=0x1302 | 0x80, txqlen=77, alias=None,
+                             ipv4={"arp_ignore": 0, "accept_local": 0, "rp_filter": 0},
+                             ipv6={"forwarding": 0, "disable_ipv6": 0})
+        self.calls: list[tuple[object, ...]] = []
+
+    def link_conf(self, name: str) -> object:
+        return self.conf
+
+    def __getattr__(self, method: str) -> object:
+        return lambda *args: self.calls.append((method, *args[1:-1]))
+
+
+def test_restore_sets_what_differs_disable_ipv6_first() -> None:
+    from rdma_cni.datapath.hostconfig import restore_settings
+    from rdma_cni.vocab.netlink import LINK_FLAGS
+
+    host = _Host()
+    plan = IfacePlan(k=0, name="eth1", tmp="t", nic="rnic0", kind="physical", mtu=1400,
+                     table=100, host_link=HOST_LINK)
+    restore_settings(host, "rnic0", plan)  # type: ignore[arg-type]
+    assert host.calls == [
+        ("set_ipv4_conf", [("arp_ignore", 2), ("accept_local", 1)]),
+        ("set_ipv6_conf", [("disable_ipv6", 1), ("forwarding", 1)]),
+        ("set_flags", 0x1080, LINK_FLAGS),
+        ("set_txqlen", 500),
+        ("set_alias", "uplink-A"),
+    ]
+    host.calls.clear()
+    restore_settings(host, "rnic0", replace(plan, host_link={}))  # type: ignore[arg-type]
+    assert host.calls == []
