@@ -422,7 +422,8 @@ class Node:
                 sh("ip", "netns", "del", ns, check=False)
 
 
-_LINK_KEYS = ("ifname", "flags", "mtu", "address", "link_type", "operstate", "master")
+_LINK_KEYS = ("ifname", "flags", "mtu", "address", "link_type", "operstate", "master",
+              "altnames")
 _ADDR_KEYS = ("family", "local", "prefixlen", "broadcast", "scope", "label")
 #: the flags of an address the oracle compares: what a configuration sets (nodad,
 #: noprefixroute, mngtmpaddr, home, optimistic) or the kernel derives from it (secondary:

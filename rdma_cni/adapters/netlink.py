@@ -26,9 +26,11 @@ from rdma_cni.adapters.netlink_l3 import NEW, Layer3
 from rdma_cni.adapters.netlink_l3 import filtered as _filtered
 from rdma_cni.adapters.rtnl import (
     RTM_DELLINK,
+    RTM_DELLINKPROP,
     RTM_GETLINK,
     RTM_GETNSID,
     RTM_NEWLINK,
+    RTM_NEWLINKPROP,
     RTM_SETLINK,
     Channel,
     ifinfmsg,
@@ -196,11 +198,34 @@ class Netlink(Layer3):
     def set_mac(self, name: str, mac: str, action: str) -> None:
         self._set(name, action, [("IFLA_ADDRESS", mac)], mac=mac)
 
+    def add_altname(self, name: str, altname: str, action: str) -> None:
+        self._altname(RTM_NEWLINKPROP, name, altname, action, ())
+
+    def del_altname(self, name: str, altname: str, action: str) -> None:
+        self._altname(RTM_DELLINKPROP, name, altname, action, (errno.ENOENT, errno.ENODATA))
+
+    def _altname(self, kind: int, name: str, altname: str, action: str,
+                 absent: tuple[int, ...]) -> None:
+        link = self.link(name)
+        if link is None:
+            raise not_found(action, name, self.label)
+        self._known.clear()  # a name found through an alternative name changed too
+        with _filtered(action, absent):
+            self._nl.request(ifinfmsg, kind, 0, [("IFLA_PROP_LIST", {"attrs": [
+                ("IFLA_ALT_IFNAME", altname)]})], index=link.index)
+
     def delete_link(self, name: str) -> bool:
-        self._known.pop(name, None)
+        return self._delete_one([("IFLA_IFNAME", name)], name, {})
+
+    def delete_link_at(self, index: int) -> bool:
+        return self._delete_one([], f"link {index}", {"index": index})
+
+    def _delete_one(self, attrs: list[tuple[str, Any]], what: str, fields: dict[str, int]
+                    ) -> bool:
+        self._known.clear()
         gone = False
-        with _filtered(f"delete {name} in {self.label}", (errno.ENODEV,)):
-            self._nl.request(ifinfmsg, RTM_DELLINK, 0, [("IFLA_IFNAME", name)])
+        with _filtered(f"delete {what} in {self.label}", (errno.ENODEV,)):
+            self._nl.request(ifinfmsg, RTM_DELLINK, 0, attrs, **fields)
             gone = True
         return gone
 

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+from rdma_cni.datapath.altnames import restore_altnames
 from rdma_cni.vocab.netlink import FOREVER, SCOPE_LINK, SCOPE_UNIVERSE, Addr, NetlinkFailure, Route
 from rdma_cni.vocab.plan import HostAddr, HostRoute, IfacePlan
 from rdma_cni.vocab.ports import L3Changes, NetlinkPort
@@ -30,6 +31,7 @@ DAD_WAIT = 3.0
 
 
 def restore_host(host: NetlinkPort, name: str, p: IfacePlan) -> None:
+    restore_altnames(host, name, p)
     restore_mac(host, name, p)
     if p.host_mtu:
         host.set_mtu(name, p.host_mtu, f"restore MTU of {name}")

@@ -105,3 +105,4 @@ class NicFacts:
     link_netnsid: int | None = None  # ... in the netns of this id (None: the NIC's own)
     #: every IPv4 gateway reached through the NIC, in any table (kept out of its pool)
     gateways: tuple[IPv4Address, ...] = ()
+    altnames: tuple[str, ...] = ()  # its alternative names (IFLA_ALT_IFNAME)
