@@ -424,10 +424,11 @@ class Node:
 
 #: what the oracle compares of a link (``ip -j -d link``): besides its name, flags (the
 #: PROMISC and ALLMULTI a user set among them), MTU, MAC and state, what its user may set
-#: (queue length, alias, group, IPv6 address generation mode). Not the kernel's counts of
-#: promiscuous and all-multicast users: a macvlan on a link counts as one while it lives.
+#: (queue length, alias, group, IPv6 address generation mode, alternative names). Not the
+#: kernel's counts of promiscuous and all-multicast users: a macvlan on a link counts as one
+#: while it lives.
 _LINK_KEYS = ("ifname", "flags", "mtu", "address", "link_type", "operstate", "master",
-              "txqlen", "ifalias", "group", "inet6_addr_gen_mode")
+              "txqlen", "ifalias", "group", "inet6_addr_gen_mode", "altnames")
 _CONF = ("/proc/sys/net/ipv4/conf", "/proc/sys/net/ipv6/conf")
 _ADDR_KEYS = ("family", "local", "prefixlen", "broadcast", "scope", "label")
 #: the flags of an address the oracle compares: what a configuration sets (nodad,

@@ -20,9 +20,10 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rdma_cni.adapters import netns, procsys
-from rdma_cni.adapters.netlink_l3 import NEW, Layer3
+from rdma_cni.adapters import netns
+from rdma_cni.adapters.netlink_l3 import NEW
 from rdma_cni.adapters.netlink_l3 import filtered as _filtered
+from rdma_cni.adapters.netlink_settings import LinkSettings
 from rdma_cni.adapters.rtnl import (
     RTM_DELLINK,
     RTM_GETLINK,
@@ -34,10 +35,6 @@ from rdma_cni.adapters.rtnl import (
     nsidmsg,
 )
 from rdma_cni.adapters.rtnlmsg import (
-    inet6_mode_attrs,
-    inet6_mode_of,
-    ipv4_conf_attrs,
-    link_conf_of,
     link_of,
     nsid_of,
     stats_of,
@@ -46,10 +43,8 @@ from rdma_cni.adapters.rtnlunlist import SetupError, delete_unlisted
 from rdma_cni.records import replace
 from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.netlink import (
-    IPV4_DEVCONF,
     RT_TABLE_MAIN,
     Link,
-    LinkConf,
     LinkStats,
     NetlinkFailure,
     Route,
@@ -62,9 +57,10 @@ IFF_UP = 1
 __all__ = ["RT_TABLE_MAIN", "Link", "LinkStats", "Netlink", "NetlinkFailure", "Route"]
 
 
-class Netlink(Layer3):
+class Netlink(LinkSettings):
     """A netlink socket in one netns: the kernel's :class:`NetlinkPort` (links here,
-    addresses, routes and rules in :class:`Layer3`)."""
+    their settings in :class:`LinkSettings`, addresses, routes and rules in
+    :class:`Layer3`)."""
 
     def __init__(self, chan: Channel, label: str, netns_fd: int | None = None) -> None:
         self._nl = chan
@@ -149,23 +145,6 @@ class Netlink(Layer3):
         with _filtered(f"create {kind} {name} on {parent.name}"):
             self._nl.request(ifinfmsg, RTM_NEWLINK, NEW, attrs)
 
-    def _set(self, name: str, action: str, attrs: list[tuple[str, Any]], flags: int = 0,
-             change: int = 0, **after: Any) -> None:
-        """One RTM_SETLINK of the link named ``name`` (the kernel finds it by name);
-        ``after``: the fields of a known link that the change sets (it is forgotten when
-        there are none: e.g. a move to another netns)."""
-        known = self._known.pop(name, None)
-        try:
-            with _filtered(action):
-                self._nl.request(ifinfmsg, RTM_SETLINK, 0, [("IFLA_IFNAME", name), *attrs],
-                                 flags=flags, change=change)
-        except NetlinkFailure as exc:
-            if exc.errno == errno.ENODEV:
-                raise not_found(action, name, self.label) from None
-            raise
-        if known is not None and after:
-            self._known[name] = replace(known, **after)
-
     def move_to_netns(self, name: str, target_fd: int, action: str) -> None:
         self._set(name, action, [("IFLA_NET_NS_FD", target_fd)])
         # what other links show of it changes too: a veth peer's IFLA_LINK, its netns id
@@ -198,17 +177,18 @@ class Netlink(Layer3):
     def set_mac(self, name: str, mac: str, action: str) -> None:
         self._set(name, action, [("IFLA_ADDRESS", mac)], mac=mac)
 
-    def set_flags(self, name: str, flags: int, mask: int, action: str) -> None:
-        self._set(name, action, [], flags=flags & mask, change=mask)
-
-    def set_txqlen(self, name: str, txqlen: int, action: str) -> None:
-        self._set(name, action, [("IFLA_TXQLEN", txqlen)])
-
     def delete_link(self, name: str) -> bool:
-        self._known.pop(name, None)
+        return self._delete_one([("IFLA_IFNAME", name)], name, {})
+
+    def delete_link_at(self, index: int) -> bool:
+        return self._delete_one([], f"link {index}", {"index": index})
+
+    def _delete_one(self, attrs: list[tuple[str, Any]], what: str, fields: dict[str, int]
+                    ) -> bool:
+        self._known.clear()
         gone = False
-        with _filtered(f"delete {name} in {self.label}", (errno.ENODEV,)):
-            self._nl.request(ifinfmsg, RTM_DELLINK, 0, [("IFLA_IFNAME", name)])
+        with _filtered(f"delete {what} in {self.label}", (errno.ENODEV,)):
+            self._nl.request(ifinfmsg, RTM_DELLINK, 0, attrs, **fields)
             gone = True
         return gone
 
@@ -261,34 +241,3 @@ class Netlink(Layer3):
                 except SetupError:  # no thread or socket for it: sent and answered here
                     pass
             self._nl.request(ifinfmsg, RTM_DELLINK, 0, attrs)
-
-    def link_conf(self, name: str) -> LinkConf | None:
-        msgs: list[Any] = []
-        with _filtered(f"look up {name} in {self.label}", (errno.ENODEV,)):
-            msgs = self._nl.request(ifinfmsg, RTM_GETLINK, 0, [("IFLA_IFNAME", name)])
-        return link_conf_of(msgs[0]) if msgs else None
-
-    def set_ipv6_conf(self, name: str, values: Sequence[tuple[str, int]], action: str) -> None:
-        try:
-            procsys.write_ipv6_conf(name, values, self._netns)
-        except OSError as exc:
-            raise NetlinkFailure(f"failed to {action}: {exc.strerror or exc}",
-                                 exc.errno or errno.EIO) from None
-
-    def inet6_mode(self, name: str) -> int | None:
-        msgs: list[Any] = []
-        with _filtered(f"look up {name} in {self.label}", (errno.ENODEV,)):
-            msgs = self._nl.request(ifinfmsg, RTM_GETLINK, 0, [("IFLA_IFNAME", name)])
-        return inet6_mode_of(msgs[0]) if msgs else None
-
-    def set_inet6_mode(self, name: str, mode: int, action: str) -> None:
-        self._set(name, action, inet6_mode_attrs(mode))
-
-    def set_ipv4_conf(self, name: str, values: Sequence[tuple[str, int]], action: str) -> None:
-        # through netlink, not /proc/sys: a lookup there grows with the netns that have
-        # had one (four writes: 0.14 ms on a quiet node, 0.67 ms with 512 such pods,
-        # bench/floor_steps.py), and /proc/sys is read-only in a container's view
-        known = self._known.get(name)
-        self._set(name, action, ipv4_conf_attrs([(IPV4_DEVCONF[k], v) for k, v in values]))
-        if known is not None:  # none of what a link is known by: still known after
-            self._known[name] = known

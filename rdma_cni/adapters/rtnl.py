@@ -50,6 +50,7 @@ RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
 RTM_NEWRULE, RTM_DELRULE, RTM_GETRULE = 32, 33, 34
 RTM_NEWNSID, RTM_GETNSID = 88, 90
+RTM_NEWLINKPROP, RTM_DELLINKPROP = 108, 109
 #: the answers a request can carry, by message type
 _ANSWERS: dict[int, Any] = {RTM_NEWLINK: ifinfmsg, RTM_NEWADDR: ifaddrmsg,
                             RTM_NEWROUTE: rtmsg, RTM_NEWRULE: fibmsg, RTM_NEWNSID: nsidmsg}

@@ -53,7 +53,13 @@ def link_of(msg: Any) -> Link:
         alias=a("IFLA_IFALIAS"),
         iflink=a("IFLA_LINK") or None,
         link_netnsid=_nsid(a("IFLA_LINK_NETNSID")),
+        altnames=_altnames(a("IFLA_PROP_LIST")),
     )
+
+
+def _altnames(props: Any) -> tuple[str, ...]:
+    return () if props is None else tuple(v for k, v in props.items()
+                                         if k == "IFLA_ALT_IFNAME" and isinstance(v, str))
 
 
 def _nsid(value: int | None) -> int | None:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rdma_cni.datapath.altnames import restore_altnames
 from rdma_cni.vocab.netlink import (
     FOREVER,
     IPV4_DEVCONF,
@@ -43,6 +44,7 @@ DAD_WAIT = 3.0
 
 
 def restore_host(host: NetlinkPort, name: str, p: IfacePlan) -> None:
+    restore_altnames(host, name, p)
     restore_mac(host, name, p)
     if p.host_mtu:
         host.set_mtu(name, p.host_mtu, f"restore MTU of {name}")

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from rdma_cni.adapters import netns
+from rdma_cni.datapath.altnames import clean_altnames
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.datapath.hostconfig import restore_host
+from rdma_cni.datapath.stacked import drop_stacked
 from rdma_cni.datapath.sublinks import KINDS as SUBLINK_KINDS
-from rdma_cni.errors import IOFailure, NicUnavailable, TryAgain
+from rdma_cni.errors import CniError, IOFailure, NicUnavailable, TryAgain
 from rdma_cni.records import replace
 from rdma_cni.vocab.modes import Mode
 from rdma_cni.vocab.netlink import Link
@@ -81,18 +83,62 @@ def move_out(ctx: Ctx, p: IfacePlan) -> bool:
 
 
 def _out_of_pod(ctx: Ctx, current: str, p: IfacePlan) -> None:
+    """Move the NIC (``current`` in the pod) home through the private netns; the links the
+    pod stacked on it are deleted once it has left the pod (:mod:`.stacked`). A NIC that
+    cannot go on to the host goes back into the pod, never left in the private netns
+    (released after the request: a veth dies with it, a NIC falls to the init netns)."""
     tmp_fd, tmp = ctx.tmpns()
     ctx.pod.move_to_netns(current, tmp_fd, f"move {current} out of {ctx.pod_path}")
-    _home_from(tmp, current, p, ctx)
+    index = tmp.require(current).index
+    try:
+        drop_stacked(ctx.pod, index, tmp_fd, p.nic)
+        name = _to_host(tmp, current, p, ctx)
+    except CniError as exc:
+        _back_to_pod(ctx, tmp, index, current, p, exc)
+    restore_host(ctx.host, name, p)
 
 
 def _home_from(tmp: NetlinkPort, current: str, p: IfacePlan, ctx: Ctx) -> None:
+    restore_host(ctx.host, _to_host(tmp, current, p, ctx), p)
+
+
+def _to_host(tmp: NetlinkPort, current: str, p: IfacePlan, ctx: Ctx) -> str:
+    """Move the NIC (``current`` in the private netns ``tmp``) to the host, without the
+    alternative names ADD did not record, under its host name (or a fallback): that name."""
+    def taken(n: str) -> bool:
+        return ctx.host.link(n) is not None
+
+    clean_altnames(tmp, current, p, taken)
     link = tmp.link(current)
-    name = home_name(p, lambda n: ctx.host.link(n) is not None, link.index if link else 0)
+    name = home_name(p, taken, link.index if link else 0)
     if current != name:
         tmp.rename(current, name, "", f"rename {current} to {name}")
     tmp.move_to_netns(name, ctx.host_fd, f"return {name} to the host")
-    restore_host(ctx.host, name, p)
+    return name
+
+
+def _back_to_pod(ctx: Ctx, tmp: NetlinkPort, index: int, current: str, p: IfacePlan,
+                 exc: CniError) -> NoReturn:
+    """The NIC (``index`` in the private netns) could not go to the host (``exc``): back
+    into the pod with our mark, where a retry finds it, under the name it had there
+    (``current``; taken meanwhile: :attr:`IfacePlan.tmp`); :class:`NicNotBack` (the state
+    is kept)."""
+    link = tmp.link_at(index)
+    if link is None:
+        raise exc
+    back = current if ctx.pod.link(current) is None else p.tmp
+    try:
+        if link.name != back:
+            tmp.rename(link.name, back, ctx.marker, f"rename {link.name} to {back}")
+        tmp.move_to_netns(back, ctx.pod_fd, f"move {p.nic} back into {ctx.pod_path}")
+    except CniError as again:
+        log.error("exclusive NIC %s is lost: it could not go to the host (%s) nor back "
+                  "into the pod (%s)", p.nic, exc.msg, again.msg)
+        raise exc from None
+    log.warning("exclusive NIC %s could not go to the host (%s): back in %s as %s for a "
+                "retry", p.nic, exc.msg, ctx.pod_path, back)
+    raise NicNotBack(f"failed to return exclusive NIC {p.nic} to the host: {exc.msg}; it is "
+                     f"back in the pod as {back}, the state is kept for a retry")
 
 
 def rdma_in(ctx: Ctx, p: IfacePlan) -> None:

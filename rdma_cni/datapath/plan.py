@@ -132,10 +132,12 @@ def identity_of(nic: NicFacts) -> dict[str, Any]:
     """What identifies the NIC's netdev (see :func:`rdma_cni.datapath.physical.same_device`):
     its bus device, permanent MAC, kind and (for a link with no bus device) its index,
     which ADD updates to the index the NIC gets in the pod; for a veth, its peer (index,
-    and the id the host gives the peer's netns: None, the host's own)."""
+    and the id the host gives the peer's netns: None, the host's own). Also its
+    alternative names, the only ones it may take back to the host
+    (:mod:`rdma_cni.datapath.altnames`; a record of an earlier release has none)."""
     ident = {"pci": nic.pci, "parentDev": nic.parent_dev, "parentBus": nic.parent_bus,
              "permMac": nic.perm_mac, "mac": nic.mac, "kind": nic.kind, "ifindex": nic.index,
-             "ifindexNetns": "host"}
+             "ifindexNetns": "host", "altnames": list(nic.altnames)}
     if nic.kind == "veth" and nic.iflink:
         ident |= {"peerIndex": nic.iflink, "peerNetnsid": nic.link_netnsid}
     return ident

@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from rdma_cni import testhooks
 from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.datapath import sublinks
+from rdma_cni.datapath.altnames import clean_altnames
 from rdma_cni.datapath.physical import (
     HOST,
     NicNotBack,
@@ -175,6 +177,7 @@ def _home_all(host: NetlinkPort, back: list[tuple[IfacePlan, str]]
     failures: list[tuple[str, CniError]] = []
     for p, current in back:
         try:
+            clean_altnames(host, current, p, partial(_other, host, nic=current))
             named.append((p, current if current == p.nic else _named_home(host, current, p)))
         except CniError as exc:
             failures.append((p.nic, exc))
@@ -188,6 +191,13 @@ def _home_all(host: NetlinkPort, back: list[tuple[IfacePlan, str]]
         except CniError as exc:
             failures.append((p.nic, exc))
     return failures
+
+
+def _other(host: NetlinkPort, name: str, *, nic: str) -> bool:
+    """Whether ``name`` is a link of the host other than ``nic`` (a name or an alternative
+    name of ``nic`` finds it)."""
+    found = host.link(name)
+    return found is not None and found.name != nic
 
 
 def _named_home(host: NetlinkPort, current: str, p: IfacePlan) -> str:

@@ -88,6 +88,7 @@ def _facts(link: Link, addresses: tuple[IPv4Interface, ...], via: Sequence[Route
         parent_dev=link.parent_dev, parent_bus=link.parent_bus, kind=link.kind,
         perm_mac=link.perm_mac, ibdev=nic.ibdev if nic else None,
         iflink=link.iflink, link_netnsid=link.link_netnsid, gateways=gateways,
+        altnames=link.altnames,
     )
 
 

@@ -70,6 +70,8 @@ class Link:
     #: ``link_netnsid`` names: the id the reading netns gives it; None: the link's own)
     iflink: int | None = None
     link_netnsid: int | None = None
+    #: its alternative names (IFLA_PROP_LIST's IFLA_ALT_IFNAME), in the kernel's order
+    altnames: tuple[str, ...] = ()
 
 
 @record

@@ -111,3 +111,4 @@ class NicFacts:
     #: every IPv4 gateway reached through the NIC, in any table (kept out of its pool)
     gateways: tuple[IPv4Address, ...] = ()
     host_link: dict[str, Any] = field(default_factory=dict)  # its settings (exclusive only)
+    altnames: tuple[str, ...] = ()  # its alternative names (IFLA_ALT_IFNAME)

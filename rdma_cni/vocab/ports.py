@@ -89,6 +89,10 @@ class LinkChanges(Bound, Protocol):
     def delete_link(self, name: str) -> bool:
         """False if there was no such link."""
 
+    def delete_link_at(self, index: int) -> bool:
+        """Delete the link ``index`` of this netns (a name can change under a lookup);
+        False if there was no such link."""
+
     def delete_links(self, names: Sequence[str]) -> None:
         """Delete these links together (the kernel adapter has the kernel tear them down
         in one batch, waiting once for all); absent ones are skipped. This default deletes
@@ -109,6 +113,12 @@ class LinkSettings(Bound, Protocol):
     def set_ipv6_conf(self, name: str, values: Sequence[tuple[str, int]], action: str) -> None:
         """Set IPv6 settings of ``name`` (keys of :data:`~rdma_cni.vocab.netlink.IPV6_DEVCONF`,
         as ``/proc/sys/net/ipv6/conf/<name>/<key>`` names them), in order."""
+
+    def add_altname(self, name: str, altname: str, action: str) -> None:
+        """Give ``name`` the alternative name ``altname`` (IFLA_ALT_IFNAME)."""
+
+    def del_altname(self, name: str, altname: str, action: str) -> None:
+        """Take the alternative name ``altname`` from ``name`` (absent: success)."""
 
 
 class L3View(Bound, Protocol):

@@ -39,7 +39,9 @@ class World:
 
 
 def _state(w: World) -> dict[str, Any]:
-    return {"host": observe(w.host, (254, TABLE), PRIO), "pod": observe(w.pod, (254, TABLE), PRIO)}
+    return {"host": observe(w.host, (254, TABLE), PRIO), "pod": observe(w.pod, (254, TABLE), PRIO),
+            "altnames": [sorted((lk.name, lk.altnames) for lk in port.links())
+                         for port in (w.host, w.pod)]}
 
 
 def _ops() -> list[tuple[str, Callable[[World], object]]]:
@@ -121,6 +123,15 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
         ("source rule", lambda w: w.pod.add_rule("198.51.100.10", TABLE, PRIO)),
         ("the same rule", lambda w: w.pod.add_rule("198.51.100.10", TABLE, PRIO)),
         ("set the alias", lambda w: w.pod.set_alias("eth1", "other", "alias")),
+        ("give it alternative names", lambda w: (w.pod.add_altname("eth1", "rdtalt", "alt"),
+                                                 w.pod.add_altname("eth1", "rdtalt2", "alt"))),
+        ("give it one again", lambda w: w.pod.add_altname("eth1", "rdtalt", "alt")),
+        ("give another link the same", lambda w: w.pod.add_altname("rdtx2", "rdtalt", "alt")),
+        ("rename a link onto an alternative name",
+         lambda w: w.pod.rename("rdtx2", "rdtalt", MARK, "rename")),
+        ("take one away", lambda w: w.pod.del_altname("eth1", "rdtalt", "alt")),
+        ("take it away again", lambda w: w.pod.del_altname("eth1", "rdtalt", "alt")),
+        ("take one from a missing link", lambda w: w.pod.del_altname("nope", "rdtalt", "alt")),
         ("set a smaller MTU", lambda w: w.pod.set_mtu("eth1", 1280, "mtu")),
         ("set down", lambda w: w.pod.set_down("eth1", "down")),
         ("set up a missing link", lambda w: w.pod.set_up("nope", "up")),
@@ -137,6 +148,9 @@ def _ops() -> list[tuple[str, Callable[[World], object]]]:
          lambda w: w.pod.del_address("eth1", IPv4Interface("198.51.100.10/26"))),
         ("delete it again",
          lambda w: w.pod.del_address("eth1", IPv4Interface("198.51.100.10/26"))),
+        ("delete a link by its index", lambda w: w.pod.delete_link_at(
+            w.pod.require("rdtx3").index)),
+        ("delete a missing index", lambda w: w.pod.delete_link_at(9999)),
         ("delete links together, one of them missing",
          lambda w: w.pod.delete_links(["rdtx2", "nope", "rdtx3", "rdtx2"])),
         ("delete them together again", lambda w: w.pod.delete_links(["rdtx2", "rdtx3"])),

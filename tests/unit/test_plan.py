@@ -23,7 +23,7 @@ NIC = NicFacts(name="rnic0", index=3, mtu=9000, mac="02:00:00:00:00:01", up=True
                routes=(("198.19.0.0/16", "198.51.100.62"),),
                host_routes=(HostRoute("198.19.0.0/16", "198.51.100.62", 3, 0, False),),
                pci="0000:03:00.0", parent_dev="0000:03:00.0", perm_mac="02:00:00:00:00:01",
-               ibdev="mlx5_0")
+               ibdev="mlx5_0", altnames=("enp3s0f0np0",))
 NIC1 = NicFacts(name="rnic1", index=4, mtu=4200, mac="02:00:00:00:00:02")
 
 
@@ -126,7 +126,7 @@ def test_exclusive_takes_the_nics_own_configuration() -> None:
     assert p.identity == {"pci": "0000:03:00.0", "parentDev": "0000:03:00.0",
                           "parentBus": None, "permMac": "02:00:00:00:00:01",
                           "mac": "02:00:00:00:00:01", "kind": None, "ifindex": NIC.index,
-                          "ifindexNetns": "host"}
+                          "ifindexNetns": "host", "altnames": ["enp3s0f0np0"]}
     assert p.ibdev == "mlx5_0" and not p.rdma_move
 
 

@@ -57,7 +57,9 @@ class FakeNetns:
     unmerged: bool = False
 
     def by_name(self, name: str) -> Link | None:
-        return next((lk for lk in self.links.values() if lk.name == name), None)
+        """The link of that name or alternative name (the kernel looks up both)."""
+        return next((lk for lk in self.links.values()
+                     if lk.name == name or name in lk.altnames), None)
 
 
 class FakeKernel:
@@ -251,10 +253,25 @@ class FakeNetlink(NetlinkPort):
         link = self._get(name, action)
         self.ns.links[link.index] = replace(link, mac=mac)
 
+    def add_altname(self, name: str, altname: str, action: str) -> None:
+        link = self._get(name, action)
+        if self.link(altname) is not None:
+            raise failure(action, errno.EEXIST)
+        self.ns.links[link.index] = replace(link, altnames=(*link.altnames, altname))
+
+    def del_altname(self, name: str, altname: str, action: str) -> None:
+        link = self._get(name, action)
+        self.ns.links[link.index] = replace(
+            link, altnames=tuple(a for a in link.altnames if a != altname))
+
     def set_ipv4_conf(self, name: str, values: Sequence[tuple[str, int]], action: str) -> None:
         self._get(name, action)
         for key, value in values:
             self.kernel.sysctls[(self.ns.fd, name, key)] = value
+
+    def delete_link_at(self, index: int) -> bool:
+        link = self.ns.links.get(index)
+        return link is not None and self.delete_link(link.name)
 
     def delete_link(self, name: str) -> bool:
         link = self.link(name)
