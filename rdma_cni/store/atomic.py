@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import secrets
 from contextlib import suppress
 
 from rdma_cni.errors import IOFailure
@@ -51,7 +50,7 @@ def write_temp(directory: str, name: str, data: bytes, *, mode: int = 0o600,
     """A complete temp file for ``directory/name``, fsynced unless ``sync`` is False (the
     store's records: :mod:`rdma_cni.store.boot`); ``suffix`` ends its name (a file in a
     watched directory must not end in an extension the watcher reads)."""
-    tag = f"{_writer_tag()}-{secrets.token_hex(4)}"
+    tag = f"{_writer_tag()}-{os.urandom(4).hex()}"
     tmp = os.path.join(directory, f"{TMP}{tag}-{name}{suffix}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     try:

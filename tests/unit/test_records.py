@@ -3,6 +3,7 @@ code; and the in-process ADD's import set, which no longer holds ``dataclasses``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -102,16 +103,22 @@ def test_inheritance_post_init_replace_and_fields() -> None:
         replace(p3, w=1)
 
 
-def test_the_in_process_add_imports_no_dataclasses() -> None:
+def test_the_in_process_add_imports_no_dataclasses_nor_openssl() -> None:
     """``@dataclass`` compiles each generated method when a class is defined (about 1 ms
     per frozen class here) and brings ``inspect``, ``ast`` and ``dis`` along: the
-    exec'd in-process ADD's modules declare their records with rdma_cni.records
+    exec'd in-process ADD's modules declare their records with rdma_cni.records. The
+    attachment key's digest takes the interpreter's own SHA-256, and a temporary file's
+    name ``os.urandom``: ``hashlib`` and ``secrets`` load OpenSSL's libcrypto
     (bench/README.md, figure 6)."""
     probe = ("import sys, json; import rdma_cni.cli, rdma_cni.cni.dispatch, "
              "rdma_cni.cni.commands.add, rdma_cni.cni.commands.delete, "
              "rdma_cni.datapath.execute, rdma_cni.datapath.teardown, rdma_cni.store.core; "
-             "print(json.dumps(sorted(m for m in ('dataclasses', 'inspect') "
-             "if m in sys.modules)))")
+             "from rdma_cni.vocab.attachment import AttachmentKey; "
+             "digest = AttachmentKey('n', 'c', 'eth0').digest(); "
+             "print(json.dumps([digest, sorted(m for m in ('dataclasses', 'inspect', "
+             "'hashlib', 'secrets', '_hashlib') if m in sys.modules)]))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=60, check=True, cwd=str(ROOT)).stdout
-    assert json.loads(out) == []
+    digest, loaded = json.loads(out)
+    assert loaded == []
+    assert digest == hashlib.sha256(b"n\x00c\x00eth0").hexdigest()[:40]  # the store's keys
