@@ -58,23 +58,34 @@ class _Spec:
         self.shown: list[str] = []
 
     def add(self, name: str, f: _Field) -> None:
-        if name in self.names:
-            for group in (self.names, self.compared, self.shown):
-                if name in group:
-                    group.remove(name)
-            self.defaults.pop(name, None)
-            self.factories.pop(name, None)
-        self.names.append(name)
+        """Field ``name`` after those already added; one a base declared is declared
+        again in its place (as ``dataclasses`` does)."""
+        if f.default is not _MISSING and type(f.default).__hash__ is None:
+            raise ValueError(f"mutable default {type(f.default).__name__} for field {name} "
+                             "is not allowed: use default_factory")
+        if name not in self.names:
+            self.names.append(name)
+        self.defaults.pop(name, None)
+        self.factories.pop(name, None)
         if f.default is not _MISSING:
             self.defaults[name] = f.default
         elif f.default_factory is not _MISSING:
             self.factories[name] = f.default_factory
-        elif self.defaults or self.factories:
-            raise TypeError(f"non-default argument {name!r} follows default argument")
-        if f.compare:
-            self.compared.append(name)
-        if f.repr:
-            self.shown.append(name)
+        for group, wanted in ((self.compared, f.compare), (self.shown, f.repr)):
+            if name in group:
+                group.remove(name)
+            if wanted:
+                group.append(name)
+        for group in (self.compared, self.shown):  # in field order
+            group.sort(key=self.names.index)
+
+    def check(self) -> None:
+        defaulted = False
+        for name in self.names:
+            if name in self.defaults or name in self.factories:
+                defaulted = True
+            elif defaulted:
+                raise TypeError(f"non-default argument {name!r} follows default argument")
 
 
 @overload
@@ -112,6 +123,7 @@ def _spec_of(cls: type) -> _Spec:
             else:
                 setattr(cls, name, f.default)
         spec.add(name, f)
+    spec.check()
     return spec
 
 
@@ -140,7 +152,7 @@ def _build(cls: type[T], frozen: bool) -> type[T]:
 
     methods: dict[str, Any] = {
         "__record__": spec, "__match_args__": tuple(spec.names),
-        "__init__": _init(spec, cls.__dict__.get("__post_init__")),
+        "__init__": _init(spec, getattr(cls, "__post_init__", None)),
         "__eq__": equal, "__repr__": shown, "__hash__": None}
     if frozen:
         methods.update({"__hash__": hashed, "__setattr__": assign, "__delattr__": delete})

@@ -103,6 +103,26 @@ def test_inheritance_post_init_replace_and_fields() -> None:
         replace(p3, w=1)
 
 
+def test_what_a_subclass_inherits_is_as_dataclasses_gives_it() -> None:
+    """A base's ``__post_init__`` runs for its subclass, a field declared again keeps its
+    place, and a mutable default is refused (one list would be shared by every instance)."""
+    @record
+    class Low(Normalized):
+        extra: int = 0
+
+    @record
+    class Again(Point):
+        x: int = 5
+
+    assert Low("ETH1").name == "eth1"
+    assert fields(Again) == ("x", "y", "tags", "note") and Again().x == 5
+    assert Again(1, 2).y == 2
+    with pytest.raises(ValueError, match="mutable default list for field items"):
+        @record
+        class Shared:
+            items: list[int] = []
+
+
 def test_the_in_process_add_imports_no_dataclasses_nor_openssl() -> None:
     """``@dataclass`` compiles each generated method when a class is defined (about 1 ms
     per frozen class here) and brings ``inspect``, ``ast`` and ``dis`` along: the

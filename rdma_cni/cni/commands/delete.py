@@ -3,15 +3,18 @@ undo (netns gone, state gone, NIC gone, called twice, never added)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from rdma_cni.adapters.fsops import dev_ino
 from rdma_cni.cni.request import Request
 from rdma_cni.confdefaults import DEFAULTS
-from rdma_cni.errors import ConfigError, escaped
+from rdma_cni.errors import CniError, ConfigError, escaped
 from rdma_cni.log import LazyLogger
-from rdma_cni.node.origin import netns_identity, recorded_netns
+from rdma_cni.node.origin import recorded_netns
 from rdma_cni.store.boot import this_boot
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState, NicPending
@@ -97,9 +100,9 @@ def release(store: Store, netns_path: str, state: AttachmentState, key: Attachme
         if taken is None:
             return  # released meanwhile
         state = taken
-    path, fd = reach(state, netns_path, fd)
     try:
-        _tear_down(store, key, path, fd, lambda _: state)
+        with reached(state, netns_path, fd) as (path, pod_fd):
+            _tear_down(store, key, path, pod_fd, lambda _: state)
     except NicNotBack as exc:
         if not _give_up(store, key, state, exc.msg):
             raise
@@ -107,33 +110,57 @@ def release(store: Store, netns_path: str, state: AttachmentState, key: Attachme
              len(state.interfaces))
 
 
-def reach(state: AttachmentState, netns_path: str, fd: int | None) -> tuple[str, int | None]:
-    """Where an undo of ``state`` finds the pod: the request's netns when ADD made it
-    there; else the netns ADD recorded, while its path still shows the very netns ADD
-    recorded (a request that names another netns must not release what a live pod
-    holds); else none ("": the host alone)."""
+@contextlib.contextmanager
+def reached(state: AttachmentState, netns_path: str, fd: int | None
+            ) -> Iterator[tuple[str, int | None]]:
+    """Where an undo of ``state`` finds the pod, as (path, descriptor): the request's
+    netns when ADD made it there; else the netns ADD recorded, opened once and held while
+    it is the very netns ADD recorded (a request that names another netns must not
+    release what a live pod holds; a path unmounted and used again is never acted in);
+    else none ("": the host alone). A descriptor opened here is closed after."""
     if netns_path == state.netns:
-        return netns_path, fd
+        yield netns_path, fd
+        return
+    own = _recorded_netns(state)
+    if own is None:
+        yield "", None
+        return
+    log.warning("%s names netns %s; the attachment is in %s: undone there",
+                state.key.container_id if state.key else "the request", escaped(netns_path),
+                escaped(state.netns))
+    try:
+        yield state.netns, own
+    finally:
+        os.close(own)
+
+
+def _recorded_netns(state: AttachmentState) -> int | None:
+    from rdma_cni.adapters.netns import NetnsGone, open_netns
+
     recorded = recorded_netns(state)
-    if state.netns and recorded is not None and netns_identity(state.netns) == recorded:
-        log.warning("%s names netns %s; the attachment is in %s: undone there",
-                    state.key.container_id if state.key else "the request", escaped(netns_path),
-                    escaped(state.netns))
-        return state.netns, None
-    return "", None
+    if not state.netns or recorded is None:
+        return None
+    try:
+        fd = open_netns(state.netns)
+    except (NetnsGone, CniError):
+        return None
+    if dev_ino(fd) != recorded:
+        os.close(fd)
+        return None
+    return fd
 
 
 def undo_elsewhere(state: AttachmentState, digest: str, netns_path: str) -> None:
-    """Undo ``state`` of a repeated ADD for ``netns_path`` where :func:`reach` finds it."""
+    """Undo ``state`` of a repeated ADD for ``netns_path`` where :func:`reached` finds it."""
     from rdma_cni.datapath.session import Session
     from rdma_cni.datapath.teardown import teardown
 
-    path, fd = reach(state, netns_path, None)
-    session = Session(path, pod_required=False, fd=fd)
-    try:
-        teardown(session, state, digest)
-    finally:
-        session.close()
+    with reached(state, netns_path, None) as (path, fd):
+        session = Session(path, pod_required=False, fd=fd)
+        try:
+            teardown(session, state, digest)
+        finally:
+            session.close()
 
 
 def _take_over(store: Store, key: AttachmentKey) -> AttachmentState | None:
