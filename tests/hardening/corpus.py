@@ -61,7 +61,8 @@ PREV_110 = {"cniVersion": "1.1.0", "interfaces": [{"name": "eth0", "sandbox": "@
                                                    "mtu": 1500}],
             "ips": [{"address": "203.0.113.5/24", "interface": 0}],
             "routes": [{"dst": "0.0.0.0/0", "gw": "203.0.113.1", "table": 10}]}
-ENV = ["CNI_CONTAINERID", "CNI_IFNAME", "CNI_NETNS", "CNI_PATH"]
+#: what ADD needs (CNI_PATH is optional but for GC: the plugin calls no other plugin)
+ENV = ["CNI_CONTAINERID", "CNI_IFNAME", "CNI_NETNS"]
 CKPT = {"kubelet": {"podResourcesSocket": "/nonexistent/kubelet.sock",
                     "checkpointFile": "@CKPT", "devicePluginDir": "/nonexistent"}}
 
@@ -75,6 +76,8 @@ ENV_CASES = [
     Case("env-command-too-long", 4, "CNI_COMMAND", env={"CNI_COMMAND": "A" * 5000}),
     *[Case(f"env-{v.lower()[4:]}-missing", 4, v, env={v: DROP}) for v in ENV],
     *[Case(f"env-{v.lower()[4:]}-empty", 4, v, env={v: ""}) for v in ENV],
+    Case("env-path-missing", OK, env={"CNI_PATH": DROP}),
+    Case("env-path-empty", OK, env={"CNI_PATH": ""}),
     Case("env-containerid-dotdot", 4, "CNI_CONTAINERID", env={"CNI_CONTAINERID": ".."}),
     Case("env-containerid-dot", 4, "CNI_CONTAINERID", env={"CNI_CONTAINERID": "."}),
     Case("env-containerid-slash", 4, "CNI_CONTAINERID",
