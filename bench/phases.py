@@ -43,7 +43,7 @@ STEPS = [
     ("rdma_cni.cni.dispatch", "_call", "the command"),
     ("rdma_cni.cni.commands.add", "cmd_add", "cmd_add"),
     ("rdma_cni.cni.commands.add", "Session", "open the netns"),
-    ("rdma_cni.cni.commands.add", "_repeat", "a repeated ADD?"),
+    ("rdma_cni.cni.commands.add", "repeat", "a repeated ADD?"),
     ("rdma_cni.node.nics", "rdma_nics", "the RDMA NICs (sysfs)"),
     ("rdma_cni.cni.commands.add", "_allocation", "the kubelet's allocation"),
     ("rdma_cni.cni.commands.add", "nic_facts", "the NICs' facts (netlink)"),

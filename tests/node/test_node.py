@@ -294,6 +294,19 @@ def _holds(node: Node, cid: str) -> list[str]:
     return sorted(out)
 
 
+def _backdate(node: Node, cid: str) -> None:
+    """Attachment ``cid``'s record as if ADD wrote it 300 s ago: the agent gives a younger
+    ready record the time a runtime takes to list a sandbox whose ADD just returned."""
+    for path in (node.data / "state").glob("*.json"):
+        rec = json.loads(path.read_text())
+        if rec.get("key", {}).get("containerID") != cid:
+            continue
+        rec["written"]["boottime"] -= 300
+        tmp = path.with_name(f".{path.name}.aged")
+        tmp.write_text(json.dumps(rec))
+        os.replace(tmp, path)  # the agent reads whole records only
+
+
 def test_the_agent_releases_an_attachment_the_runtime_does_not_have(node: Node) -> None:
     """A lost DEL: an ADD for a sandbox containerd never made (the plugin run directly),
     whose netns is then gone. The agent (NET_ADMIN and SYS_ADMIN only) asks the runtime
@@ -314,6 +327,7 @@ def test_the_agent_releases_an_attachment_the_runtime_does_not_have(node: Node) 
         assert "eth1" in links(netns)
         held = _holds(node, cid)
         assert len(held) >= 2, held  # its state and its address
+        _backdate(node, cid)
     finally:
         subprocess.run(["ip", "netns", "del", GHOST_NETNS], capture_output=True, check=False)
     deadline = time.monotonic() + 90
