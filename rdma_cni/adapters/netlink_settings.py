@@ -19,7 +19,7 @@ from rdma_cni.adapters.rtnl import (
     RTM_SETLINK,
     ifinfmsg,
 )
-from rdma_cni.adapters.rtnlmsg import inet6_mode_attrs, inet6_mode_of, ipv4_conf_attrs, link_conf_of
+from rdma_cni.adapters.rtnlmsg import inet6_mode_attrs, ipv4_conf_attrs, link_conf_of
 from rdma_cni.records import replace
 from rdma_cni.vocab.netlink import IPV4_DEVCONF, Link, LinkConf, NetlinkFailure, not_found
 
@@ -82,12 +82,6 @@ class LinkSettings(Layer3):
         except OSError as exc:
             raise NetlinkFailure(f"failed to {action}: {exc.strerror or exc}",
                                  exc.errno or errno.EIO) from None
-
-    def inet6_mode(self, name: str) -> int | None:
-        msgs: list[Any] = []
-        with _filtered(f"look up {name} in {self.label}", (errno.ENODEV,)):
-            msgs = self._nl.request(ifinfmsg, RTM_GETLINK, 0, [("IFLA_IFNAME", name)])
-        return inet6_mode_of(msgs[0]) if msgs else None
 
     def set_inet6_mode(self, name: str, mode: int, action: str) -> None:
         self._set(name, action, inet6_mode_attrs(mode))

@@ -99,7 +99,7 @@ def host_route(r: Route) -> HostRoute:
 def _whole(nl: NetlinkPort, facts: NicFacts, link: Link) -> NicFacts:
     """``facts`` with the NIC's own configuration of every family (see the module doc)."""
     conf = nl.link_conf(link.name)
-    mode = conf.inet6_mode if conf is not None else nl.inet6_mode(link.name)
+    mode = conf.inet6_mode if conf is not None else None
     mine = configured_addrs(nl.addrs(link.index), mode)
     v4 = tuple(IPv4Interface(a.cidr) for a in mine if a.version == 4)
     now = time.clock_gettime(time.CLOCK_BOOTTIME)

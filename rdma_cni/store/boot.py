@@ -25,14 +25,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from rdma_cni.log import LazyLogger
 from rdma_cni.store import journal
 from rdma_cni.store.atomic import ioerr
 from rdma_cni.store.files import Corrupt, read_record, remove, scan
 
-__all__ = ["BOOT_ID", "check_boot", "stamp"]
+__all__ = ["BOOT_ID", "BootMark", "check_boot", "is_number"]
 
 log = LazyLogger(__name__)
 
@@ -56,10 +56,42 @@ def this_boot() -> str:
     return _boot[0]
 
 
-def stamp() -> dict[str, Any]:
-    """When a record is written, on a clock a wall-clock step cannot move: this boot's
-    ID and its ``CLOCK_BOOTTIME`` (the clock the agent times its passes by)."""
-    return {"boot": this_boot(), "boottime": time.clock_gettime(time.CLOCK_BOOTTIME)}
+class BootMark(NamedTuple):
+    """A moment on a clock a wall-clock step cannot move: ``boottime`` seconds of
+    ``CLOCK_BOOTTIME`` in the boot ``boot`` (the kernel's boot ID). ``boot`` None: a
+    number of no known boot (the wall clock an earlier release wrote), which no age is
+    taken from. JSON: ``{"boot": <id>, "boottime": <seconds>}``."""
+
+    boot: str | None
+    boottime: float
+
+    @classmethod
+    def now(cls) -> BootMark:
+        return cls(this_boot(), time.clock_gettime(time.CLOCK_BOOTTIME))
+
+    def age(self, now: BootMark) -> float | None:
+        """Seconds from this mark to ``now``, or None when they are not of one known
+        boot (a mark of another boot, or of none, is older than anything of this one)."""
+        if not now.boot or self.boot != now.boot:
+            return None
+        return now.boottime - self.boottime
+
+    @classmethod
+    def from_json(cls, v: Any) -> BootMark | None:
+        """The JSON form, a bare number (of no boot), or None for anything else."""
+        if is_number(v):
+            return cls(None, float(v))
+        if isinstance(v, dict) and isinstance(v.get("boot"), str) and is_number(v.get("boottime")):
+            return cls(v["boot"], float(v["boottime"]))
+        return None
+
+    def to_json(self) -> dict[str, Any] | float:
+        return self.boottime if self.boot is None else {"boot": self.boot,
+                                                        "boottime": self.boottime}
+
+
+def is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def check_boot(root: str, lock_fd: int) -> None:

@@ -7,25 +7,26 @@ The JSON form is the record of ``state/<digest>.json`` (see :mod:`rdma_cni.store
      "netns": "/var/run/netns/x", "pod": "ns/name", "podUID": "...",
      "rulePriority": 20000, "interfaces": [...], "result": {...} | null,
      "origin": {...}, "cniConfName": "rdma", "request": "<token>",
-     "nicPendingSince": {"boot": "<boot id>", "since": 1234.5},
+     "nicPendingSince": {"boot": "<boot id>", "boottime": 1234.5},
      "written": {"boot": "<boot id>", "boottime": 812.5}}
 
 ``origin``, ``cniConfName`` (release 0.1.0 wrote none), ``request``,
-``nicPendingSince`` and ``written`` (when ADD wrote the record: the boot and its
-``CLOCK_BOOTTIME``, :func:`rdma_cni.store.boot.stamp`; earlier releases wrote none) are
-optional; every other field has its default here, once.
-``nicPendingSince`` is when a DEL first saw an exclusive NIC not back: seconds of the
-boot's ``CLOCK_BOOTTIME`` with the kernel's boot ID (:class:`NicPending`); earlier
-releases wrote a number, the wall clock, which reads as a mark of no boot.
+``nicPendingSince`` and ``written`` are optional; every other field has its default
+here, once. Both of those are a :class:`rdma_cni.store.boot.BootMark` (the boot's
+``CLOCK_BOOTTIME`` with the kernel's boot ID): ``written`` when ADD wrote the record
+(earlier releases wrote none), ``nicPendingSince`` when a DEL first saw an exclusive NIC
+not back (earlier releases wrote a number, the wall clock, which reads as a mark of no
+boot).
 Keys this release does not know are kept in :attr:`AttachmentState.extra` and
 written back, so a round trip loses nothing a newer release wrote."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.records import field, record, replace
+from rdma_cni.store.boot import BootMark, is_number
 from rdma_cni.store.records import plan_from_dict, plan_to_dict
 from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.plan import IfacePlan
@@ -42,25 +43,6 @@ class StateError(ValueError):
     """A record whose interfaces teardown cannot use."""
 
 
-class NicPending(NamedTuple):
-    """When a DEL first saw an exclusive NIC not back: ``since`` on ``CLOCK_BOOTTIME`` of
-    the boot ``boot``; ``boot`` None: a number an earlier release wrote (the wall clock)."""
-
-    boot: str | None
-    since: float
-
-    @classmethod
-    def from_json(cls, v: Any) -> NicPending | None:
-        if _number(v):
-            return cls(None, float(v))
-        if isinstance(v, dict) and isinstance(v.get("boot"), str) and _number(v.get("since")):
-            return cls(v["boot"], float(v["since"]))
-        return None
-
-    def to_json(self) -> dict[str, Any] | float:
-        return self.since if self.boot is None else {"boot": self.boot, "since": self.since}
-
-
 @record
 class AttachmentState:
     status: str = ""
@@ -74,8 +56,8 @@ class AttachmentState:
     origin: dict[str, Any] | None = None  # see rdma_cni.node.origin
     conf_name: str = ""  # the entry's cniConfName; "" in records of 0.1.0
     request: str = ""  # the token of the ADD that wrote it
-    nic_pending_since: NicPending | None = None  # DEL first saw an exclusive NIC not back
-    written: dict[str, Any] | None = None  # when ADD wrote it (boot, CLOCK_BOOTTIME)
+    nic_pending_since: BootMark | None = None  # DEL first saw an exclusive NIC not back
+    written: BootMark | None = None  # when ADD wrote it
     key: AttachmentKey | None = None  # set by the store
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -104,8 +86,8 @@ class AttachmentState:
             interfaces=interfaces, result=_dict(rec.get("result")),
             origin=_dict(rec.get("origin")), conf_name=_str(rec.get(CONF_NAME)),
             request=_str(rec.get("request")),
-            nic_pending_since=NicPending.from_json(rec.get(PENDING_SINCE)),
-            written=_dict(rec.get("written")),
+            nic_pending_since=_mark(rec.get(PENDING_SINCE)),
+            written=_mark(rec.get("written"), of_a_boot=True),
             key=_key(rec.get("key")),
             schema=_int(rec.get("schema")) or SCHEMA,
             extra={k: v for k, v in rec.items() if k not in _KNOWN},
@@ -119,10 +101,10 @@ class AttachmentState:
             "interfaces": [plan_to_dict(p) for p in self.interfaces], "result": self.result,
         }
         optional = ((CONF_NAME, self.conf_name), ("origin", self.origin),
-                    ("request", self.request), ("written", self.written))
+                    ("request", self.request))
         rec.update((k, v) for k, v in optional if v)
-        if self.nic_pending_since is not None:
-            rec[PENDING_SINCE] = self.nic_pending_since.to_json()
+        marks = ((PENDING_SINCE, self.nic_pending_since), ("written", self.written))
+        rec.update((k, v.to_json()) for k, v in marks if v is not None)
         if self.key is not None:
             rec["key"] = self.key.as_dict()
         return rec
@@ -132,27 +114,28 @@ def make_state(status: str, mode: str, netns: str, pod: str, uid: str, priority:
                plans: list[IfacePlan], result: dict[str, Any] | None = None,
                origin: dict[str, Any] | None = None, *,
                conf_name: str = "", request: str = "",
-               written: dict[str, Any] | None = None) -> AttachmentState:
+               written: BootMark | None = None) -> AttachmentState:
     """``origin`` (:func:`rdma_cni.node.origin.origin_of`): the node and netns identity;
     ``conf_name``: the entry's cniConfName (see
-    :attr:`rdma_cni.vocab.attachment.AttachmentKey.legacy`); ``written``:
-    :func:`rdma_cni.store.boot.stamp`."""
+    :attr:`rdma_cni.vocab.attachment.AttachmentKey.legacy`); ``written``: when
+    (:meth:`rdma_cni.store.boot.BootMark.now`)."""
     return AttachmentState(status=status, mode=mode, netns=netns, pod=pod, pod_uid=uid,
                            rule_priority=priority, interfaces=tuple(plans), result=result,
                            origin=origin or None, conf_name=conf_name, request=request,
                            written=written)
 
 
+def _mark(v: Any, of_a_boot: bool = False) -> BootMark | None:
+    mark = BootMark.from_json(v)
+    return None if mark is None or (of_a_boot and mark.boot is None) else mark
+
+
 def _str(v: Any) -> str:
     return v if isinstance(v, str) else ""
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
 def _int(v: Any) -> int:
-    return int(v) if _number(v) else 0
+    return int(v) if is_number(v) else 0
 
 
 def _key(v: Any) -> AttachmentKey | None:

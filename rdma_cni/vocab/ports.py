@@ -155,10 +155,6 @@ class L3View(Bound, Protocol):
         ...
 
     def rules(self) -> Sequence[Rule]: ...
-    def inet6_mode(self, name: str) -> int | None:
-        """The IPv6 address generation mode of ``name`` (None: unknown, or no IPv6)."""
-        return None
-
 
 class L3Changes(Bound, Protocol):
     """Addresses, routes and rules: changes (present already on an add, or absent on a

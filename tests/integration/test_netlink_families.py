@@ -85,8 +85,8 @@ def test_routes_through_a_link_are_every_familys_in_every_table(
 
 def test_the_ipv6_address_generation_mode_reads_back_as_set(port: tuple[Netlink, str]) -> None:
     nl, ns = port
-    assert nl.inet6_mode("va") == 0  # eui64, the default
+    assert nl.link_conf("va").inet6_mode == 0  # type: ignore[union-attr]  # eui64, the default
     nl.set_inet6_mode("vb", 1, "set mode")
-    assert nl.inet6_mode("vb") == 1
+    assert nl.link_conf("vb").inet6_mode == 1  # type: ignore[union-attr]
     assert ip_json(ns, "-d", "link", "show", "dev", "vb")[0]["inet6_addr_gen_mode"] == "none"
-    assert nl.inet6_mode("nope") is None
+    assert nl.link_conf("nope") is None

@@ -81,8 +81,8 @@ def test_add_repeat_and_del(node: Node, tmp_path: Path) -> None:
     saved = store.get_state(request(tmp_path, "ADD").key)
     assert saved is not None and saved.status == READY and saved.result is not None
     # when it was written, on the clock the agent times its passes by
-    assert saved.written is not None and saved.written["boot"] == this_boot()
-    assert 0 <= time.clock_gettime(time.CLOCK_BOOTTIME) - saved.written["boottime"] < 60
+    assert saved.written is not None and saved.written.boot == this_boot()
+    assert 0 <= time.clock_gettime(time.CLOCK_BOOTTIME) - saved.written.boottime < 60
 
     again = cmd_add(request(tmp_path, "ADD"), BLOCKS)  # the runtime retried the ADD
     assert again == out

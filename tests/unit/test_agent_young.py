@@ -19,7 +19,7 @@ from support.fakes.cri import FakeCri
 from rdma_cni.adapters.cri import CriClient
 from rdma_cni.kube.agent import reconciler as agent
 from rdma_cni.kube.agent.plan import PENDING_GRACE
-from rdma_cni.store.boot import this_boot
+from rdma_cni.store.boot import BootMark, this_boot
 from rdma_cni.store.core import Store
 from rdma_cni.store.state import AttachmentState, make_state
 from rdma_cni.vocab.attachment import AttachmentKey
@@ -31,13 +31,14 @@ START = 1000.0  # CLOCK_BOOTTIME when the record is written
 
 
 def ready(store: Store, cid: str, written: dict[str, Any] | None) -> AttachmentKey:
+    """A ready record stamped ``written`` (its JSON form; None: no stamp)."""
     key = AttachmentKey("vpc-cni", cid, "eth0")
     plan = IfacePlan(k=0, name="eth1", tmp="rdtmp0", nic="rdfake0", kind="macvlan",
                      mtu=1500, table=100, addresses=(IPv4Interface("198.51.100.2/28"),))
     assert store.reserve_ip(POOL, IPv4Address("198.51.100.2"), key, "eth1")
     store.put_state(key, make_state(READY, "shared-multi", f"/var/run/netns/{cid}",
                                     "default/p1", "uid-1", 20000, [plan], {},
-                                    written=written))
+                                    written=BootMark.from_json(written)))
     return key
 
 
@@ -97,7 +98,8 @@ def test_other_ready_records_are_released_after_two_passes(
 
 
 def test_the_stamp_survives_the_store() -> None:
-    stamp = {"boot": "b", "boottime": 12.5}
+    stamp = BootMark("b", 12.5)
     st = AttachmentState(status=READY, written=stamp)
+    assert st.to_json()["written"] == {"boot": "b", "boottime": 12.5}
     assert AttachmentState.from_json(st.to_json()).written == stamp
     assert "written" not in AttachmentState(status=READY).to_json()

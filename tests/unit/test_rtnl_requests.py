@@ -55,7 +55,7 @@ def _every_request(nl: Netlink) -> None:
     nl.set_up("eth1", "up"), nl.set_up("eth1", "up", 9000), nl.set_down("eth1", "down")
     nl.set_mtu("eth1", 4200, "mtu"), nl.set_alias("eth1", "", "alias")
     nl.delete_link("eth1"), nl.delete_links(["a", "b"])
-    nl.inet6_mode("eth1"), nl.set_inet6_mode("eth1", 1, "mode")
+    nl.link_conf("eth1"), nl.set_inet6_mode("eth1", 1, "mode")
     nl.addresses(), nl.addresses(7), nl.addrs(7)
     nl.add_address("eth1", IPv4Interface("198.51.100.9/26"))
     nl.del_address("eth1", IPv4Interface("198.51.100.9/26"))

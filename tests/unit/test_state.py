@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from rdma_cni import defaults
+from rdma_cni.store.boot import BootMark
 from rdma_cni.store.core import Store
 from rdma_cni.store.files import encode
-from rdma_cni.store.state import AttachmentState, NicPending, StateError, make_state
+from rdma_cni.store.state import AttachmentState, StateError, make_state
 from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.kinds import READY
 from rdma_cni.vocab.plan import IfacePlan
@@ -131,18 +132,19 @@ def test_pending_since_keeps_its_number_and_with_changes_one_field() -> None:
     """An earlier release's number (the wall clock) reads as a mark of no boot and is
     written back as it was; this release's mark is the boot and its CLOCK_BOOTTIME."""
     st = AttachmentState.from_json({"nicPendingSince": 1700000000})
-    assert st.nic_pending_since == NicPending(None, 1700000000.0)
+    assert st.nic_pending_since == BootMark(None, 1700000000.0)
     assert st.to_json()["nicPendingSince"] == 1700000000
     assert st.with_(status=READY) == AttachmentState(
-        status=READY, nic_pending_since=NicPending(None, 1700000000))
-    mark = {"boot": "b-1", "since": 12.5}
+        status=READY, nic_pending_since=BootMark(None, 1700000000))
+    mark = {"boot": "b-1", "boottime": 12.5}
     st = AttachmentState.from_json({"nicPendingSince": mark})
-    assert st.nic_pending_since == NicPending("b-1", 12.5)
+    assert st.nic_pending_since == BootMark("b-1", 12.5)
     assert st.to_json()["nicPendingSince"] == mark
 
 
-@pytest.mark.parametrize("junk", [{"boot": 1, "since": 2.0}, {"boot": "b"}, [1, 2], True,
-                                  {"since": 3.0}, {"boot": "b", "since": "4"}])
+@pytest.mark.parametrize("junk", [{"boot": 1, "boottime": 2.0}, {"boot": "b"}, [1, 2], True,
+                                  {"boottime": 3.0}, {"boot": "b", "boottime": "4"},
+                                  {"boot": "b", "since": 5.0}])
 def test_a_malformed_pending_mark_reads_as_none(junk: Any) -> None:
     assert AttachmentState.from_json({"nicPendingSince": junk}).nic_pending_since is None
 

@@ -17,8 +17,10 @@ from rdma_cni.adapters.sysfs import Sysfs
 from rdma_cni.cni.commands import delete
 from rdma_cni.datapath.teardown import NicNotBack, _recover_on_host, hardware_of
 from rdma_cni.records import replace
+from rdma_cni.store import boot as bootmod
+from rdma_cni.store.boot import BootMark
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import AttachmentState, NicPending
+from rdma_cni.store.state import AttachmentState
 from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.plan import IfacePlan
 
@@ -109,17 +111,18 @@ def test_a_nic_whose_device_is_gone_is_done_without_waiting(sysfs: Sysfs) -> Non
 
 
 class Clocks:
-    """The wall clock and CLOCK_BOOTTIME as :func:`delete._give_up` reads them."""
+    """The wall clock and CLOCK_BOOTTIME as :func:`delete._give_up` reads them (through
+    :meth:`rdma_cni.store.boot.BootMark.now`)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, boot: str = "boot-1") -> None:
         self.wall, self.boottime, self.boot = 1_700_000_000.0, 1000.0, boot
-        monkeypatch.setattr(delete.time, "time", lambda: self.wall)
+        monkeypatch.setattr(time, "time", lambda: self.wall)
         real = time.clock_gettime
 
         def clock_gettime(clk: int) -> float:
             return self.boottime if clk == time.CLOCK_BOOTTIME else real(clk)
-        monkeypatch.setattr(delete.time, "clock_gettime", clock_gettime)
-        monkeypatch.setattr(delete, "this_boot", lambda: self.boot)
+        monkeypatch.setattr(time, "clock_gettime", clock_gettime)
+        monkeypatch.setattr(bootmod, "this_boot", lambda: self.boot)
 
 
 def _marked(tmp_path: Path) -> tuple[Store, AttachmentKey, AttachmentState]:
@@ -138,7 +141,7 @@ def test_del_keeps_failing_until_the_give_up_horizon(tmp_path: Path,
     store, key, state = _marked(tmp_path)
     assert not delete._give_up(store, key, state, "not back")  # first: marks the time
     marked = store.get_state(key)
-    assert marked is not None and marked.nic_pending_since == NicPending("boot-1", 1000.0)
+    assert marked is not None and marked.nic_pending_since == BootMark("boot-1", 1000.0)
     clocks.boottime += delete.GIVE_UP - 1
     assert not delete._give_up(store, key, marked, "not back")  # within the horizon
     clocks.boottime += 1
@@ -161,16 +164,16 @@ def test_a_wall_clock_set_forward_does_not_end_the_wait(tmp_path: Path,
     assert store.get_state(key) is not None and set(store.nic_claims()) == {"rnic0"}
 
 
-@pytest.mark.parametrize("old", [NicPending("boot-0", 0.0), NicPending(None, 1.0)])
+@pytest.mark.parametrize("old", [BootMark("boot-0", 0.0), BootMark(None, 1.0)])
 def test_a_mark_of_another_boot_or_release_starts_the_wait_afresh(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old: NicPending) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old: BootMark) -> None:
     """A mark of another boot, or the wall-clock number of an earlier release, is no
     time of this boot: this DEL marks it anew, the full wait follows."""
     clocks = Clocks(monkeypatch)
     store, key, state = _marked(tmp_path)
     assert not delete._give_up(store, key, state.with_(nic_pending_since=old), "not back")
     marked = store.get_state(key)
-    assert marked is not None and marked.nic_pending_since == NicPending("boot-1", 1000.0)
+    assert marked is not None and marked.nic_pending_since == BootMark("boot-1", 1000.0)
     clocks.boottime += delete.GIVE_UP - 1
     assert not delete._give_up(store, key, marked, "not back")
     clocks.boottime += 1

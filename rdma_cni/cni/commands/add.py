@@ -41,7 +41,7 @@ from rdma_cni.node.allocation import AllocationAnswer, PodRef, assign, kubelet_s
 from rdma_cni.node.hostinfo import nic_facts
 from rdma_cni.node.origin import origin_of
 from rdma_cni.node.pools import ranges_of
-from rdma_cni.store.boot import stamp
+from rdma_cni.store.boot import BootMark
 from rdma_cni.store.core import Store
 from rdma_cni.store.files import Identity
 from rdma_cni.store.records import claim_plan
@@ -103,7 +103,7 @@ def _states(req: Request, nc: NetConf, token: str) -> StateOf:
               ours: dict[str, Any] | None) -> AttachmentState:
         return make_state(status, nc.mode, req.netns, req.args.pod, req.args.pod_uid,
                           nc.routing.rulePriority, plans, ours, origin=origin,
-                          conf_name=nc.cniConfName, request=token, written=stamp())
+                          conf_name=nc.cniConfName, request=token, written=BootMark.now())
     return state
 
 

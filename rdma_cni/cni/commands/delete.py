@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -15,9 +14,9 @@ from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import CniError, ConfigError, escaped
 from rdma_cni.log import LazyLogger
 from rdma_cni.node.origin import recorded_netns
-from rdma_cni.store.boot import this_boot
+from rdma_cni.store.boot import BootMark
 from rdma_cni.store.core import Store
-from rdma_cni.store.state import AttachmentState, NicPending
+from rdma_cni.store.state import AttachmentState
 from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.kinds import PENDING
 from rdma_cni.vocab.modes import Mode
@@ -179,15 +178,16 @@ def _give_up(store: Store, key: AttachmentKey, state: AttachmentState, why: str)
     The mark is this boot's ``CLOCK_BOOTTIME`` with the boot ID: a step of the wall clock
     (NTP) changes nothing. A mark of another boot, or the wall-clock number an earlier
     release wrote, starts the wait afresh (never sooner than a full wait)."""
-    now, boot = time.clock_gettime(time.CLOCK_BOOTTIME), this_boot()
+    now = BootMark.now()
     mark = state.nic_pending_since
-    if mark is None or mark.boot != boot:
-        store.put_state(key, state.with_(nic_pending_since=NicPending(boot, now)))
+    waited = mark.age(now) if mark is not None else None
+    if waited is None:
+        store.put_state(key, state.with_(nic_pending_since=now))
         return False
-    if now - mark.since < GIVE_UP:
+    if waited < GIVE_UP:
         return False
     log.error("DEL of %s/%s gives up waiting after %.0f s and releases it: %s", key.network,
-              key.container_id, now - mark.since, why)
+              key.container_id, waited, why)
     with store.lock():
         store.purge(key)
     return True

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from rdma_cni.kube.agent.view import GONE, UNKNOWN, Evidence, Verdict, judge
 from rdma_cni.node.origin import recorded_node, same_node
+from rdma_cni.store.boot import BootMark
 from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.kinds import Status
 
@@ -56,12 +57,8 @@ def young(state: AttachmentState, now: float, boot: str) -> bool:
     (``CLOCK_BOOTTIME`` of the boot ``boot``). A record of another boot is older than
     any sandbox of this one; a record without the stamp (earlier releases wrote none)
     is taken for old, as it was."""
-    written = state.written or {}
-    at = written.get("boottime")
-    if not boot or written.get("boot") != boot or not isinstance(at, int | float) \
-            or isinstance(at, bool):
-        return False
-    return 0 <= now - at < PENDING_GRACE
+    age = state.written.age(BootMark(boot, now)) if state.written is not None else None
+    return age is not None and 0 <= age < PENDING_GRACE
 
 
 def restored_marks(raw: object) -> dict[str, dict[str, float]]:
