@@ -113,6 +113,11 @@ def exit_plugin(code: int) -> NoReturn:
 
 
 def plugin_main() -> int:
+    # logging imports traceback, with tokenize, linecache and textwrap, for what only an
+    # error report uses: it runs when one is made (bench/README.md, figure 6)
+    from rdma_cni.lightpkg import light_module
+
+    light_module("traceback", {})
     if not os.environ.get("CNI_COMMAND"):  # never wait on a terminal's stdin
         sys.stderr.write(about())
         return 0

@@ -10,6 +10,6 @@ The boundary models need only the extension ``pydantic_core._pydantic_core``
 
 from __future__ import annotations
 
-from rdma_cni.adapters.lightpkg import light_package
+from rdma_cni.lightpkg import light_package
 
 light_package("pydantic_core")

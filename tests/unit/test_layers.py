@@ -23,7 +23,7 @@ PKG = "rdma_cni"
 #: the first (leaf modules) and the last (the command line)
 LAYERS = [
     {"errors", "defaults", "confdefaults", "jsondoc", "testhooks", "log", "logsetup", "cliargs",
-     "__init__", "proto", "records"},
+     "__init__", "proto", "records", "lightpkg"},
     {"vocab"}, {"adapters"}, {"models", "store"}, {"ipam"}, {"node"}, {"datapath"},
     {"cni"}, {"resident"}, {"tools"}, {"kube"}, {"cli", "__main__"},
 ]
