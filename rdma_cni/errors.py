@@ -141,14 +141,18 @@ _UNSAFE: re.Pattern[str] | None = None  # compiled on first use: this module is 
 def escaped(text: str) -> str:
     """``text`` with every character that could end, rewrite or hide a log line shown as
     an escape (``\\x0a``, ``\\u2028``): C0 and C1 controls, DEL, the Unicode line and
-    paragraph separators and lone surrogates (undecodable bytes of the environment).
+    paragraph separators, lone surrogates (undecodable bytes of the environment), and
+    the characters that reorder or hide what a terminal shows: the bidirectional
+    controls (an override turns the rest of a line around), zero-width characters and
+    the byte-order mark.
     What the plugin logs or writes to stderr passes through it, so a key, a value or a
     path from a pod author or the runtime can never forge a line."""
     global _UNSAFE
     if _UNSAFE is None:
         import re
 
-        _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+        _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e"
+                             "\u2060-\u2069\ufeff\ud800-\udfff]")
     return _UNSAFE.sub(_escape_one, text)
 
 

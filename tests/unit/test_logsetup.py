@@ -41,6 +41,13 @@ def test_escaped_shows_every_line_breaker() -> None:
         "a\\x0ab\\x0d\\x1b[2J\\x7f\\x85\\u2028\\udcff ok é"
 
 
+def test_escaped_shows_what_reorders_or_hides_a_line() -> None:
+    """A pod name with a right-to-left override shows the rest of a line reversed in a
+    terminal (`rdma-cni ls`, a log viewer); zero-width characters hide text."""
+    assert escaped("pod\u202eevil\u2066x\u2069\u200by\u061c\ufeff é ü") == \
+        "pod\\u202eevil\\u2066x\\u2069\\u200by\\u061c\\ufeff é ü"
+
+
 def test_a_record_is_one_line_and_the_file_private(logger: logging.Logger,
                                                    tmp_path: Path) -> None:
     logger.warning("key %s", "x\n2026-01-01 00:00:00,000 1 INFO forged\r")
