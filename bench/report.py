@@ -223,15 +223,25 @@ def machine(load_at_start: Sequence[float] = ()) -> dict[str, Any]:
 
 
 def versions(binary: str, repo: str, origin: str = "") -> dict[str, Any]:
-    head = _cmd("git", "-C", repo, "rev-parse", "--short", "HEAD")
-    dirty = bool(_cmd("git", "-C", repo, "status", "--porcelain", "--", "rdma_cni"))
+    """What ran: ``git`` is the commit the binary was built from (its ``--version``),
+    this checkout's HEAD only when the binary names none (a ``--binary`` of another
+    checkout must not be credited to this one)."""
+    said = _cmd(binary, "--version")
+    built_from = said.rsplit("(commit ", 1)[-1].rstrip(")") if "(commit " in said else ""
+    if built_from and built_from != "unknown":
+        commit, _, dirty_mark = built_from.partition("-")
+        git = commit[:7] + ("-dirty" if dirty_mark else "")
+    else:
+        head = _cmd("git", "-C", repo, "rev-parse", "--short", "HEAD")
+        dirty = bool(_cmd("git", "-C", repo, "status", "--porcelain", "--", "rdma_cni"))
+        git = head + ("-dirty" if dirty else "")
     built = os.path.getmtime(binary)
     return {
-        "rdma_cni": _cmd(binary, "--version"),
+        "rdma_cni": said,
         "rdma_cni_binary": origin or binary,
         "rdma_cni_built": datetime.datetime.fromtimestamp(built, datetime.UTC)
         .isoformat(timespec="seconds"),
-        "git": head + ("-dirty" if dirty else ""),
+        "git": git,
         "containernetworking_plugins": _cmd("dpkg-query", "-W", "-f", "${Version}",
                                             "containernetworking-plugins"),
     }

@@ -20,7 +20,10 @@ if [ -f "$stamp" ] && [ -x dist/rdma-cni/rdma-cni ] && [ -x dist/rdma-cni-host/r
     echo "build: dist/rdma-cni and dist/rdma-cni-host are up to date"; exit 0
 fi
 rm -f "$stamp"
-.venv/bin/pyinstaller --noconfirm --log-level WARN build.spec >/dev/null 2>.build.log || { cat .build.log >&2; exit 1; }
+# PYTHONPATH: the spec's collect_submodules/collect_data_files import rdma_cni in a
+# subprocess; this tree's, not whatever checkout the venv's editable install points at
+PYTHONPATH="$PWD" .venv/bin/pyinstaller --noconfirm --log-level WARN build.spec >/dev/null \
+    2>.build.log || { cat .build.log >&2; exit 1; }
 rm -f .build.log
 # the front against musl, static: no glibc start-up (CPUID probes) in every CNI call
 command -v musl-gcc >/dev/null || { echo "build: musl-gcc is missing (./scripts/setup.sh installs musl-tools)" >&2; exit 1; }

@@ -159,3 +159,17 @@ def test_the_header_says_how_figure_4s_batch_began_and_what_timed_each_exec() ->
     record["measurer"] = True  # a record from before: a bool, no compiler named
     assert "measure-exec" not in report._batches(record)
     assert report._batches({"scenarios": {"s2": {}}, "config": {"spawn": "gated"}}) == ""
+
+
+def test_a_record_names_the_commit_its_binary_was_built_from(tmp_path: Path) -> None:
+    """A ``--binary`` of another checkout was credited to this checkout's HEAD."""
+    binary = tmp_path / "rdma-cni"
+    binary.write_text("#!/bin/sh\necho 'rdma-cni 0.2.0 (commit 0123456789ab-dirty)'\n")
+    binary.chmod(0o755)
+    v = report.versions(str(binary), str(Path(__file__).resolve().parents[2]))
+    assert v["git"] == "0123456-dirty"
+    binary.write_text("#!/bin/sh\necho 'rdma-cni 0.2.0 (commit unknown)'\n")
+    head = report._cmd("git", "-C", str(Path(__file__).resolve().parents[2]), "rev-parse",
+                       "--short", "HEAD")
+    assert report.versions(str(binary), str(Path(__file__).resolve().parents[2]))[
+        "git"].startswith(head)
