@@ -8,6 +8,9 @@ these variables is part of the configuration, and nothing reads them otherwise.
   so that the executor's rollback runs.
 - ``RDMA_CNI_TEST_STOP_AT_STEP=k``: ADD stops its whole process (SIGSTOP) at that
   boundary, as a stalled resident server would; the test resumes it (SIGCONT).
+- ``RDMA_CNI_TEST_STOP_IN_MOVE=1``: ADD stops its whole process (SIGSTOP) while an
+  exclusive NIC is in the private netns on its way into the pod, between the step
+  boundaries: the test changes the host or the pod under it, then resumes it.
 - ``RDMA_CNI_TEST_CRASH_IN_DEL=k``: DEL kills itself before its k-th teardown action
   (counted from 0: per interface, last first: rules, link; exclusive: host recovery;
   then the end of the teardown, before the caller purges the store).
@@ -29,6 +32,7 @@ from rdma_cni.errors import IOFailure
 CRASH_AT_STEP = "RDMA_CNI_TEST_CRASH_AT_STEP"
 FAIL_AT_STEP = "RDMA_CNI_TEST_FAIL_AT_STEP"
 STOP_AT_STEP = "RDMA_CNI_TEST_STOP_AT_STEP"
+STOP_IN_MOVE = "RDMA_CNI_TEST_STOP_IN_MOVE"
 CRASH_IN_DEL = "RDMA_CNI_TEST_CRASH_IN_DEL"
 
 
@@ -51,13 +55,23 @@ def step_seams() -> Callable[[int], None]:
         if k == crash:
             _crash()
         if k == stop:
-            # directed at this thread, so that it stops here (a signal to the process may
-            # be taken by another thread while this one runs on for a moment)
-            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+            _stop()
         if k == fail:
             raise IOFailure(f"injected failure at step {k}")
 
     return at_step
+
+
+def _stop() -> None:
+    # directed at this thread, so that it stops here (a signal to the process may be
+    # taken by another thread while this one runs on for a moment)
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+
+def in_move() -> None:
+    """The seam inside an exclusive NIC's move into the pod (see the module doc)."""
+    if _number(STOP_IN_MOVE) > 0:
+        _stop()
 
 
 def _inert(k: int) -> None:

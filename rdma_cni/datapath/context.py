@@ -60,6 +60,9 @@ class Ctx:
     #: plan k -> index, in the pod, of the link this request made (a sub-link) or moved in
     #: (an exclusive NIC): what a rollback may undo, by identity, and nothing else
     made: dict[int, int] = field(default_factory=dict)
+    #: plan k -> index on the host of an exclusive NIC a rollback took home but left for
+    #: DEL (under another name, or not restored): the identity its kept record names
+    home: dict[int, int] = field(default_factory=dict)
     #: False once a rollback of the executor left something it could not undo
     undone_clean: bool = True
     _tmp: tuple[int, NetlinkPort] | None = field(default=None, repr=False)

@@ -90,7 +90,8 @@ def apply(ctx: Ctx, steps: Sequence[Step], owner: Owner | None = None) -> None:
             applied.append(step)
         at_step(len(steps))
     except BaseException:
-        ctx.undone_clean = rollback(ctx, applied, owner)
+        # False already when a step's own undo of a half-made change left work for DEL
+        ctx.undone_clean = rollback(ctx, applied, owner) and ctx.undone_clean
         raise
 
 

@@ -41,6 +41,8 @@ log = logging.getLogger("rdma_cni")
 IFA_F_TENTATIVE = 0x40
 #: how long a route waits for the IPv6 source address it names to leave DAD
 DAD_WAIT = 3.0
+#: what the kernel answers a request with one setting it refuses
+REFUSED = (errno.EINVAL, errno.EOPNOTSUPP, errno.ERANGE)
 
 
 def restore_host(host: NetlinkPort, name: str, p: IfacePlan) -> None:
@@ -102,11 +104,9 @@ def _changes(host: NetlinkPort, name: str, saved: dict[str, Any], now: LinkConf
     flags, alias = saved["flags"] & LINK_FLAGS, saved["alias"] or None
     out: list[tuple[str, Callable[[], object]]] = []
     if v4:
-        out.append(("IPv4 settings", lambda: host.set_ipv4_conf(
-            name, v4, f"restore {_listed(v4)} of {name}")))
+        out.append(("IPv4 settings", lambda: _keywise(host.set_ipv4_conf, name, v4, "IPv4")))
     if v6:
-        out.append(("IPv6 settings", lambda: host.set_ipv6_conf(
-            name, v6, f"restore {_listed(v6)} of {name}")))
+        out.append(("IPv6 settings", lambda: _keywise(host.set_ipv6_conf, name, v6, "IPv6")))
     if flags != now.flags & LINK_FLAGS:
         out.append(("link flags", lambda: host.set_flags(
             name, flags, LINK_FLAGS, f"restore the link flags of {name}")))
@@ -117,6 +117,24 @@ def _changes(host: NetlinkPort, name: str, saved: dict[str, Any], now: LinkConf
         out.append(("alias", lambda: host.set_alias(
             name, alias or "", f"restore the alias of {name}")))
     return out
+
+
+def _keywise(set_conf: Callable[[str, Sequence[tuple[str, int]], str], None], name: str,
+             values: Sequence[tuple[str, int]], family: str) -> None:
+    """Set ``values`` in one request; when the kernel refuses one of them (a key it does
+    not have: a record of another kernel's; a value out of its range), which refuses the
+    whole request, one request per key: a refusal costs only its own (a warning)."""
+    try:
+        set_conf(name, values, f"restore {_listed(values)} of {name}")
+        return
+    except NetlinkFailure as exc:
+        if len(values) < 2 or exc.errno not in REFUSED:
+            raise
+    for kv in values:
+        try:
+            set_conf(name, [kv], f"restore {_listed([kv])} of {name}")
+        except NetlinkFailure as exc:
+            log.warning("%s: its %s setting %s not restored", exc.msg, family, kv[0])
 
 
 def _listed(values: Sequence[tuple[str, int]]) -> str:

@@ -1,8 +1,7 @@
 """Exclusive NICs: the host's physical NIC moves into the pod (through a private
-netns, where it takes the pod's name and our mark), its RDMA device after it under
-RDMA netns mode "exclusive"; on the way back it returns under its own name (or a
-fallback if the host reused that) and gets its host configuration back
-(:mod:`rdma_cni.datapath.hostconfig`).
+netns, where it takes the pod's name and our mark), its RDMA device after it under RDMA
+netns mode "exclusive"; it returns under its own name (:mod:`.homename`) and gets its
+host configuration back (:mod:`rdma_cni.datapath.hostconfig`).
 
 The NIC is only ever taken back under the identity ADD recorded (:func:`same_device`),
 never by a name, a MAC, our mark or its index, which a pod with CAP_NET_ADMIN can give
@@ -16,9 +15,11 @@ import logging
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from rdma_cni import testhooks
 from rdma_cni.adapters import netns
 from rdma_cni.datapath.altnames import clean_altnames
 from rdma_cni.datapath.context import Ctx
+from rdma_cni.datapath.homename import fallback_name, home_name
 from rdma_cni.datapath.hostconfig import restore_host
 from rdma_cni.datapath.stacked import drop_stacked
 from rdma_cni.datapath.sublinks import KINDS as SUBLINK_KINDS
@@ -32,8 +33,9 @@ from rdma_cni.vocab.ports import LinkView, NetlinkPort
 log = logging.getLogger("rdma_cni")
 #: the netns an index of a NIC without a bus device was recorded in
 HOST, POD = "host", "pod"
-__all__ = ["SUBLINK_KINDS", "NicNotBack", "find_moved", "lookalikes", "move_in", "move_out",
-           "peer_points_back", "restore_host", "unprovable"]
+__all__ = ["SUBLINK_KINDS", "NicNotBack", "fallback_name", "find_moved", "home_name",
+           "lookalikes", "move_in", "move_out", "peer_points_back", "restore_host",
+           "unprovable"]
 
 
 class NicNotBack(TryAgain):
@@ -48,27 +50,64 @@ def move_in(ctx: Ctx, p: IfacePlan) -> None:
     tmp_fd, tmp = ctx.tmpns()
     ctx.host.move_to_netns(p.nic, tmp_fd, f"move {p.nic} into a private netns")
     try:
+        testhooks.in_move()
         tmp.rename(p.nic, p.name, ctx.marker, f"rename {p.nic} to {p.name}")
         tmp.move_to_netns(p.name, ctx.pod_fd, f"move {p.nic} into {ctx.pod_path}")
     except BaseException:
-        _home_from(tmp, p.name if tmp.link(p.name) else p.nic, p, ctx)
+        _undo_move_in(ctx, tmp, p)
         raise
-    # the index it has in the pod (the kernel gives it another one there when the pod
-    # already uses its own): the identity of a NIC without a bus device
+    # its index in the pod (another when the pod uses its own): a veth's identity
     ctx.made[p.k] = ctx.pod.require(p.name).index
+
+
+def _undo_move_in(ctx: Ctx, tmp: NetlinkPort, p: IfacePlan) -> None:
+    """A move into the pod failed half way: the NIC goes home from the private netns as
+    DEL takes it, or into the pod (:func:`_back_to_pod`), never left to die with it;
+    short of home, restored, the state is kept for DEL (:attr:`Ctx.undone_clean`)."""
+    link = tmp.link(p.name) or tmp.link(p.nic)
+    if link is None:  # moved on into the pod after all, or gone
+        ctx.undone_clean = False
+        log.error("rollback: %s is not in the private netns: the state is kept for DEL", p.nic)
+        return
+    try:
+        name = _to_host(tmp, link.name, p, ctx)
+    except CniError as exc:
+        ctx.undone_clean = False
+        try:
+            _back_to_pod(ctx, tmp, link.index, link.name, p, exc)
+        except CniError as kept:
+            log.error("rollback: %s", kept.msg)
+        return
+    _home_restored(ctx, name, p)
+
+
+def _home_restored(ctx: Ctx, name: str, p: IfacePlan) -> None:
+    """A rollback's NIC, home as ``name``: restored; under a fallback name, or not
+    restored, the state is kept for DEL (which gives it its own name once free)."""
+    failed = None  # the reason it is not restored
+    try:
+        restore_host(ctx.host, name, p)
+    except CniError as exc:
+        failed = exc.msg
+    if name != p.nic or failed:
+        ctx.undone_clean = False
+        link = ctx.host.link(name)
+        if link is not None:  # the index the kept record names it by (a veth's identity)
+            ctx.home[p.k] = link.index
+        log.error("rollback: exclusive NIC %s is back on the host as %s%s: the state is kept "
+                  "for DEL", p.nic, name, f", not restored ({failed})" if failed else "")
 
 
 def move_back(ctx: Ctx, p: IfacePlan) -> None:
     """Undo :func:`move_in`: only the NIC this request moved in (by its index in the pod)."""
-    index = ctx.made.pop(p.k, None)
-    if index is None:
+    if (index := ctx.made.pop(p.k, None)) is None:
         return
     current = next((lk.name for lk in ctx.pod.links() if lk.index == index), None)
     if current is None:
         log.warning("rollback: %s is no longer in %s under the index it was moved in "
                     "with: nothing moved back", p.nic, ctx.pod_path)
         return
-    _out_of_pod(ctx, current, with_index(p, index))
+    _home_restored(ctx, _out_of_pod(ctx, current, with_index(p, index)), p)
 
 
 def move_out(ctx: Ctx, p: IfacePlan) -> bool:
@@ -78,28 +117,24 @@ def move_out(ctx: Ctx, p: IfacePlan) -> bool:
                          peer=peer_points_back(ctx.host, ctx.pod_fd, p.identity))
     if current is None:
         return False
-    _out_of_pod(ctx, current, p)
+    restore_host(ctx.host, _out_of_pod(ctx, current, p), p)
     return True
 
 
-def _out_of_pod(ctx: Ctx, current: str, p: IfacePlan) -> None:
-    """Move the NIC (``current`` in the pod) home through the private netns; the links the
-    pod stacked on it are deleted once it has left the pod (:mod:`.stacked`). A NIC that
-    cannot go on to the host goes back into the pod, never left in the private netns
-    (released after the request: a veth dies with it, a NIC falls to the init netns)."""
+def _out_of_pod(ctx: Ctx, current: str, p: IfacePlan) -> str:
+    """Move the NIC (``current`` in the pod) home through the private netns: its name on
+    the host. The links the pod stacked on it are deleted once it has left the pod
+    (:mod:`.stacked`). One that cannot go on to the host goes back into the pod, never left
+    in the private netns (released after the request: a veth dies with it, a NIC falls to
+    the init netns)."""
     tmp_fd, tmp = ctx.tmpns()
     ctx.pod.move_to_netns(current, tmp_fd, f"move {current} out of {ctx.pod_path}")
     index = tmp.require(current).index
     try:
         drop_stacked(ctx.pod, index, tmp_fd, p.nic)
-        name = _to_host(tmp, current, p, ctx)
+        return _to_host(tmp, current, p, ctx)
     except CniError as exc:
         _back_to_pod(ctx, tmp, index, current, p, exc)
-    restore_host(ctx.host, name, p)
-
-
-def _home_from(tmp: NetlinkPort, current: str, p: IfacePlan, ctx: Ctx) -> None:
-    restore_host(ctx.host, _to_host(tmp, current, p, ctx), p)
 
 
 def _to_host(tmp: NetlinkPort, current: str, p: IfacePlan, ctx: Ctx) -> str:
@@ -157,32 +192,9 @@ def rdma_out(ctx: Ctx, p: IfacePlan) -> None:
         ctx.rdma_nl().move(p.ibdev, ctx.host_fd)
 
 
-def fallback_name(p: IfacePlan) -> str:
-    """A host name of its own for a returning NIC whose name is taken: ``rdma`` and its
-    whole PCI address (``0000:48:00.0``: ``rdma000048000``), else its MAC's last digits,
-    else its old name's. Two NICs of a node never share one (the last six characters of
-    the PCI address did: ``0000:48:00.0`` and ``0000:88:00.0``)."""
-    ident = str(p.identity.get("pci") or p.identity.get("mac") or p.nic)
-    return "rdma" + "".join(c for c in ident if c.isascii() and c.isalnum())[-11:]
-
-
-def home_name(p: IfacePlan, taken: Callable[[str], bool], index: int) -> str:
-    """The name a returning NIC gets on the host: its own, else :func:`fallback_name`,
-    else one from its interface index (``index``; a NIC is never left out because a
-    name is taken)."""
-    for name in (p.nic, fallback_name(p), f"rdmaif{index}"):
-        if not taken(name):
-            if name != p.nic:
-                log.warning("host name %s of the returning NIC is taken: it comes back as %s",
-                            p.nic, name)
-            return name
-    raise IOFailure(f"failed to return {p.nic}: the names {p.nic}, {fallback_name(p)} and "
-                    f"rdmaif{index} are all taken on the host")
-
-
-def with_index(p: IfacePlan, index: int) -> IfacePlan:
-    """``p`` whose NIC has ``index`` in the pod's netns (it moved in)."""
-    return replace(p, identity={**p.identity, "ifindex": index, "ifindexNetns": POD})
+def with_index(p: IfacePlan, index: int, where: str = POD) -> IfacePlan:
+    """``p`` whose NIC has ``index`` in the netns ``where`` (the pod's: it moved in)."""
+    return replace(p, identity={**p.identity, "ifindex": index, "ifindexNetns": where})
 
 
 def unprovable(ident: dict[str, Any]) -> str | None:

@@ -111,13 +111,26 @@ def _not_ours(link: Link, where: str) -> None:
                 "but is no NIC it claims: left as it is", link.name, where)
 
 
+def _parsed(nic: str, plan: dict[str, Any]) -> IfacePlan | None:
+    """The claim's plan; one whose recorded settings (``host_link``) alone do not read,
+    without them: the NIC still comes home by its identity, under its host name, with
+    its addresses, routes, MTU and up-state (None: unusable)."""
+    for d in (plan, {**plan, "host_link": None}):
+        try:
+            p = plan_from_dict(d)
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError):
+            continue
+        if d is not plan:
+            log.warning("DEL of an unreadable state record: the settings the claim of "
+                        "exclusive NIC %s records do not read; they are not restored", nic)
+        return p
+    return None
+
+
 def _planned(k: int, nic: str, plan: dict[str, Any]) -> IfacePlan | None:
     """The interface the claim of ``nic`` holds (None: unusable)."""
-    try:
-        p = plan_from_dict(plan)
-    except (KeyError, ValueError, TypeError, IndexError, AttributeError):
-        return None
-    if p.kind != LinkKind.PHYSICAL or p.nic != nic:
+    p = _parsed(nic, plan)
+    if p is None or p.kind != LinkKind.PHYSICAL or p.nic != nic:
         return None
     if p.extra.get("hostRoutesLeft"):
         log.warning("DEL of an unreadable state record: exclusive NIC %s had more routes "

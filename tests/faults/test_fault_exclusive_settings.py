@@ -10,6 +10,9 @@ ADD; the settings are also read back by name."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from cnirunner import PYTHON, link_detail, rdma_blocks, sh
 from support.resident import Serve
@@ -87,3 +90,44 @@ def test_settings_come_back_after_a_failed_add(rig, faults, tmp_path) -> None:  
     faults.expect_served("ADD", 1)
     _assert_settings_back(rig)
     assert chain.delete("c1", blocks=rdma_blocks(1)).rc == 0
+
+
+def _unreadable_record(rig) -> Path:  # type: ignore[no-untyped-def]
+    """The attachment's state record made unreadable; the NIC's claim."""
+    [state] = (Path(rig.data_dir) / "state").glob("*.json")
+    state.write_text(json.dumps({"schema": 1, "key": {"network": 7}}))
+    return Path(rig.data_dir) / "nics" / "rnic0"
+
+
+def test_settings_come_back_after_a_del_of_an_unreadable_record(rig, faults) -> None:  # type: ignore[no-untyped-def]
+    """DEL rebuilds the interface from the NIC's claim, which holds its settings too."""
+    _set_up_nic(rig)
+    chain = faults.chain("exclusive")
+    pod = rig.pod()
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    sh("ip", "-n", pod.name, "link", "set", "dev", "eth1", "arp", "off", "txqueuelen", "77")
+    assert "host_link" in json.loads(_unreadable_record(rig).read_text())["plan"]
+    run = chain.delete("c1")
+    assert run.rc == 0, run
+    _assert_settings_back(rig)
+    assert rig.files() == []
+
+
+def test_a_claim_whose_settings_do_not_read_still_brings_the_nic_home(rig, faults) -> None:  # type: ignore[no-untyped-def]
+    """Its recorded settings unusable, the rest of the claim still is: the NIC comes home
+    by its identity, under its name, up, with its addresses and routes (before: the
+    whole claim was dropped, and a NIC without a bus device stayed in the pod)."""
+    rig.nic("rnic0")
+    chain = faults.chain("exclusive")
+    pod = rig.pod()
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    claim = _unreadable_record(rig)
+    rec = json.loads(claim.read_text())
+    rec["plan"]["host_link"] = {"flags": "none", "ipv4": []}
+    claim.write_text(json.dumps(rec))
+    run = chain.delete("c1")
+    assert run.rc == 0, run
+    assert "eth1" not in pod.links()
+    assert "UP" in link_detail(rig.node.ns, "rnic0")["flags"]
+    assert "settings the claim of exclusive NIC rnic0 records do not read" in faults.log_text()
+    assert rig.node_changes() == {} and rig.files() == []

@@ -196,7 +196,9 @@ def _apply(req: Request, nc: NetConf, store: Store, session: Session,
         ours = result.our_part(plans, macs, req.netns)
         _save_ready(req, store, owner, state(READY, plans, ours))
     except BaseException as exc:  # the ready record's write too: a full disk leaves nothing
-        clean = rollback(ctx, steps, owner) if applied else ctx.undone_clean
+        if applied:  # a move's own undo may have left work for DEL (Ctx.undone_clean)
+            ctx.undone_clean = rollback(ctx, steps, owner) and ctx.undone_clean
+        clean = ctx.undone_clean
         _undo(req, store, token, clean, exc)
         raise
     return result.append(req.prev_result, ours)

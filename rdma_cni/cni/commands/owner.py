@@ -14,7 +14,9 @@ ADDs go on meanwhile, as they hold no lock of the store's.
 
 While it holds the record's lock after a step, the owner also records in the pending state
 the index an exclusive NIC got in the pod (the identity DEL finds it by), so that a
-crash right after the move leaves DEL a record that names the NIC as it is.
+crash right after the move leaves DEL a record that names the NIC as it is; and, once a
+rollback has taken it back out of the pod, its identity on the host again (a rollback
+that left it there under another name keeps the record for DEL).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from contextlib import contextmanager
 from rdma_cni.datapath import sublinks
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.datapath.execute import Superseded
-from rdma_cni.datapath.physical import with_index
+from rdma_cni.datapath.physical import HOST, with_index
 from rdma_cni.store.core import Store
 from rdma_cni.store.files import Identity
 from rdma_cni.store.state import AttachmentState
@@ -63,6 +65,7 @@ class AddOwner:
                  pending: Identity | None, ctx: Ctx, state: AttachmentState) -> None:
         self.store, self.key, self.token = store, key, token
         self.pending, self.ctx, self.state = pending, ctx, state
+        self.planned = state.interfaces  # as planned: each NIC by its identity on the host
 
     def still_mine(self, held: Identity | None) -> bool:
         """Under the record's lock (``held``: the identity of the record locked): it is the
@@ -81,10 +84,13 @@ class AddOwner:
             self._record_moves()
 
     def plans(self) -> list[IfacePlan]:
-        """The plans with the index each exclusive NIC has in the pod."""
-        made = self.ctx.made
-        return [with_index(p, made[p.k]) if p.kind == LinkKind.PHYSICAL and p.k in made else p
-                for p in self.state.interfaces]
+        """The plans with the index each exclusive NIC has in the pod; one a rollback took
+        back out of the pod: as planned, or its index on the host where the rollback left
+        it for DEL (:attr:`Ctx.home`)."""
+        made, home = self.ctx.made, self.ctx.home
+        return [p if p.kind != LinkKind.PHYSICAL else with_index(p, made[p.k]) if p.k in made
+                else with_index(p, home[p.k], HOST) if p.k in home else p
+                for p in self.planned]
 
     def final_plans(self) -> list[IfacePlan]:
         """:meth:`plans`, and each sub-link's index in the pod (what DEL finds it by,
