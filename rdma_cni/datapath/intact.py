@@ -6,13 +6,14 @@ a pod with CAP_NET_ADMIN gives a link of its own making a name, a MAC, an addres
 our mark); then its addresses, the source rule and the routes ADD put in the
 interface's table, each through that link and by the planned gateway (a table the pod
 emptied and filled with routes through another link sends the interface's traffic
-elsewhere)."""
+elsewhere); then the IPv4 settings ADD gave it (``rp_filter`` 0 lets a multi-NIC pod
+answer ARP for one NIC's address on another)."""
 
 from __future__ import annotations
 
 from rdma_cni.datapath import sublinks
 from rdma_cni.datapath.physical import POD, find_moved, peer_points_back
-from rdma_cni.datapath.plan import pod_routes
+from rdma_cni.datapath.plan import SYSCTLS, pod_routes
 from rdma_cni.datapath.session import Session
 from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.netlink import Link
@@ -35,7 +36,19 @@ def mismatch(session: Session, p: IfacePlan, marker: str, priority: int) -> str 
     for addr in p.addresses[:1]:
         if (priority, p.table, f"{addr.ip}/32") not in rules:
             return f"rule from {addr.ip} lookup {p.table} pref {priority} is missing"
-    return _routes(session, p, link)
+    return _routes(session, p, link) or _settings(session, p)
+
+
+def _settings(session: Session, p: IfacePlan) -> str | None:
+    """The IPv4 settings ADD gave the interface, as the kernel shows them (a key the
+    kernel does not show is not judged)."""
+    assert session.pod is not None
+    conf = session.pod.link_conf(p.name)
+    have = conf.ipv4 if conf is not None else {}
+    for key, want in SYSCTLS:
+        if key in have and have[key] != want:
+            return f"{key} of {p.name} is {have[key]}, not {want}"
+    return None
 
 
 def _the_device(session: Session, p: IfacePlan, link: Link, marker: str,

@@ -117,3 +117,23 @@ def test_a_repeated_add_makes_a_deleted_rule_again(rig, faults) -> None:  # type
     assert chain.check("c1").rc == 0
     assert chain.delete("c1").rc == 0
     assert sorted(pod.links()) == ["eth0", "lo"] and rig.files() == []
+
+
+def test_check_finds_the_interfaces_ipv4_settings_changed(rig, faults) -> None:  # type: ignore[no-untyped-def]
+    """ADD gives each interface arp_ignore 1, arp_announce 2, rp_filter 2, arp_notify 1;
+    a pod that sets them back (rp_filter 0, arp_ignore 0: one NIC answers ARP for
+    another's address) fails CHECK, and a repeated ADD makes the interface again."""
+    rig.nic("rnic0")
+    pod = rig.pod()
+    chain = faults.chain("shared-multi")
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    assert chain.check("c1").rc == 0
+    as_pod_process(pod.name, "echo 0 > /proc/sys/net/ipv4/conf/eth1/arp_ignore")
+    run = chain.check("c1")
+    assert run.code == 105, run
+    assert run.out["msg"] == "arp_ignore of eth1 is 0, not 1"
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    assert pod.sysctl("eth1", "arp_ignore") == "1"
+    assert chain.check("c1").rc == 0
+    assert chain.delete("c1").rc == 0
+    assert rig.files() == []
