@@ -7,7 +7,9 @@ another) or its own host name (the rename home failed, EEXIST). Every name ADD d
 record is deleted before the NIC is renamed or moved (:func:`clean_altnames`), and a
 recorded one the pod deleted is put back on the host (:func:`restore_altnames`). A
 record of an earlier release names none: then only a name that is the NIC's own host
-name or is taken on the host is deleted (the others cannot be told from the host's)."""
+name or is taken on the host is deleted (the others cannot be told from the host's). A
+recorded name the host has given another link while the NIC was away is deleted too:
+the kernel refuses to move a link whose alternative name the target netns has."""
 
 from __future__ import annotations
 
@@ -37,10 +39,14 @@ def clean_altnames(nl: NetlinkPort, name: str, p: IfacePlan,
         return
     keep = recorded(p)
     for alt in link.altnames:
-        if alt in (keep or ()) or (keep is None and alt != p.nic and not taken(alt)):
+        if taken(alt):  # the move would fail (EEXIST) for as long as the host keeps it
+            why = "the host has given another link meanwhile"
+        elif alt in (keep or ()) or (keep is None and alt != p.nic):
             continue
-        log.warning("exclusive NIC %s returns without the alternative name %s a pod gave it",
-                    p.nic, escaped(alt))
+        else:
+            why = "a pod gave it"
+        log.warning("exclusive NIC %s returns without the alternative name %s: %s",
+                    p.nic, escaped(alt), why)
         nl.del_altname(name, alt, f"delete the alternative name {shown(alt)} of {name} "
                        f"in {nl.label}")
 

@@ -104,6 +104,28 @@ def test_an_alternative_name_a_pod_gives_the_nic_stays_behind(rig, faults) -> No
     assert rig.files() == []
 
 
+def test_a_recorded_alternative_name_the_host_took_meanwhile(rig, faults) -> None:  # type: ignore[no-untyped-def]
+    """The NIC's own altname rail0, recorded by ADD, is given to another host link while
+    the NIC is in the pod: the kernel refuses the move home (EEXIST), and DEL answered
+    11 for as long as the host kept the name. It comes home without it."""
+    chain, macs = _two_nics(rig, faults)
+    pod = rig.pod()
+    assert chain.add("c1", pod.path, rdma_blocks(1)).rc == 0
+    sh("ip", "-n", rig.node.ns, "link", "add", "rail0", "type", "veth", "peer", "name", "rail0p")
+    try:
+        run = chain.delete("c1")
+        assert run.rc == 0, run
+        assert rig.node.links()["rnic0"]["address"] == macs["rnic0"]
+        assert "altnames" not in link_detail(rig.node.ns, "rnic0")
+        assert "without the alternative name rail0: the host has given another link" \
+            in faults.log_text()
+    finally:
+        sh("ip", "-n", rig.node.ns, "link", "del", "rail0")
+    # the node as it was (the rig compares it): the operator gives the name back
+    sh("ip", "-n", rig.node.ns, "link", "property", "add", "dev", "rnic0", "altname", "rail0")
+    assert rig.files() == []
+
+
 def test_an_alternative_name_of_the_nic_s_own_host_name(rig, faults) -> None:  # type: ignore[no-untyped-def]
     """The pod names the NIC after its host name: the rename home failed (EEXIST, code 5)
     and the NIC died with the private netns."""
