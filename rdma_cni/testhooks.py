@@ -8,6 +8,9 @@ these variables is part of the configuration, and nothing reads them otherwise.
   so that the executor's rollback runs.
 - ``RDMA_CNI_TEST_STOP_AT_STEP=k``: ADD stops its whole process (SIGSTOP) at that
   boundary, as a stalled resident server would; the test resumes it (SIGCONT).
+- ``RDMA_CNI_TEST_SLEEP_AT_STEP=k:seconds``: ADD's thread sleeps that long at that
+  boundary (the rest of its process runs on): a request held in the middle of its
+  netlink steps while ``serve`` is told to stop (its drain).
 - ``RDMA_CNI_TEST_CRASH_IN_DEL=k``: DEL kills itself before its k-th teardown action
   (counted from 0: per interface, last first: rules, link; exclusive: host recovery;
   then the end of the teardown, before the caller purges the store).
@@ -22,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 from rdma_cni.errors import IOFailure
@@ -29,6 +33,7 @@ from rdma_cni.errors import IOFailure
 CRASH_AT_STEP = "RDMA_CNI_TEST_CRASH_AT_STEP"
 FAIL_AT_STEP = "RDMA_CNI_TEST_FAIL_AT_STEP"
 STOP_AT_STEP = "RDMA_CNI_TEST_STOP_AT_STEP"
+SLEEP_AT_STEP = "RDMA_CNI_TEST_SLEEP_AT_STEP"
 CRASH_IN_DEL = "RDMA_CNI_TEST_CRASH_IN_DEL"
 
 
@@ -44,7 +49,8 @@ def step_seams() -> Callable[[int], None]:
     """The ADD seams: a function to call at the executor's boundary before each step k
     (the variables read once, here: a no-op unless one is set)."""
     crash, stop, fail = (_number(v) for v in (CRASH_AT_STEP, STOP_AT_STEP, FAIL_AT_STEP))
-    if max(crash, stop, fail) < 0:
+    sleep, seconds = _sleep_at()
+    if max(crash, stop, fail, sleep) < 0:
         return _inert
 
     def at_step(k: int) -> None:
@@ -54,10 +60,20 @@ def step_seams() -> Callable[[int], None]:
             # directed at this thread, so that it stops here (a signal to the process may
             # be taken by another thread while this one runs on for a moment)
             signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+        if k == sleep:
+            time.sleep(seconds)
         if k == fail:
             raise IOFailure(f"injected failure at step {k}")
 
     return at_step
+
+
+def _sleep_at() -> tuple[int, float]:
+    """``RDMA_CNI_TEST_SLEEP_AT_STEP``: (step, seconds); (-1, 0) when unset."""
+    step, _, seconds = os.environ.get(SLEEP_AT_STEP, "").partition(":")
+    if not step:
+        return -1, 0.0
+    return int(step), float(seconds or 0)
 
 
 def _inert(k: int) -> None:
