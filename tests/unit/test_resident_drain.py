@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,29 @@ from rdma_cni.resident.server import Server
 ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "", "CNI_IFNAME": "eth0",
        "CNI_PATH": "/opt/cni/bin"}
 FRAME = protocol.encode_request(ENV, json.dumps({"cniVersion": "1.1.0"}).encode())
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.text = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.text += record.getMessage() + "\n"
+
+
+@pytest.fixture
+def warnings() -> Iterator[_Lines]:
+    """The server's warnings, whatever earlier tests made of the logger's propagation."""
+    logger, lines = logging.getLogger("rdma_cni"), _Lines()
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
 
 
 def _reply(sock: socket.socket) -> dict[str, Any]:
@@ -83,32 +107,30 @@ def test_stop_answers_the_running_request_and_refuses_the_waiting_one(tmp_path: 
         waiting.close()
 
 
-def test_the_drain_is_bounded(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_drain_is_bounded(tmp_path: Path, warnings: _Lines) -> None:
     held = _Held(tmp_path, 5.0)
     held.server.drain_timeout = 0.3
     running = held.ask()
     try:
         start = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="rdma_cni"):
-            held.server.stop()
-            held.runner.join(5)
+        held.server.stop()
+        held.runner.join(5)
         assert not held.runner.is_alive() and time.monotonic() - start < 2
-        assert "1 request(s) still running, abandoned (drain timeout)" in caplog.text
+        assert "1 request(s) still running, abandoned (drain timeout)" in warnings.text
     finally:
         running.close()
 
 
-def test_a_second_stop_ends_the_drain(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_second_stop_ends_the_drain(tmp_path: Path, warnings: _Lines) -> None:
     held = _Held(tmp_path, 5.0)
     running = held.ask()
     try:
-        with caplog.at_level(logging.WARNING, logger="rdma_cni"):
-            held.server.stop()
-            time.sleep(0.3)
-            assert held.runner.is_alive()
-            held.server.stop()
-            held.runner.join(2)
+        held.server.stop()
+        time.sleep(0.3)
+        assert held.runner.is_alive()
+        held.server.stop()
+        held.runner.join(2)
         assert not held.runner.is_alive()
-        assert "abandoned (told to stop again)" in caplog.text
+        assert "abandoned (told to stop again)" in warnings.text
     finally:
         running.close()
