@@ -11,6 +11,9 @@ these variables is part of the configuration, and nothing reads them otherwise.
 - ``RDMA_CNI_TEST_STOP_IN_MOVE=1``: ADD stops its whole process (SIGSTOP) while an
   exclusive NIC is in the private netns on its way into the pod, between the step
   boundaries: the test changes the host or the pod under it, then resumes it.
+- ``RDMA_CNI_TEST_SLEEP_AT_STEP=k:seconds``: ADD's thread sleeps that long at that
+  boundary (the rest of its process runs on): a request held in the middle of its
+  netlink steps while ``serve`` is told to stop (its drain).
 - ``RDMA_CNI_TEST_CRASH_IN_DEL=k``: DEL kills itself before its k-th teardown action
   (counted from 0: per interface, last first: rules, link; exclusive: host recovery;
   then the end of the teardown, before the caller purges the store).
@@ -25,6 +28,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 from rdma_cni.errors import IOFailure
@@ -33,6 +37,7 @@ CRASH_AT_STEP = "RDMA_CNI_TEST_CRASH_AT_STEP"
 FAIL_AT_STEP = "RDMA_CNI_TEST_FAIL_AT_STEP"
 STOP_AT_STEP = "RDMA_CNI_TEST_STOP_AT_STEP"
 STOP_IN_MOVE = "RDMA_CNI_TEST_STOP_IN_MOVE"
+SLEEP_AT_STEP = "RDMA_CNI_TEST_SLEEP_AT_STEP"
 CRASH_IN_DEL = "RDMA_CNI_TEST_CRASH_IN_DEL"
 
 
@@ -48,7 +53,8 @@ def step_seams() -> Callable[[int], None]:
     """The ADD seams: a function to call at the executor's boundary before each step k
     (the variables read once, here: a no-op unless one is set)."""
     crash, stop, fail = (_number(v) for v in (CRASH_AT_STEP, STOP_AT_STEP, FAIL_AT_STEP))
-    if max(crash, stop, fail) < 0:
+    sleep, seconds = _sleep_at()
+    if max(crash, stop, fail, sleep) < 0:
         return _inert
 
     def at_step(k: int) -> None:
@@ -56,6 +62,8 @@ def step_seams() -> Callable[[int], None]:
             _crash()
         if k == stop:
             _stop()
+        if k == sleep:
+            time.sleep(seconds)
         if k == fail:
             raise IOFailure(f"injected failure at step {k}")
 
@@ -72,6 +80,14 @@ def in_move() -> None:
     """The seam inside an exclusive NIC's move into the pod (see the module doc)."""
     if _number(STOP_IN_MOVE) > 0:
         _stop()
+
+
+def _sleep_at() -> tuple[int, float]:
+    """``RDMA_CNI_TEST_SLEEP_AT_STEP``: (step, seconds); (-1, 0) when unset."""
+    step, _, seconds = os.environ.get(SLEEP_AT_STEP, "").partition(":")
+    if not step:
+        return -1, 0.0
+    return int(step), float(seconds or 0)
 
 
 def _inert(k: int) -> None:

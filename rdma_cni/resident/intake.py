@@ -32,6 +32,7 @@ import threading
 import time
 
 from rdma_cni.resident import protocol
+from rdma_cni.resident.notices import Notices  # serve makes them (intake.Notices)
 
 logger = logging.getLogger("rdma_cni")
 RECEIVE_DEADLINE = 5.0
@@ -42,7 +43,6 @@ MAX_CONNECTIONS = 256
 #: socket, the descriptors it passes, what answering it opens)
 RESERVED_FDS, FDS_PER_CONNECTION = 64, 8
 PAUSE = 0.1
-NOTICE_EVERY = 60.0
 _CRED = struct.Struct("3i")
 _ANC = socket.CMSG_SPACE(protocol.MAX_FDS * array.array("i").itemsize)
 _OUT_OF_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -61,25 +61,6 @@ def raise_fd_limit() -> int:
 
 def connection_cap(fd_limit: int) -> int:
     return max(4, min(MAX_CONNECTIONS, (fd_limit - RESERVED_FDS) // FDS_PER_CONNECTION))
-
-
-class Notices:
-    """Warnings that may repeat under a flood: the first one, then one a minute."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._seen: dict[str, tuple[float, int]] = {}
-
-    def warn(self, kind: str, text: str) -> None:
-        now = time.monotonic()
-        with self._lock:
-            last, count = self._seen.get(kind, (-NOTICE_EVERY, 0))
-            if now - last < NOTICE_EVERY:
-                self._seen[kind] = (last, count + 1)
-                return
-            self._seen[kind] = (now, 0)
-        more = f" ({count} more since the last such line)" if count else ""
-        logger.warning("%s%s", text, more)
 
 
 class _Pending:
@@ -104,12 +85,16 @@ class Intake:
         self._paused_until = 0.0
         self._uids = {0, os.geteuid()}
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake_lock = threading.RLock()
         self._poller.register(self._wake_r, select.EPOLLIN)
         listener.setblocking(False)
 
     def wake(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"w")
+        # never once closed (the number may be reused); reentrant: a signal handler
+        # (serve's stop) may wake in the thread that holds it
+        with self._wake_lock, contextlib.suppress(OSError):
+            if self._wake_w >= 0:
+                os.write(self._wake_w, b"w")
 
     def finished(self) -> None:
         """A connection handed over by :meth:`step` was answered and closed."""
@@ -141,11 +126,18 @@ class Intake:
         self._expire(time.monotonic())
         return done
 
+    def refuse_pending(self, reason: str) -> None:
+        """Stopping: the connections whose request is not complete yet are refused."""
+        for p in list(self.pending.values()):
+            self._drop(p, reason)
+
     def close(self) -> None:
         for p in list(self.pending.values()):
             self._drop(p)
-        for fd in (self._wake_r, self._wake_w):
-            os.close(fd)
+        with self._wake_lock:
+            wake_w, self._wake_w = self._wake_w, -1
+            for fd in (self._wake_r, wake_w):
+                os.close(fd)
         self._poller.close()
 
     def _listen(self, on: bool) -> None:
@@ -279,7 +271,7 @@ class Intake:
         self._drop(next(iter(self.pending.values())))
         return True
 
-    def _drop(self, p: _Pending) -> None:
+    def _drop(self, p: _Pending, refusal: str = "") -> None:
         fd = p.sock.fileno()
         if self.pending.pop(fd, None) is not None:
             self._buffered -= len(p.buf)
@@ -288,7 +280,10 @@ class Intake:
         for passed in p.fds:
             with contextlib.suppress(OSError):
                 os.close(passed)
-        p.sock.close()
+        if refusal:
+            refuse(p.sock, refusal)
+        else:
+            p.sock.close()
         with self._lock:
             self._open -= 1
 

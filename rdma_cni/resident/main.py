@@ -13,7 +13,7 @@ from typing import Any
 
 from rdma_cni import log, logsetup
 from rdma_cni.confdefaults import CHOICES, DEFAULTS
-from rdma_cni.resident import intake, protocol
+from rdma_cni.resident import drain, intake, protocol
 from rdma_cni.resident.server import Server
 
 logger = logging.getLogger("rdma_cni")
@@ -38,6 +38,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
                    help="lines of text or JSON objects (default text)")
     p.add_argument("--workers", type=_count, default=None,
                    help="processes accepting on the socket (default: CPUs, at most 4)")
+    p.add_argument("--drain-timeout", type=_seconds, default=drain.DRAIN_TIMEOUT,
+                   help="seconds a stop (SIGTERM, SIGINT) waits for the requests running "
+                   f"to be answered (default {drain.DRAIN_TIMEOUT:g}; 0-3600)")
     args = p.parse_args(argv)
     conf: dict[str, Any] = {}
     if args.config:
@@ -75,6 +78,7 @@ def main(argv: list[str]) -> int:
     from rdma_cni.resident import workers
 
     server = Server(args.socket, cap=intake.connection_cap(intake.raise_fd_limit()))
+    server.drain_timeout = args.drain_timeout
     _logging(server, args)
     # told to stop from the moment the socket can be seen (a DaemonSet rollout, a test)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
@@ -99,4 +103,15 @@ def _count(text: str) -> int:
     if not 1 <= value <= 64:
         raise argparse.ArgumentTypeError(
             f"--workers must be an integer 1-64, got {json.dumps(text)}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:  # NaN too
+        raise argparse.ArgumentTypeError(
+            f"--drain-timeout must be seconds 0-3600, got {json.dumps(text)}")
     return value

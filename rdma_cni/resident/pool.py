@@ -1,7 +1,8 @@
 """The threads that run ``serve``'s requests: a request is handed to a thread already
 waiting for one (a futex wake-up) instead of a thread started for it; a new thread only
 when every one is busy, so a request that waits (a stalled kubelet) never holds up the
-next. Threads beyond ``keep`` that have been idle for ``linger`` seconds end.
+next. Threads beyond ``keep`` that have been idle for ``linger`` seconds end. The
+requests handed over and not yet done are counted (:attr:`Pool.running`: serve's drain).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rdma_cni.resident.drain import Running
+
 
 class Pool:
     def __init__(self, run: Callable[..., None], keep: int = 2, linger: float = 30.0) -> None:
@@ -19,8 +22,10 @@ class Pool:
         self._lock = threading.Lock()
         self._idle = 0
         self._threads = 0
+        self.running = Running()
 
     def submit(self, *args: Any) -> None:
+        self.running.enter()
         with self._lock:
             if self._idle:
                 self._idle -= 1
@@ -33,11 +38,15 @@ class Pool:
         except BaseException:  # RuntimeError: no thread can be started (a pids limit)
             with self._lock:
                 self._threads -= 1
+            self.running.leave()
             raise
 
     def _serve(self, args: tuple[Any, ...]) -> None:
         while True:
-            self._run(*args)
+            try:
+                self._run(*args)
+            finally:
+                self.running.leave()
             with self._lock:
                 self._idle += 1
             nxt = self._next()

@@ -30,7 +30,7 @@ from rdma_cni.adapters import fsops
 from rdma_cni.cni import dispatch
 from rdma_cni.cni.request import Request
 from rdma_cni.errors import ConfigError, clipped, shown
-from rdma_cni.resident import intake, protocol, view
+from rdma_cni.resident import drain, intake, protocol, view
 from rdma_cni.resident.pool import Pool
 
 logger = logging.getLogger("rdma_cni")
@@ -68,6 +68,8 @@ class Server:
         os.close(fd)
         self.sock: socket.socket | None = None
         self.stopping = threading.Event()
+        self.stopped_at = 0.0  # monotonic, when first told to stop
+        self.drain_timeout = drain.DRAIN_TIMEOUT
         self.notices = intake.Notices()
         self.intake: intake.Intake | None = None  # made per process by serve_forever
         self.owner = True  # removes the socket path at stop (a forked worker does not)
@@ -122,14 +124,23 @@ class Server:
                 if ready and busy:  # work taken; an idle connection accepted is none
                     deferred = time.monotonic()
                 for conn, data, fds in ready:
-                    self._hold(+1)
-                    try:
-                        self.pool.submit(conn, data, fds)
-                    except RuntimeError as exc:  # no thread to be had (a pids limit)
-                        self._hold(-1)
-                        self._decline(conn, fds, f"no thread to serve it: {exc}")
+                    self._submit(conn, data, fds)
+            # stopping (drain.py): what no thread took is refused, what runs answered
+            self.intake.refuse_pending("resident server stopping")
+            self.pool.running.drain(self.stopped_at + self.drain_timeout)
         finally:
             self.intake.close()
+
+    def _submit(self, conn: socket.socket, data: bytes, fds: list[int]) -> None:
+        if self.stopping.is_set():
+            self._decline(conn, fds, "resident server stopping")
+            return
+        self._hold(+1)
+        try:
+            self.pool.submit(conn, data, fds)
+        except RuntimeError as exc:  # no thread to be had (a pids limit)
+            self._hold(-1)
+            self._decline(conn, fds, f"no thread to serve it: {exc}")
 
     def _hold(self, n: int) -> None:
         with self._lock:
@@ -163,7 +174,17 @@ class Server:
             self.intake.finished()
 
     def stop(self) -> None:
-        self.stopping.set()
+        """SIGTERM, SIGINT: accept nothing more, the path goes, the running requests are
+        answered (:meth:`serve_forever`); a second time: they are waited for no more."""
+        if self.stopping.is_set():
+            self.pool.running.hurry.set()
+        else:
+            self.stopped_at = time.monotonic()
+            self.stopping.set()
+        self.unlisten()
+
+    def unlisten(self) -> None:
+        """Close the listening socket (and, in the process that made it, remove its path)."""
         if self.intake is not None:
             self.intake.wake()
         if self.sock is not None:

@@ -7,8 +7,11 @@ kernel hands each connection to one of them). They share the store the way exec'
 plugins always did: its flock locks are per open file, so they serialize ADDs of
 different processes exactly as they serialize different execs.
 
-Children die with the parent (PR_SET_PDEATHSIG) and are ended by their PIDs when it
-stops; only the parent removes the socket path.
+Children die with the parent (PR_SET_PDEATHSIG) and are told to stop (SIGTERM, by their
+PIDs) when it is: each drains its own requests (:mod:`rdma_cni.resident.drain`), a
+second signal to the parent is passed on (they wait no more), and the parent waits for
+them as long as it drains, a moment more, then kills what is left. Only the parent
+removes the socket path.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import ctypes
 import logging
 import os
 import signal
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # main.py hands the server over; this module never imports it at run time
@@ -26,6 +30,8 @@ if TYPE_CHECKING:  # main.py hands the server over; this module never imports it
 logger = logging.getLogger("rdma_cni")
 PR_SET_PDEATHSIG = 1
 _STOP = {signal.SIGTERM, signal.SIGINT}
+#: what the parent waits for its workers beyond its own drain (each exits once drained)
+REAP_MARGIN = 2.0
 
 
 def default_count() -> int:
@@ -44,15 +50,43 @@ def _child(server: Server) -> None:
     server.serve_forever()
 
 
-def serve(server: Server, workers: int) -> None:
-    """Serve with ``workers`` processes; returns when the parent is told to stop (its
-    SIGTERM and SIGINT handlers, which stop ``server``, are the caller's: installed
-    before the socket showed, see :func:`rdma_cni.resident.main.main`)."""
-    children: list[int] = []
-    # a stop arriving while forking waits until each process has its own handler (a
-    # child must never take the parent's and remove the socket path)
-    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
-    for _ in range(workers - 1):
+class _Children:
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+        self.told = 0
+
+    def tell(self) -> None:
+        """SIGTERM to each: it stops and drains; a second time, it waits no more."""
+        self.told += 1
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def reap(self, until: float) -> None:
+        """Wait for each to exit, until ``until`` (monotonic); then SIGKILL what is left."""
+        left = list(self.pids)
+        while left:
+            for pid in list(left):
+                try:
+                    gone = os.waitpid(pid, os.WNOHANG)[0] == pid
+                except ChildProcessError:
+                    gone = True
+                if gone:
+                    left.remove(pid)
+            if left and time.monotonic() >= until:
+                logger.warning("resident workers still running past the drain: %s "
+                               "killed", left)
+                for pid in left:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                until = float("inf")  # reaped below, now they die at once
+            if left:
+                time.sleep(0.02)
+
+
+def _fork(server: Server, count: int) -> _Children:
+    children = _Children()
+    for _ in range(count):
         if server.stopping.is_set():
             break
         pid = os.fork()
@@ -64,21 +98,37 @@ def serve(server: Server, workers: int) -> None:
                 logger.exception("resident worker %d failed", os.getpid())
                 code = 1
             os._exit(code)
-        children.append(pid)
-    if children:
-        logger.info("resident workers: %d (pids %s)", workers, children)
+        children.pids.append(pid)
+    if children.pids:
+        logger.info("resident workers: %d (pids %s)", count + 1, children.pids)
+    return children
+
+
+def serve(server: Server, workers: int) -> None:
+    """Serve with ``workers`` processes; returns when the parent is told to stop and the
+    requests of every process are answered (or the drain's time is up). The SIGTERM and
+    SIGINT handlers stopping ``server`` before the workers exist are the caller's
+    (installed before the socket showed, see :func:`rdma_cni.resident.main.main`); from
+    then on, the parent's also tell its workers."""
+    # a stop arriving while forking waits until each process has its own handler (a
+    # child must never take the parent's and remove the socket path)
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
+    children = _fork(server, workers - 1)
+
+    def stop(*_: object) -> None:
+        server.stop()
+        children.tell()
+
+    for sig in _STOP:
+        signal.signal(sig, stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP)
     try:
         if server.stopping.is_set():  # told to stop before serving: the socket goes too
-            server.stop()
+            server.unlisten()
         else:
             server.serve_forever()
     finally:
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-        for pid in children:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+        if not children.told:  # told before they were forked, or serving failed
+            children.tell()
+        stopped = server.stopped_at or time.monotonic()
+        children.reap(stopped + server.drain_timeout + REAP_MARGIN)
