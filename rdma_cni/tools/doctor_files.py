@@ -8,7 +8,7 @@ import errno
 import os
 import tempfile
 
-from rdma_cni.errors import ConfigError
+from rdma_cni.errors import ConfigError, escaped
 from rdma_cni.models.subconfig import PLUGIN_TYPE, first_conf_file, read_json_object
 from rdma_cni.store.core import DEFAULT_DATA_DIR
 from rdma_cni.store.run import configrecord
@@ -112,6 +112,16 @@ def check_data_dirs(conf_dir: str) -> Check:
 
 
 
+def _stale(value: object) -> list[str] | None:
+    """A record's ``stale``: what changed, each escaped for the terminal; None when it is
+    not a list of strings (the record is a file on the host, not this process's)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        return None
+    return [escaped(s) for s in value]
+
+
 RESTART = ("kubectl rollout restart -n <namespace> daemonset/rdma-cni (the pods read the "
            "ConfigMap and the node label only at their start)")
 
@@ -123,7 +133,11 @@ def check_restart(path: str, now: float) -> Check:
     if record is None:
         return Check("restart", "ok", f"no record of a DaemonSet start ({path} absent): "
                      "nothing to compare")
-    stale = [str(s) for s in record.get("stale") or []]
+    stale = _stale(record.get("stale"))
+    if stale is None:
+        return Check("restart", "warn", f"unknown: the record's stale field ({path}) is not "
+                     "a list of strings", "check the cni-watch container (kubectl logs -c "
+                     "cni-watch), which rewrites it")
     if stale:
         return Check("restart", "warn", "needed: the running configuration is stale: "
                      + "; ".join(stale), RESTART)

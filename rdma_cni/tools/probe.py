@@ -22,18 +22,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rdma_cni.errors import escaped, shown
 from rdma_cni.store.run.heartbeat import heartbeat_path
 from rdma_cni.store.run.pluginstatus import ident
 
 #: a heartbeat is stale after this many of its own periods (plus a grace)
 STALE_PERIODS = 3
 GRACE = 30.0
+#: how far in the future a heartbeat's time may be (clock skew between writer and probe)
+SKEW = 5.0
 
 
 class ProbeFailed(Exception):
@@ -50,11 +54,17 @@ def read_heartbeat(component: str, now: float | None = None) -> dict[str, Any]:
         raise ProbeFailed(f"{component} has not finished a pass yet (no {path})") from None
     except (OSError, ValueError) as e:
         raise ProbeFailed(f"failed to read {path}: {e}") from e
-    if not isinstance(doc, dict) or not isinstance(doc.get("time"), (int, float)):
+    stamp = doc.get("time") if isinstance(doc, dict) else None
+    if not isinstance(stamp, int | float) or isinstance(stamp, bool) \
+            or not math.isfinite(stamp):
         raise ProbeFailed(f"failed to read {path}: not a heartbeat")
     period = doc.get("period")
-    period = float(period) if isinstance(period, (int, float)) and period > 0 else 30.0
-    age = (time.time() if now is None else now) - float(doc["time"])
+    period = float(period) if isinstance(period, int | float) and math.isfinite(period) \
+        and period > 0 else 30.0
+    age = (time.time() if now is None else now) - float(stamp)
+    if age < -SKEW:
+        raise ProbeFailed(f"{component}'s last pass is dated {-age:.0f} s in the future "
+                          f"({path}): not a pass this process made")
     limit = STALE_PERIODS * period + GRACE
     if age > limit:
         raise ProbeFailed(f"{component}'s last pass was {age:.0f} s ago (limit {limit:.0f} s)")
@@ -84,11 +94,11 @@ def check_device_plugin(args: argparse.Namespace) -> str:
     doc = read_heartbeat("device-plugin")
     sock = doc.get("socket")
     if not isinstance(sock, str) or ident(sock) is None:
-        raise ProbeFailed(f"device plugin socket {sock} is missing")
+        raise ProbeFailed(f"device plugin socket {shown(sock, 1024)} is missing")
     kubelet = doc.get("kubelet")
     current = ident(kubelet) if isinstance(kubelet, str) else None
     if current is None:
-        raise ProbeFailed(f"kubelet registration socket {kubelet} is missing")
+        raise ProbeFailed(f"kubelet registration socket {shown(kubelet, 1024)} is missing")
     recorded = doc.get("registered")
     if not isinstance(recorded, list) or tuple(recorded) != current:
         raise ProbeFailed(f"device plugin is not registered with the kubelet at {kubelet} "
@@ -153,7 +163,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         ok = CHECKS[args.component](args)
     except ProbeFailed as e:
-        sys.stderr.write(f"rdma-cni probe {args.component}: {e}\n")
+        sys.stderr.write(f"rdma-cni probe {args.component}: {escaped(str(e))}\n")
         return 1
     if not args.quiet:
         sys.stdout.write(f"rdma-cni probe {args.component}: ok: {ok}\n")

@@ -268,3 +268,34 @@ def test_an_empty_dev_infiniband_and_an_unknown_mode_say_so(facts: Facts) -> Non
     by = {c.name: c for c in run_checks({**OURS, "mode": "x y"}, facts=facts)}
     assert by["dev-infiniband"].status == "fail" and "no uverbs" in by["dev-infiniband"].detail
     assert by["config"].detail == 'mode "x y" is not a known mode'
+
+
+@pytest.mark.parametrize("stale", [5, True, "ConfigMap changed", {"a": 1}, [1, "x"]])
+def test_a_record_whose_stale_is_no_list_of_strings_costs_only_the_restart_check(
+        facts: Facts, tmp_path: Path, stale: object) -> None:
+    """A config record with ``"stale": 5`` ended the whole report ("unexpected
+    TypeError: 'int' object is not iterable"); the record is a file on the host."""
+    from rdma_cni.store.run import configrecord
+
+    Path(facts.config_record).write_text(json.dumps(
+        {"schema": configrecord.SCHEMA, "stale": stale}))
+    checks = run_checks({**OURS, "dataDir": str(tmp_path / "data"),
+                         "kubelet": kubelet_at(tmp_path / "kubelet")}, facts=facts)
+    assert [c.name for c in checks][-1] == "restart"
+    by = {c.name: c for c in checks}
+    assert by["restart"].status == "warn" and "not a list of strings" in by["restart"].detail
+
+
+def test_what_the_record_calls_stale_reaches_the_terminal_escaped(
+        facts: Facts, tmp_path: Path) -> None:
+    """Strings of the record's ``stale`` were printed raw: an ESC sequence reached the
+    terminal."""
+    from rdma_cni.store.run import configrecord
+
+    Path(facts.config_record).write_text(json.dumps(
+        {"schema": configrecord.SCHEMA, "stale": ["mode label \x1b[2Jgone\nok"]}))
+    checks = run_checks({**OURS, "dataDir": str(tmp_path / "data"),
+                         "kubelet": kubelet_at(tmp_path / "kubelet")}, facts=facts)
+    restart = next(c for c in checks if c.name == "restart")
+    assert restart.status == "warn" and "mode label " in restart.detail
+    assert "\x1b" not in restart.detail and "\n" not in restart.detail

@@ -57,7 +57,7 @@ def test_device_plugin_needs_socket_and_registration_with_the_current_kubelet(
     sock, kubelet = tmp_path / "rdma-cni-rdma.sock", tmp_path / "kubelet.sock"
     heartbeat.beat("device-plugin", 5.0, socket=str(sock), kubelet=str(kubelet), registered=None)
     rc, _, err = _run(capsys, "device-plugin")
-    assert rc == 1 and f"device plugin socket {sock} is missing" in err
+    assert rc == 1 and f'device plugin socket "{sock}" is missing' in err
     sock.touch()
     rc, _, err = _run(capsys, "device-plugin")
     assert rc == 1 and "registration socket" in err
@@ -72,6 +72,46 @@ def test_device_plugin_needs_socket_and_registration_with_the_current_kubelet(
     fresh.rename(kubelet)  # registered with
     rc, _, err = _run(capsys, "device-plugin")
     assert rc == 1 and "not registered" in err
+
+
+@pytest.mark.parametrize("stamp", [float("nan"), float("inf"), float("-inf"), True,
+                                   "1e9", None])
+def test_agent_heartbeat_of_no_finite_time_fails(capsys: Any, stamp: object) -> None:
+    """A heartbeat whose time is NaN passed ("ok: agent pass nan s ago": NaN compares
+    false with the limit), one of infinite time passed or failed by chance."""
+    heartbeat.beat("agent", 30.0)
+    beat = Path(heartbeat.heartbeat_path("agent"))
+    beat.write_text(json.dumps({**json.loads(beat.read_text()), "time": stamp}))
+    rc, out, err = _run(capsys, "agent")
+    assert (rc, out) == (1, "") and "not a heartbeat" in err and err.count("\n") == 1
+
+
+def test_agent_heartbeat_from_the_future_is_not_fresh(capsys: Any) -> None:
+    """A time ahead of now beyond the skew allowed counted as a pass just made."""
+    heartbeat.beat("agent", 30.0)
+    beat = Path(heartbeat.heartbeat_path("agent"))
+    doc = json.loads(beat.read_text())
+    beat.write_text(json.dumps({**doc, "time": doc["time"] + 3600}))
+    rc, _, err = _run(capsys, "agent")
+    assert rc == 1 and "in the future" in err and err.count("\n") == 1
+    beat.write_text(json.dumps({**doc, "time": doc["time"] + probe.SKEW / 2}))
+    assert _run(capsys, "agent", "-q") == (0, "", "")  # a small skew is fine
+
+
+@pytest.mark.parametrize("field", ["socket", "kubelet"])
+def test_device_plugin_heartbeat_with_a_nul_in_a_path_fails_in_one_line(
+        capsys: Any, tmp_path: Path, field: str) -> None:
+    """A NUL in a path of the heartbeat gave "unexpected ValueError: embedded null
+    byte" (os.stat refuses it) instead of the probe's failure line."""
+    sock, kubelet = tmp_path / "rdma-cni-rdma.sock", tmp_path / "kubelet.sock"
+    sock.touch()
+    kubelet.touch()
+    paths = {"socket": str(sock), "kubelet": str(kubelet)}
+    paths[field] += "\0\x1b[2J"
+    heartbeat.beat("device-plugin", 5.0, registered=None, **paths)
+    rc, out, err = _run(capsys, "device-plugin")
+    assert (rc, out) == (1, "") and "is missing" in err and err.count("\n") == 1
+    assert "\x1b" not in err and "\0" not in err
 
 
 def test_cni_watch_entry_and_binary(capsys: Any, tmp_path: Path) -> None:

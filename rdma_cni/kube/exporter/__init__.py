@@ -148,8 +148,9 @@ def serve(registry: CollectorRegistry, host: str, port: int) -> Any:
     from prometheus_client import make_wsgi_app
 
     from rdma_cni.kube.exporter import httpserve
+    from rdma_cni.kube.exporter.appguard import guarded
 
-    return httpserve.start(make_wsgi_app(registry), host, port)
+    return httpserve.start(guarded(make_wsgi_app(registry)), host, port)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ def ident(path: str) -> Ident | None:
     """What identifies one incarnation of a socket file: inode, mtime, ctime."""
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path (a record's field)
         return None
     return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 
