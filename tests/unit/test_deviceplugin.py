@@ -304,14 +304,15 @@ def test_streams_held_open_never_starve_allocate(kubelet: FakeKubelet, fs: FakeS
     """A local process opens ListAndWatch streams and keeps them: at most STREAMS of one
     registration are served (each holds a worker thread), a newer one ends the oldest
     and is never refused (the kubelet's, opened right after its Register, is served), but
-    for the first one opened after the registration (the kubelet's), kept. Allocate is
-    answered at once. The kubelet's next registration ends the streams of the one before,
-    and its own stream is served."""
+    for the kubelet's (the first after the registration's first options call), kept.
+    Allocate is answered at once. The kubelet's next registration ends the streams of
+    the one before, and its own stream is served."""
     from rdma_cni.kube.deviceplugin.server import STREAMS
 
     with Running(_plugin(root)) as plugin:
         wait_for(lambda: plugin.registrations == 1, "registered", 10.0, 0.02)
         client = PluginClient(plugin.path)
+        assert client.options().get_preferred_allocation_available  # as the kubelet does
         first = client.list_and_watch()
         assert len(next(first)) == len(NICS)
         streams = []
@@ -338,6 +339,30 @@ def test_streams_held_open_never_starve_allocate(kubelet: FakeKubelet, fs: FakeS
         assert len(next(fresh.list_and_watch())) == len(NICS)
         fresh.close()
         client.close()
+
+
+def test_the_kubelets_stream_outlasts_the_streams_of_other_clients() -> None:
+    """Another process reopens its streams as they end (8 threads of it): each new one
+    ends the oldest, but never the kubelet's, the first after the registration's first
+    options call from the kubelet's user agent, even with another client's stream opened
+    between the kubelet's two calls."""
+    from rdma_cni.kube.deviceplugin.streams import STREAMS, Streams
+
+    woken: list[int] = []
+    streams = Streams(lambda: woken.append(1))
+    streams.new_generation()
+    streams.options_asked("grpc-go/1.60.1")
+    others = [streams.admit("grpc-python/1.85.3")]
+    kubelet = streams.admit("grpc-go/1.60.1")
+    for _ in range(8 * STREAMS):
+        others.append(streams.admit("grpc-python/1.85.3"))
+        for s in [s for s in others if streams.ended(s)]:
+            streams.leave(s)
+    assert kubelet.kept and not streams.ended(kubelet)
+    assert sum(not streams.ended(s) for s in others) == STREAMS - 1
+    assert len(woken) == 8 * STREAMS + 1 - (STREAMS - 1)
+    streams.new_generation()  # the next registration ends it too
+    assert streams.ended(kubelet)
 
 
 def test_a_plugin_dir_gone_for_a_moment_is_served_again(kubelet: FakeKubelet,

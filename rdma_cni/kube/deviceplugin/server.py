@@ -51,6 +51,14 @@ def _chained() -> str | None:
     return None
 
 
+def _agent(context: Any) -> str:
+    """The client's user agent (``grpc-go/...`` for the kubelet; see streams.py)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "user-agent":
+            return str(value)
+    return ""
+
+
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     def __init__(self, inventory: Inventory, exists: Callable[[str], bool],
                  nccl_env_path: str | None, stop: threading.Event,
@@ -79,13 +87,14 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         return self.nccl_env_path if found else None
 
     def GetDevicePluginOptions(self, request: pb.Empty, context: Any) -> pb.DevicePluginOptions:
+        self.streams.options_asked(_agent(context))  # the kubelet's stream comes next
         return pb.DevicePluginOptions(get_preferred_allocation_available=True)
 
     def ListAndWatch(self, request: pb.Empty, context: Any) -> Iterator[pb.ListAndWatchResponse]:
         """The device list, again at each change. At most :data:`STREAMS` of one
         registration (a process holding streams open must not take the threads that
         answer Allocate): past that the oldest one ends (:mod:`.streams`)."""
-        stream = self.streams.admit()
+        stream = self.streams.admit(_agent(context))
         try:
             yield from self._watch(context, stream)
         finally:
@@ -245,7 +254,6 @@ class DevicePlugin:
                         self.inv.settings.resource, self.kubelet, err.details() or err.code())
             return
         self._registered = ident
-        self.servicer.streams.registered()
         self._status()
         self.registrations += 1
         log.info("registered %s with kubelet at %s", self.inv.settings.resource, self.kubelet)
