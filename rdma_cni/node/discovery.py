@@ -159,6 +159,20 @@ def build(sysfs: Sysfs, netdev: str, uverbs: dict[str, str]) -> Nic:
     return Nic(netdev, ib, port, pci, numa, link, state, uverbs.get(ib))
 
 
+def rdma_now(sysfs: Sysfs, nic: Nic) -> Nic | None:
+    """``nic`` with the uverbs device its RDMA device has now (a character device's name
+    is given again to the next device that comes); None when that RDMA device is gone or
+    its name is now another PCI function's. A NIC without one comes back as it is."""
+    if nic.ibdev is None:
+        return nic
+    if not sysfs.exists(f"{IB}/{nic.ibdev}"):
+        return None
+    pci = _pci_of(sysfs, f"{IB}/{nic.ibdev}/device")[0]
+    if pci is not None and nic.pci is not None and pci != nic.pci:
+        return None
+    return replace(nic, uverbs=uverbs_map(sysfs).get(nic.ibdev))
+
+
 def own_pci(sysfs: Sysfs, netdev: str) -> str | None:
     """The PCI function of the netdev's own device (None for a bond: :func:`build` gives it
     its RDMA device's)."""

@@ -33,16 +33,18 @@ IN6_ADDR_GEN_MODE_NONE = 1
 
 
 def nic_facts(nl: NetlinkPort, names: Iterable[str], rdma: dict[str, Nic], *,
-              whole: bool = False) -> tuple[dict[str, NicFacts], set[IPv4Address]]:
+              whole: bool = False, present_only: bool = False
+              ) -> tuple[dict[str, NicFacts], set[IPv4Address]]:
     """The planner's facts of each named NIC, and every IPv4 address of the host (one
-    address dump serves both); ``whole``: with the NIC's own configuration in full."""
-    wanted = list(dict.fromkeys(names))
+    address dump serves both); ``whole``: with the NIC's own configuration in full. A
+    NIC not found is NicUnavailable, or (``present_only``) left out."""
     # one RTM_GETLINK per NIC: a dump would decode every link of the node (pod veths too)
-    found = {n: nl.link(n) for n in wanted}
+    found = {n: nl.link(n) for n in dict.fromkeys(names)}
     links = {n: link for n, link in found.items() if link is not None}
-    missing = [n for n in wanted if n not in links]
-    if missing:
+    missing = [n for n in found if n not in links]
+    if missing and not present_only:
         raise NicUnavailable(f"RDMA NIC {', '.join(missing)} not found on the host")
+    wanted = list(links)
     addrs = nl.addresses()
     out = {}
     for name in wanted:

@@ -81,14 +81,15 @@ def ranges_of(conf: Any) -> dict[str, RangeLimits]:
 
 
 def host_nics(names: Sequence[str]) -> tuple[dict[str, HostNic], set[IPv4Address]]:
-    """Addresses and gateway of the named NICs present here, and all host IPv4 addresses."""
+    """Addresses and gateway of the named NICs present here, and all host IPv4 addresses.
+    Each is looked up by its name: one not found (renamed or removed, as a poll reads
+    it) is not present."""
     from rdma_cni.adapters.netlink import Netlink
     from rdma_cni.node.hostinfo import nic_facts
 
     nl = Netlink.here()
     try:
-        present = {link.name for link in nl.links()}
-        facts, host_addrs = nic_facts(nl, [n for n in names if n in present], {})
+        facts, host_addrs = nic_facts(nl, names, {}, present_only=True)
         return {n: HostNic(f.addresses, f.gateway, f.gateways)
                 for n, f in facts.items()}, host_addrs
     finally:
@@ -146,7 +147,11 @@ class PoolSizes:
         now = time.monotonic()
         if now - self._at > self.ttl or name not in self._names:
             self._names = tuple(sorted({*self._names, name}))
-            facts, host_addrs = self.reader(self._names)
+            try:
+                facts, host_addrs = self.reader(self._names)
+            except CniError as exc:  # not read this time: the last sizes stand
+                log.warning("NIC pools not read again: %s", exc.msg)
+                return max(self._sizes.get(name, 0), 0)
             self._sizes = shares(build_pools(facts, host_addrs, self.ranges))
             self._at = now
         return max(self._sizes.get(name, 0), 0)

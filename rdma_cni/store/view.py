@@ -81,3 +81,16 @@ class StoreView:
     def nic_claims(self) -> list[str]:
         """Netdevs claimed by a pod (shared and exclusive modes)."""
         return _names(self.layout.nics_dir)
+
+    def nic_claim_pcis(self) -> dict[str, str | None]:
+        """Each claimed netdev -> the PCI address of the NIC its claim's plan names (its
+        identity, read before the NIC moved); None for a claim without one (an earlier
+        release's, a NIC with no PCI function, a record that cannot be read)."""
+        out: dict[str, str | None] = {}
+        for name in self.nic_claims():
+            rec = _record(os.path.join(self.layout.nics_dir, name)) or {}
+            plan = rec.get("plan")
+            ident = plan.get("identity") if isinstance(plan, dict) else None
+            pci = ident.get("pci") if isinstance(ident, dict) else None
+            out[name] = pci.lower() if isinstance(pci, str) and pci else None
+        return out

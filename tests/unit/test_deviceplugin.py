@@ -299,40 +299,70 @@ def test_list_and_watch_and_health_flips(kubelet: FakeKubelet, fs: FakeSys, root
         client.close()
 
 
-def test_streams_held_open_never_starve_allocate(kubelet: FakeKubelet, root: Path) -> None:
+def test_streams_held_open_never_starve_allocate(kubelet: FakeKubelet, fs: FakeSys,
+                                                root: Path) -> None:
     """A local process opens ListAndWatch streams and keeps them: at most STREAMS of one
-    registration are served (each holds a worker thread), the rest refused, and
+    registration are served (each holds a worker thread), a newer one ends the oldest
+    and is never refused (the kubelet's, opened right after its Register, is served), but
+    for the kubelet's (the first after the registration's first options call), kept.
     Allocate is answered at once. The kubelet's next registration ends the streams of
     the one before, and its own stream is served."""
-    import grpc
-
     from rdma_cni.kube.deviceplugin.server import STREAMS
 
     with Running(_plugin(root)) as plugin:
-        kubelet.wait_registrations(1)
+        wait_for(lambda: plugin.registrations == 1, "registered", 10.0, 0.02)
         client = PluginClient(plugin.path)
-        streams, refused = [], 0
+        assert client.options().get_preferred_allocation_available  # as the kubelet does
+        first = client.list_and_watch()
+        assert len(next(first)) == len(NICS)
+        streams = []
         for _ in range(2 * STREAMS):
             stream = client.list_and_watch()
-            try:
+            assert len(next(stream)) == len(NICS)  # never refused
+            streams.append(stream)
+        ended = 2 * STREAMS - (STREAMS - 1)  # the kept one and the newest stay
+        for stream in streams[:ended]:
+            with pytest.raises(StopIteration):
                 next(stream)
-                streams.append(stream)
-            except grpc.RpcError as err:
-                assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-                refused += 1
-        assert (len(streams), refused) == (STREAMS, STREAMS)
+        _port_state(fs, "mlx5_2", "1: DOWN")
+        for stream in [first, *streams[ended:]]:
+            assert {d.ID: d.health for d in next(stream)}[PCI["eth3"]] == "Unhealthy"
         start = time.monotonic()
         assert client.allocate([PCI["eth1"]]).container_responses
         assert time.monotonic() - start < 2.0
         kubelet.restart()
         kubelet.wait_registrations(2)
-        for stream in streams:  # ended by the plugin, within its poll of a second
+        for stream in [first, *streams[ended:]]:  # ended by the plugin, within a second
             with pytest.raises(StopIteration):
                 next(stream)
         fresh = PluginClient(plugin.path)
         assert len(next(fresh.list_and_watch())) == len(NICS)
         fresh.close()
         client.close()
+
+
+def test_the_kubelets_stream_outlasts_the_streams_of_other_clients() -> None:
+    """Another process reopens its streams as they end (8 threads of it): each new one
+    ends the oldest, but never the kubelet's, the first after the registration's first
+    options call from the kubelet's user agent, even with another client's stream opened
+    between the kubelet's two calls."""
+    from rdma_cni.kube.deviceplugin.streams import STREAMS, Streams
+
+    woken: list[int] = []
+    streams = Streams(lambda: woken.append(1))
+    streams.new_generation()
+    streams.options_asked("grpc-go/1.60.1")
+    others = [streams.admit("grpc-python/1.85.3")]
+    kubelet = streams.admit("grpc-go/1.60.1")
+    for _ in range(8 * STREAMS):
+        others.append(streams.admit("grpc-python/1.85.3"))
+        for s in [s for s in others if streams.ended(s)]:
+            streams.leave(s)
+    assert kubelet.kept and not streams.ended(kubelet)
+    assert sum(not streams.ended(s) for s in others) == STREAMS - 1
+    assert len(woken) == 8 * STREAMS + 1 - (STREAMS - 1)
+    streams.new_generation()  # the next registration ends it too
+    assert streams.ended(kubelet)
 
 
 def test_a_plugin_dir_gone_for_a_moment_is_served_again(kubelet: FakeKubelet,
@@ -600,7 +630,7 @@ def _into_pod(root: Path, netdev: str) -> None:
 @pytest.mark.parametrize("pinned", [None, ["eth1", "eth2", "eth3", "eth4"]])
 def test_an_exclusive_nic_a_pod_holds_stays_healthy(fs: FakeSys, root: Path,
                                                     pinned: list[str] | None) -> None:
-    claims = ["eth1"]
+    claims: dict[str, str | None] = {"eth1": None}  # a claim of a release before identities
     inv = Inventory(PluginSettings(mode="exclusive", resource=RES, pinned=pinned),
                     Sysfs(str(root)), lambda n: 250, claimed=lambda: claims)
     assert _health(inv) == ALL_HEALTHY
@@ -614,7 +644,7 @@ def test_an_exclusive_nic_a_pod_holds_stays_healthy(fs: FakeSys, root: Path,
 def test_where_nics_stay_on_the_host_a_claim_does_not_hide_a_lost_one(
         fs: FakeSys, root: Path) -> None:
     inv = Inventory(PluginSettings(mode="shared", resource=RES), Sysfs(str(root)),
-                    lambda n: 250, claimed=lambda: ["eth1"])
+                    lambda n: 250, claimed=lambda: {"eth1": PCI["eth1"]})
     assert _health(inv)[PCI["eth1"]] is True
     _into_pod(root, "eth1")  # shared mode: the pod has an ipvlan, the NIC never leaves
     assert _health(inv)[PCI["eth1"]] is False
@@ -665,3 +695,298 @@ def test_a_nic_that_lost_its_rdma_device_is_unhealthy(fs: FakeSys, root: Path) -
     shutil.rmtree(dev / "infiniband_verbs")
     shutil.rmtree(root / "sys/class/infiniband_verbs/uverbs0")
     assert _health(inv) == {**ALL_HEALTHY, PCI["eth1"]: False}
+
+
+# --- Allocate, health and identity of NICs that change ---------------------------------
+
+class _AbortedError(Exception):
+    pass
+
+
+class _Context:
+    """A stand-in gRPC context: abort raises, with the status code."""
+
+    def abort(self, code: Any, msg: str) -> None:
+        raise _AbortedError(code, msg)
+
+
+def _remove_nic(root: Path, netdev: str, ib: str, uverbs: str) -> None:
+    """The NIC leaves the node (hot-unplugged, its function disabled): netdev, RDMA
+    device and uverbs device gone."""
+    dev = root / f"sys/devices/pci0000:00/{PCI[netdev]}"
+    os.unlink(root / f"sys/class/net/{netdev}")
+    (root / f"sys/class/infiniband/{ib}").unlink()
+    shutil.rmtree(dev)
+    shutil.rmtree(root / f"sys/class/infiniband_verbs/{uverbs}")
+    os.unlink(root / f"dev/infiniband/{uverbs}")
+
+
+def _allocate(plugin: DevicePlugin, ids: list[str]) -> Any:
+    from rdma_cni.proto import deviceplugin_v1beta1_pb2 as pb
+
+    req = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=ids)])
+    return plugin.servicer.Allocate(req, _Context()).container_responses[0]
+
+
+@pytest.mark.parametrize("polled", [True, False])
+def test_allocate_never_serves_a_nic_gone_nor_its_old_uverbs_device(
+        fs: FakeSys, root: Path, polled: bool) -> None:
+    """eth1 (mlx5_0, uverbs0) leaves the node and a new NIC's RDMA device gets uverbs0:
+    Allocate of eth1's ID is refused (FAILED_PRECONDITION), whether the poll has listed it
+    Unhealthy yet or not; it never gives mlx5_0 with uverbs0, now mlx5_4's."""
+    import grpc
+
+    plugin = _plugin(root)
+    _remove_nic(root, "eth1", "mlx5_0", "uverbs0")
+    fs.netdev("eth5", pci="0000:86:00.0", numa=1, ifindex=40)
+    fs.ibdev("mlx5_4", pci="0000:86:00.0", numa=1, uverbs="uverbs0")
+    fs.write("dev/infiniband/uverbs0", "")
+    if polled:
+        plugin.inv.refresh()
+        assert plugin.inv.by_id[PCI["eth1"]].healthy is False
+    with pytest.raises(_AbortedError) as exc:
+        _allocate(plugin, [PCI["eth1"]])
+    assert exc.value.args[0] == grpc.StatusCode.FAILED_PRECONDITION
+    assert PCI["eth1"] in exc.value.args[1]
+    assert _allocate(plugin, [PCI["eth2"]]).envs["RDMA_CNI_DEVICES"] == "mlx5_1"
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_allocate_gives_a_nic_its_pod_holds_as_last_seen(fs: FakeSys, root: Path,
+                                                         held: bool) -> None:
+    """Exclusive: eth1 is in a pod, its RDMA device with it (gone from the host's sysfs).
+    The kubelet gives its ID again once that pod ended, before DEL brought the NIC back:
+    Allocate gives it as last seen. Without a pod's claim it is a NIC lost: refused."""
+    claims = {"eth1": PCI["eth1"]} if held else {}
+    inv = Inventory(PluginSettings(mode="exclusive", resource=RES), Sysfs(str(root)),
+                    lambda n: 250, claimed=lambda: claims)
+    inv.refresh()
+    sysfs = Sysfs(str(root))
+    plugin = DevicePlugin(inv, str(root / "dp"), exists=lambda p: sysfs.exists(p.lstrip("/")))
+    _into_pod(root, "eth1")
+    (root / "sys/class/infiniband/mlx5_0").unlink()
+    shutil.rmtree(root / "sys/class/infiniband_verbs/uverbs0")
+    if held:
+        assert _health(inv)[PCI["eth1"]] is True
+        resp = _allocate(plugin, [PCI["eth1"]])
+        assert resp.envs["RDMA_CNI_DEVICES"] == "mlx5_0"
+        assert resp.devices[0].host_path == "/dev/infiniband/uverbs0"
+    else:
+        with pytest.raises(_AbortedError):
+            _allocate(plugin, [PCI["eth1"]])
+
+
+def test_allocate_reads_the_uverbs_device_again(fs: FakeSys, root: Path) -> None:
+    """The RDMA device of eth4 registered again (a driver reset) and got uverbs7 before the
+    next poll: Allocate gives the uverbs device it has now."""
+    plugin = _plugin(root)
+    shutil.rmtree(root / "sys/class/infiniband_verbs/uverbs3")
+    fs.write("sys/class/infiniband_verbs/uverbs7/ibdev", "mlx5_3")
+    fs.write("dev/infiniband/uverbs7", "")
+    resp = _allocate(plugin, [PCI["eth4"]])
+    assert [d.host_path for d in resp.devices] == ["/dev/infiniband/uverbs7",
+                                                   "/dev/infiniband/rdma_cm"]
+
+
+def test_a_nic_renamed_as_its_pool_is_read_never_stops_the_device_plugin(
+        fs: FakeSys, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading the pools fails (a NIC renamed between the listing and its look-up, past
+    the retries): the poll logs it, the last list stands, the plugin goes on."""
+    from rdma_cni.errors import NicUnavailable
+
+    monkeypatch.setenv("RDMA_CNI_HEALTH_DIR", str(root))
+    fail = threading.Event()
+
+    def free(nic: Nic) -> int:
+        if fail.is_set():
+            raise NicUnavailable("RDMA NIC eth1 not found on the host")
+        return 250
+
+    plugin = _plugin(root, "shared-multi", free=free, slots_per_nic=2)
+    before = list(plugin.inv.devices)
+    fail.set()
+    _port_state(fs, "mlx5_2", "1: DOWN")  # a change to read: the read fails
+    with Running(plugin):
+        time.sleep(0.3)  # polls that fail
+        assert plugin.inv.devices == before
+        assert os.path.exists(plugin.path)
+        fail.clear()
+        wait_for(lambda: not plugin.inv.by_id[f"{PCI['eth3']}@0"].healthy, "listed again",
+                 10.0, 0.02)
+
+
+class _Links:
+    """A netlink port on which eth1 is renamed eth1x between the link dump and the
+    look-up of eth1 by name."""
+
+    def links(self) -> list[Any]:
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(name="eth1")]
+
+    def link(self, name: str) -> None:
+        return None
+
+    def addresses(self) -> list[Any]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_host_nics_skips_a_nic_renamed_between_the_listing_and_its_look_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from rdma_cni.adapters.netlink import Netlink
+    from rdma_cni.node.pools import host_nics
+
+    port = _Links()
+    monkeypatch.setattr(Netlink, "here", staticmethod(lambda: port))
+    assert host_nics(["eth1"]) == ({}, set())
+
+
+def _rename(fs: FakeSys, root: Path, old: str, new: str, pci: str, numa: int = 0) -> None:
+    (root / f"sys/class/net/{old}").unlink()
+    fs.netdev(new, pci=pci, numa=numa, ifindex=50)
+
+
+@pytest.mark.parametrize("through_store", [False, True])
+def test_a_nic_in_a_pod_stays_listed_when_a_host_nic_takes_its_old_name(
+        fs: FakeSys, root: Path, through_store: bool) -> None:
+    """Exclusive: eth1 (0000:3b:00.0) moves into a pod, then eth2 is renamed eth1. The
+    pod's NIC is told by the identity its claim records, not by the name: both stay
+    listed, Healthy, each once."""
+    claims = {"eth1": PCI["eth1"]}
+    if through_store:
+        data = root / "data"
+        Store(str(data)).claim_nic("eth1", AttachmentKey("net", "c1", "eth0"), "eth1",
+                                   {"identity": {"pci": PCI["eth1"], "kind": None}})
+        conf = root / "c.json"
+        conf.write_text(json.dumps({"mode": "exclusive", "dataDir": str(data),
+                                    "kubelet": {"devicePluginDir": str(root / "dp")}}))
+        args = _parser().parse_args(["--config", str(conf), "--sysfs-root", str(root),
+                                     "--cni-conf-dir", ""])
+        inv = build(args, lambda n: 250, lambda names, ips: {}).inv
+    else:
+        inv = Inventory(PluginSettings(mode="exclusive", resource=RES), Sysfs(str(root)),
+                        lambda n: 250, claimed=lambda: claims)
+    assert _health(inv) == ALL_HEALTHY
+    _into_pod(root, "eth1")
+    assert _health(inv) == ALL_HEALTHY
+    _rename(fs, root, "eth2", "eth1", PCI["eth2"])
+    assert _health(inv) == ALL_HEALTHY
+    assert sorted(d.id for d in inv.devices) == sorted(PCI.values())
+    if not through_store:
+        claims.clear()  # the pod's DEL released it, and the NIC is still not back
+        assert _health(inv) == {**ALL_HEALTHY, PCI["eth1"]: False}
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "shared", "shared-multi"])
+def test_a_pinned_nic_renamed_lists_its_device_id_once(fs: FakeSys, root: Path,
+                                                       mode: str) -> None:
+    """Pinned eth1 and eth2; eth1 is renamed eth9, then eth2 eth1: 0000:5e:00.0 is listed
+    under eth1, Healthy, and not again (Unhealthy) as eth2 last seen."""
+    inv = _inventory(root, mode, pinned=["eth1", "eth2"], slots_per_nic=2)
+    assert all(_health(inv).values())
+    _rename(fs, root, "eth1", "eth9", PCI["eth1"])
+    _rename(fs, root, "eth2", "eth1", PCI["eth2"])
+    inv.refresh()
+    ids = [d.id for d in inv.devices]
+    assert len(ids) == len(set(ids)), ids
+    mine = [d for d in inv.devices if d.id.startswith(PCI["eth2"])]
+    assert mine and all(d.healthy for d in mine)
+    assert [n.netdev for n in mine[0].nics] == ["eth1"]
+    assert not any(d.id.startswith(PCI["eth1"]) for d in inv.devices)
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "shared", "shared-multi", "shared-host"])
+def test_a_nic_with_no_address_to_give_is_never_healthy_where_pods_take_one(
+        fs: FakeSys, root: Path, mode: str) -> None:
+    """eth1's addresses flushed, or its prefix refused by IPAM (a /31): no pod can take an
+    address on it, so shared modes never advertise it Healthy; exclusive gives the NIC
+    itself and still does."""
+    free = dict.fromkeys(PCI, 250)
+    inv = _inventory(root, mode, lambda n: free[n.netdev])
+    assert inv.devices and all(d.healthy for d in inv.devices)
+    free["eth1"] = 0
+    inv.refresh()
+    on_eth1 = [d.healthy for d in inv.devices if any(n.netdev == "eth1" for n in d.nics)]
+    assert on_eth1 == ([True] if mode == "exclusive" else [False] if mode == "shared" else [])
+    assert all(d.healthy for d in inv.devices if all(n.netdev != "eth1" for n in d.nics))
+
+
+def _reference(available: Sequence[str], must: Sequence[str], size: int,
+               devices: dict[str, Any]) -> list[str]:
+    """The preferred allocation as the plugin picked it before, quadratically: its oracle."""
+    from collections import Counter
+
+    from rdma_cni.kube.deviceplugin.devices import _nic_key, _node_key, _slot_key
+
+    chosen = list(dict.fromkeys(must))
+    pool = sorted(dict.fromkeys(a for a in available if a not in chosen), key=_slot_key)
+    used = Counter(_nic_key(devices, c) for c in chosen)
+    capacity = Counter(_node_key(devices, a) for a in pool)
+    pinned = {_node_key(devices, c) for c in chosen}
+    for node in sorted(capacity, key=lambda n: (n not in pinned, -capacity[n], n)):
+        cands = [a for a in pool if _node_key(devices, a) == node]
+        while cands and len(chosen) < size:
+            pick = min(cands, key=lambda a: used[_nic_key(devices, a)])
+            cands.remove(pick)
+            chosen.append(pick)
+            used[_nic_key(devices, pick)] += 1
+    return chosen
+
+
+def _slot_devices(nics: int, slots: int) -> dict[str, Any]:
+    from rdma_cni.kube.deviceplugin.devices import Device
+
+    out = {}
+    for i in range(nics):
+        nic = Nic(f"rnic{i}", pci=f"0000:{i // 32:02x}:{i % 32:02x}.0", numa=i % 2)
+        for s in range(slots):
+            out[f"{nic.pci}@{s}"] = Device(f"{nic.pci}@{s}", (nic,), True, (i % 2,))
+    return out
+
+
+def test_preferred_allocation_picks_as_before() -> None:
+    import random
+
+    rng = random.Random(7)
+    devices = _slot_devices(12, 5)
+    ids = list(devices)
+    for _ in range(300):
+        avail = rng.sample(ids, rng.randint(0, len(ids)))
+        must = rng.sample(avail, rng.randint(0, min(3, len(avail))))
+        size = rng.randint(len(must), len(avail) + 1)
+        assert preferred_allocation(avail, must, size, devices) == \
+            _reference(avail, must, size, devices)
+
+
+def test_preferred_allocation_of_thousands_is_quick() -> None:
+    devices = _slot_devices(500, 16)  # 8000 IDs
+    start = time.monotonic()
+    got = preferred_allocation(list(devices), [], 8000, devices)
+    took = time.monotonic() - start
+    assert sorted(got) == sorted(devices)
+    assert took < 1.0, took  # quadratic, it took about 9 s
+
+
+def test_preferred_allocation_asking_past_the_devices_advertised_is_refused(
+        fs: FakeSys, root: Path) -> None:
+    import grpc
+
+    from rdma_cni.proto import deviceplugin_v1beta1_pb2 as pb
+
+    plugin = _plugin(root)
+    ok = pb.ContainerPreferredAllocationRequest(available_deviceIDs=list(PCI.values()),
+                                                allocation_size=2)
+    resp = plugin.servicer.GetPreferredAllocation(
+        pb.PreferredAllocationRequest(container_requests=[ok]), _Context())
+    assert len(resp.container_responses[0].deviceIDs) == 2
+    for big in (pb.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=[f"x{i}" for i in range(5000)], allocation_size=2),
+                pb.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=list(PCI.values()), allocation_size=5)):
+        with pytest.raises(_AbortedError) as exc:
+            plugin.servicer.GetPreferredAllocation(
+                pb.PreferredAllocationRequest(container_requests=[big]), _Context())
+        assert exc.value.args[0] == grpc.StatusCode.INVALID_ARGUMENT

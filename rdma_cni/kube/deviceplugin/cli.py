@@ -94,12 +94,13 @@ def build(args: argparse.Namespace, free_addresses: Callable[[Any], int] | None 
                         status_file=args.status_file or None)
 
 
-def _claims_of(data_dir: str) -> Callable[[], list[str]]:
+def _claims_of(data_dir: str) -> Callable[[], dict[str, str | None]]:
     """The netdevs the store (``dataDir``, mounted read-only; read without tidying, as
-    the exporter reads it) says pods hold; none when it cannot be read."""
+    the exporter reads it) says pods hold, each with the PCI address of the NIC its claim
+    names; none when it cannot be read."""
     from rdma_cni.store.view import StoreView
 
-    return StoreView(data_dir).nic_claims
+    return StoreView(data_dir).nic_claim_pcis
 
 
 def _seen_at(host_root: str, host_path: str) -> str | None:

@@ -7,7 +7,8 @@ NIC; shared-host, ``host-<n>`` devices that each stand for every NIC.
 
 from __future__ import annotations
 
-from collections import Counter
+import heapq
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -48,22 +49,26 @@ def build_devices(
     slots: Callable[[Nic], int],
     host_slots: int = 0,
 ) -> list[Device]:
-    """The device list for ``mode``'s :class:`Capacity` rule; ``slots(nic)`` is the
-    per-NIC slot count and ``host_slots`` the host-wide count (both already capped by
-    the caller)."""
-    rule = Mode.of(mode).traits.capacity
+    """The device list for ``mode``'s :class:`Capacity` rule; ``healthy`` by device ID,
+    ``slots(nic)`` is the per-NIC slot count and ``host_slots`` the host-wide count (both
+    already capped by the caller). Where pods take their addresses from the NIC's subnet,
+    a NIC with none to give (no pool: its addresses gone, a prefix IPAM refuses) is
+    Unhealthy: every pod given it would fail its ADD."""
+    traits = Mode.of(mode).traits
+    rule = traits.capacity
     if rule is Capacity.HOST_SLOTS:
         if not nics:
             return []
-        ok = all(healthy.get(n.netdev, False) for n in nics)
+        ok = all(healthy.get(n.device_id, False) for n in nics)
         return [Device(f"host-{i}", tuple(nics), ok, _numa_of(nics)) for i in range(host_slots)]
     out: list[Device] = []
     for nic in nics:
-        ok = healthy.get(nic.netdev, False)
+        ok = healthy.get(nic.device_id, False)
         if rule is Capacity.SLOTS_PER_NIC:
             out += [Device(f"{nic.device_id}@{i}", (nic,), ok, _numa_of([nic]))
                     for i in range(slots(nic))]
         else:
+            ok = ok and (not traits.pod_ipam or slots(nic) > 0)
             out.append(Device(nic.device_id, (nic,), ok, _numa_of([nic])))
     return out
 
@@ -79,18 +84,39 @@ def preferred_allocation(
     """Pick ``size`` IDs: all of ``must``, then on the fewest NUMA nodes (nodes already
     used by ``must`` first, then the fullest), and within them distinct NICs first."""
     chosen = list(dict.fromkeys(must))
-    pool = sorted((a for a in available if a not in chosen), key=_slot_key)
+    taken = set(chosen)
+    pool = sorted({a for a in available if a not in taken}, key=_slot_key)
     used = Counter(_nic_key(devices, c) for c in chosen)
-    for node in _node_order(pool, chosen, devices):
+    by_node: dict[int, list[str]] = {}
+    for a in pool:
+        by_node.setdefault(_node_key(devices, a), []).append(a)
+    pinned = {_node_key(devices, c) for c in chosen}
+    for node in sorted(by_node, key=lambda n: (n not in pinned, -len(by_node[n]), n)):
         if len(chosen) >= size:
             break
-        cands = [a for a in pool if _node_key(devices, a) == node]
-        while cands and len(chosen) < size:
-            pick = min(cands, key=lambda a: used[_nic_key(devices, a)])
-            cands.remove(pick)
-            chosen.append(pick)
-            used[_nic_key(devices, pick)] += 1
+        chosen += _spread(by_node[node], size - len(chosen), used, devices)
     return chosen
+
+
+def _spread(cands: Sequence[str], need: int, used: Counter[str],
+            devices: Mapping[str, Device]) -> list[str]:
+    """Up to ``need`` of ``cands``, each the first (in ``cands``' order) of a NIC used
+    least so far; ``used`` counts them. A heap of each NIC's next candidate: O(n log n)."""
+    queues: dict[str, deque[int]] = {}
+    for i, a in enumerate(cands):
+        queues.setdefault(_nic_key(devices, a), deque()).append(i)
+    heap = [(used[k], q[0], k) for k, q in queues.items()]
+    heapq.heapify(heap)
+    out: list[str] = []
+    while heap and len(out) < need:
+        _, i, key = heapq.heappop(heap)
+        out.append(cands[i])
+        used[key] += 1
+        queue = queues[key]
+        queue.popleft()
+        if queue:
+            heapq.heappush(heap, (used[key], queue[0], key))
+    return out
 
 
 def _nic_key(devices: Mapping[str, Device], dev_id: str) -> str:
@@ -101,14 +127,6 @@ def _nic_key(devices: Mapping[str, Device], dev_id: str) -> str:
 def _node_key(devices: Mapping[str, Device], dev_id: str) -> int:
     dev = devices.get(dev_id)
     return dev.numa[0] if dev and len(dev.numa) == 1 else -1
-
-
-def _node_order(
-    pool: Sequence[str], chosen: Sequence[str], devices: Mapping[str, Device]
-) -> list[int]:
-    capacity = Counter(_node_key(devices, a) for a in pool)
-    pinned = {_node_key(devices, c) for c in chosen}
-    return sorted(capacity, key=lambda n: (n not in pinned, -capacity[n], n))
 
 
 @dataclass

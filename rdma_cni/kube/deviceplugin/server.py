@@ -19,8 +19,10 @@ from typing import Any
 
 import grpc
 
+from rdma_cni.errors import CniError
 from rdma_cni.kube.deviceplugin.devices import HEALTHY, UNHEALTHY, Device, container_allocation
 from rdma_cni.kube.deviceplugin.inventory import Inventory
+from rdma_cni.kube.deviceplugin.streams import STREAMS, Stream, Streams
 from rdma_cni.proto import deviceplugin_v1beta1_pb2 as pb
 from rdma_cni.proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from rdma_cni.store.run import pluginstatus as status
@@ -28,9 +30,8 @@ from rdma_cni.store.run.heartbeat import beat
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
-#: ListAndWatch streams of one registration served at once (the kubelet keeps one); a
-#: stream holds a worker thread, and UNARY_WORKERS more always answer Allocate
-STREAMS = 4
+#: a stream holds a worker thread (at most STREAMS of them: :mod:`.streams`), and
+#: UNARY_WORKERS more always answer Allocate
 UNARY_WORKERS = 8
 log = logging.getLogger("rdma_cni.kube.deviceplugin")
 
@@ -50,6 +51,14 @@ def _chained() -> str | None:
     return None
 
 
+def _agent(context: Any) -> str:
+    """The client's user agent (``grpc-go/...`` for the kubelet; see streams.py)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "user-agent":
+            return str(value)
+    return ""
+
+
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     def __init__(self, inventory: Inventory, exists: Callable[[str], bool],
                  nccl_env_path: str | None, stop: threading.Event,
@@ -61,15 +70,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self.nccl_env_seen_at = nccl_env_seen_at
         self.stop = stop
         self.chain_problem = chain_problem
-        self._streams_lock = threading.Lock()
-        self.generation = 0  # a registration ends the streams of the one before
-        self._streams: dict[int, int] = {}  # generation -> its streams open
-
-    def new_generation(self) -> None:
-        """Before a registration: the streams open so far served the kubelet before it
-        (or anyone else) and end; they no longer count against :data:`STREAMS`."""
-        with self._streams_lock:
-            self.generation += 1
+        self.streams = Streams(inventory.wake)
 
     def nccl_env_mount(self) -> str | None:
         """The host path of nccl_env.sh to mount, when the host has it (checked where
@@ -86,47 +87,51 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         return self.nccl_env_path if found else None
 
     def GetDevicePluginOptions(self, request: pb.Empty, context: Any) -> pb.DevicePluginOptions:
+        self.streams.options_asked(_agent(context))  # the kubelet's stream comes next
         return pb.DevicePluginOptions(get_preferred_allocation_available=True)
 
     def ListAndWatch(self, request: pb.Empty, context: Any) -> Iterator[pb.ListAndWatchResponse]:
         """The device list, again at each change. At most :data:`STREAMS` of one
         registration (a process holding streams open must not take the threads that
-        answer Allocate): past that RESOURCE_EXHAUSTED."""
-        with self._streams_lock:
-            gen = self.generation
-            if self._streams.get(gen, 0) >= STREAMS:
-                gen = -1
-            else:
-                self._streams[gen] = self._streams.get(gen, 0) + 1
-        if gen < 0:
-            log.warning("refusing a ListAndWatch stream: %d are open already", STREAMS)
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"at most {STREAMS} ListAndWatch streams at once")
-            return
+        answer Allocate): past that the oldest one ends (:mod:`.streams`)."""
+        stream = self.streams.admit(_agent(context))
         try:
-            yield from self._watch(context, gen)
+            yield from self._watch(context, stream)
         finally:
-            with self._streams_lock:
-                self._streams[gen] -= 1
-                if not self._streams[gen]:
-                    del self._streams[gen]
+            self.streams.leave(stream)
 
-    def _watch(self, context: Any, gen: int) -> Iterator[pb.ListAndWatchResponse]:
+    def _watch(self, context: Any, stream: Stream) -> Iterator[pb.ListAndWatchResponse]:
         seen = -1
-        while context.is_active() and not self.stop.is_set() and gen == self.generation:
-            version, devices = self.inv.wait(seen, timeout=1.0)
-            if version != seen:
+
+        def ended() -> bool:
+            return self.streams.ended(stream)
+
+        while context.is_active() and not self.stop.is_set() and not ended():
+            version, devices = self.inv.wait(seen, timeout=1.0, until=ended)
+            if version != seen and not ended():
                 seen = version
                 yield pb.ListAndWatchResponse(devices=[to_proto(d) for d in devices])
 
     def GetPreferredAllocation(self, request: Any, context: Any) -> pb.PreferredAllocationResponse:
+        """The IDs to give each container. A request naming more IDs, or asking for more,
+        than the plugin advertises (the kubelet's are those, less the ones in use) is
+        INVALID_ARGUMENT."""
         from rdma_cni.kube.deviceplugin.devices import preferred_allocation
 
         out = []
+        by_id = self.inv.by_id
         for req in request.container_requests:
+            sizes = (len(req.available_deviceIDs), len(req.must_include_deviceIDs),
+                     req.allocation_size)
+            if max(sizes) > len(by_id):
+                msg = (f"preferred allocation of {sizes[2]} of {sizes[0]} device IDs "
+                       f"({sizes[1]} must be in): {len(by_id)} are advertised")
+                log.warning("%s", msg)
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg)
+                raise RuntimeError(msg)  # abort raises; a stand-in context may not
             ids = preferred_allocation(list(req.available_deviceIDs),
                                        list(req.must_include_deviceIDs),
-                                       req.allocation_size, self.inv.by_id)
+                                       req.allocation_size, by_id)
             out.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return pb.PreferredAllocationResponse(container_responses=out)
 
@@ -148,12 +153,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         out = []
         nccl = self.nccl_env_mount()
         for req in request.container_requests:
-            try:
-                a = container_allocation(list(req.devices_ids), self.inv.by_id, self.exists,
-                                         nccl)
-            except KeyError as err:
-                context.abort(grpc.StatusCode.NOT_FOUND, f"failed to allocate: {err.args[0]}")
-                raise
+            ids = list(req.devices_ids)
+            a = container_allocation(ids, self._allocatable(ids, context), self.exists, nccl)
             out.append(pb.ContainerAllocateResponse(
                 envs=a.envs,
                 devices=[pb.DeviceSpec(container_path=c, host_path=h, permissions=p)
@@ -162,6 +163,20 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                         for c, h, ro in a.mounts],
             ))
         return pb.AllocateResponse(container_responses=out)
+
+    def _allocatable(self, ids: list[str], context: Any) -> dict[str, Device]:
+        """The devices to give (:meth:`Inventory.allocatable`): an ID not listed is
+        NOT_FOUND; an Unhealthy one, or one whose RDMA device is gone, FAILED_PRECONDITION
+        (the kubelet fails the pod's admission rather than start it without its NIC)."""
+        try:
+            return self.inv.allocatable(ids)
+        except KeyError as err:
+            code, msg = grpc.StatusCode.NOT_FOUND, f"failed to allocate: {err.args[0]}"
+        except CniError as err:
+            code, msg = grpc.StatusCode.FAILED_PRECONDITION, f"failed to allocate: {err.msg}"
+        log.warning("%s", msg)
+        context.abort(code, msg)
+        raise RuntimeError(msg)  # abort raises; a stand-in context may not
 
     def PreStartContainer(self, request: Any, context: Any) -> pb.PreStartContainerResponse:
         return pb.PreStartContainerResponse()
@@ -231,7 +246,7 @@ class DevicePlugin:
         ident = status.ident(self.kubelet)
         if ident is None or ident == self._registered:
             return
-        self.servicer.new_generation()
+        self.servicer.streams.new_generation()
         try:
             register(self.kubelet, self.endpoint, self.inv.settings.resource)
         except grpc.RpcError as err:
@@ -246,8 +261,12 @@ class DevicePlugin:
     def step(self) -> None:
         """One poll: health, our socket (the kubelet wipes it on restart), registration.
         A socket that cannot be served (its directory gone for a moment) is tried again
-        at the next poll."""
-        self.inv.refresh()
+        at the next poll; so is a node that cannot be read (the last list stands)."""
+        try:
+            self.inv.refresh()
+        except (CniError, OSError) as err:  # a NIC renamed or removed as it was read
+            log.warning("failed to read the NICs of %s: %s (the last list stands)",
+                        self.inv.settings.resource, err)
         if self._server is None or not os.path.exists(self.path):
             try:
                 self._serve()
