@@ -14,17 +14,19 @@ always has. The cut ones carry no key: nothing would ever release them.
 So the store's lock file holds the kernel's boot ID of the last locked open by this
 release (its content was unused: earlier releases leave it empty). The first locked
 open in another boot removes every record that does not parse, which only a power loss
-of a store written without an fsync leaves, and then stamps the boot, with an fsync:
-that is once per boot. A store without a stamp (written by an earlier release, which
-fsynced every record, or new) is adopted as this boot's.
+of a store written without an fsync leaves (a regular file: anything else in a record's
+place is a corrupt record, handled as the store handles one), and then stamps the boot,
+with an fsync: that is once per boot. A store without a stamp (written by an earlier
+release, which fsynced every record, or new) is adopted as this boot's.
 Whole records are never removed here: an earlier release, after a rollback, may have
 written them in this very boot for pods that still run."""
 
 from __future__ import annotations
 
 import os
+import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from rdma_cni.log import LazyLogger
@@ -40,6 +42,8 @@ log = LazyLogger(__name__)
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 #: record directories of the layout (see :mod:`rdma_cni.store.core`); ips/ has a level of pools
 RECORD_DIRS = ("state", "addrs", "nics")
+#: moves a corrupt state record aside: (path, why) (:meth:`rdma_cni.store.core.Store._quarantine`)
+SetAside = Callable[[str, str], None]
 _checked: dict[str, str] = {}  # data dir -> the boot it was checked in, by this process
 _boot: list[str] = []  # the boot ID, once read
 
@@ -94,9 +98,10 @@ def is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def check_boot(root: str, lock_fd: int) -> None:
+def check_boot(root: str, lock_fd: int, set_aside: SetAside) -> None:
     """With the store's lock file ``lock_fd`` locked: sweep what a power loss cut, once
-    per boot (see the module docstring)."""
+    per boot (see the module docstring); ``set_aside`` moves a corrupt state record
+    aside (:func:`sweep_cut_records`)."""
     boot = this_boot()
     if not boot or _checked.get(root) == boot:
         return
@@ -105,7 +110,7 @@ def check_boot(root: str, lock_fd: int) -> None:
         stamp = os.pread(lock_fd, 64, 0).decode("ascii", "replace").strip()
         if stamp != boot:
             if stamp:
-                swept = sweep_cut_records(root)
+                swept = sweep_cut_records(root, set_aside)
                 log.warning("data dir %s was last opened in boot %s, this is boot %s: "
                             "removed %d record(s) a power loss cut", root,
                             ascii(stamp)[1:-1], boot, swept)
@@ -118,17 +123,33 @@ def check_boot(root: str, lock_fd: int) -> None:
     _checked[root] = boot
 
 
-def sweep_cut_records(root: str) -> int:
-    """Remove the records under ``root`` that do not parse; how many."""
+def sweep_cut_records(root: str, set_aside: SetAside) -> int:
+    """Remove the records under ``root`` that do not parse; how many. Only regular files:
+    a power loss leaves no FIFO, directory or symlink, so one of those is a corrupt record
+    as the store handles one at any time: a state record is moved aside by
+    ``set_aside(path, why)``, a reservation or claim is kept (held by no one known)."""
     swept = 0
+    state_dir = os.path.join(root, "state")
     for path in _records(root):
         try:
             read_record(path)
         except Corrupt as e:
-            if remove(path):
+            if not _regular(path):
+                if os.path.dirname(path) == state_dir:
+                    set_aside(path, str(e))
+                else:
+                    log.warning("kept %s, held by no one known: %s", path, e)
+            elif remove(path):
                 log.warning("removed %s, cut by a power loss: %s", path, e)
                 swept += 1
     return swept
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return True  # gone meanwhile: nothing to set aside
 
 
 def _records(root: str) -> Iterator[str]:

@@ -46,6 +46,8 @@ use: :class:`rdma_cni.store.state.StateError`): a state record is moved to
 key's reservations and claims are kept and :meth:`Store.owners` leaves the key
 out (nothing frees them on its own while its interfaces may exist); DEL of that
 key tears down by the alias mark (:mod:`rdma_cni.datapath.salvage`) and then purges it.
+A record that cannot be moved (``corrupt`` is no directory) stays, read the same way
+(:mod:`.quarantine`).
 
 A corrupt reservation or claim is kept and treated as held by
 :data:`UNKNOWN_OWNER`: its address or NIC is never handed out again
@@ -63,14 +65,13 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from rdma_cni import defaults
 from rdma_cni.errors import IOFailure
 from rdma_cni.log import LazyLogger
-from rdma_cni.store.atomic import ioerr, swap_in_place, unlink_quietly, write_temp
+from rdma_cni.store.atomic import swap_in_place, unlink_quietly, write_temp
 from rdma_cni.store.boot import check_boot
 from rdma_cni.store.claims import UNKNOWN_OWNER, Owner, key_of, pool_dirname
 from rdma_cni.store.files import (
@@ -84,9 +85,10 @@ from rdma_cni.store.files import (
     remove,
     scan,
 )
-from rdma_cni.store.lock import FileLock
+from rdma_cni.store.lock import FileLock, open_lock
 from rdma_cni.store.nics import NicClaims
 from rdma_cni.store.orphans import remove_orphans_of
+from rdma_cni.store.quarantine import move_aside
 from rdma_cni.store.recordlock import record_locked
 from rdma_cni.store.state import SCHEMA, AttachmentState, StateError
 from rdma_cni.vocab.attachment import AttachmentKey
@@ -117,6 +119,7 @@ class Store(NicClaims):
         #: directories this instance (one request) made sure of: the store never removes one
         self._made: set[str] = set()
         self._prepared: dict[tuple[str, bytes], str] = {}
+        self._unmoved: set[str] = set()  # corrupt state records that stay in place
 
     # -- locking ---------------------------------------------------------
     @contextmanager
@@ -135,7 +138,7 @@ class Store(NicClaims):
         with FileLock(self.lock_path, self.lock_timeout if timeout is None else timeout) as fl:
             depth[self.lock_path], fds[self.lock_path] = 1, fl.fd
             try:
-                check_boot(self.root, fl.fd)
+                check_boot(self.root, fl.fd, self._quarantine)
                 yield
             finally:
                 depth[self.lock_path] = 0
@@ -156,10 +159,7 @@ class Store(NicClaims):
         self._ensure(None)
         tmp = write_temp(self.root, "probe", b"{}", sync=False)
         unlink_quietly(tmp)
-        try:
-            os.close(os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        except OSError as e:
-            raise ioerr("open lock file", self.lock_path, e) from e
+        os.close(open_lock(self.lock_path))  # as the lock opens it: a FIFO there is refused
 
     def _ensure(self, sub: str | None) -> None:
         if self.root not in self._made:
@@ -246,26 +246,22 @@ class Store(NicClaims):
         self._quarantine(self._state_path(key), why)
 
     def quarantined(self) -> set[str]:
-        """Digests of keys whose state record was moved aside as unreadable."""
-        return {n.split(".", 1)[0] for n in scan(self.corrupt_dir) if ".json." in n}
+        """Digests of keys whose state record was moved aside as unreadable, or found so
+        by this instance and left in place (:mod:`.quarantine`)."""
+        aside = {n.split(".", 1)[0] for n in scan(self.corrupt_dir) if ".json." in n}
+        return aside | {os.path.basename(p).split(".", 1)[0] for p in self._unmoved}
 
     def forget_quarantined(self, key: AttachmentKey) -> None:
         """Drop the moved-aside records of ``key`` (its DEL has torn it down)."""
         prefix = key.digest() + ".json."
+        self._unmoved.discard(self._state_path(key))
         for name in scan(self.corrupt_dir):
             if name.startswith(prefix):
                 remove(os.path.join(self.corrupt_dir, name))
 
     def _quarantine(self, path: str, why: str) -> None:
-        self._ensure(self.corrupt_dir)
-        dest = os.path.join(self.corrupt_dir, f"{os.path.basename(path)}.{time.time_ns()}")
-        log.warning("moving corrupt state record %s to %s: %s", path, dest, why)
-        try:
-            os.replace(path, dest)
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            raise ioerr("move aside corrupt record", path, e) from e
+        if not move_aside(path, self.corrupt_dir, why):
+            self._unmoved.add(path)
 
     # -- whole keys --------------------------------------------------------
     def owners(self) -> set[AttachmentKey]:
@@ -291,6 +287,7 @@ class Store(NicClaims):
     def corrupt_records(self) -> list[str]:
         """Paths of unreadable reservations/claims, and of state records moved aside."""
         paths = [os.path.join(self.corrupt_dir, n) for n in scan(self.corrupt_dir)]
+        paths += sorted(self._unmoved)
         for _, _, owner, path in self._ip_entries():
             if owner[0] == UNKNOWN_OWNER:
                 paths.append(path)

@@ -32,6 +32,13 @@ class Corrupt(Exception):
     """A record that is not a readable JSON object."""
 
 
+def kind(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) that is no regular file is, for a message."""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISLNK, "a symbolic link"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a device")
+
+
 def encode(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
@@ -106,15 +113,17 @@ def read_identified(path: str) -> tuple[dict[str, Any] | None, Identity | None]:
         if e.errno in (errno.ELOOP, errno.EISDIR):
             raise Corrupt(f"not a regular file: {e.strerror or e}") from e
         raise ioerr("read", path, e) from e
-    try:
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise Corrupt("is a directory" if stat.S_ISDIR(st.st_mode) else
-                              "not a regular file")
-            raw = f.read(MAX_READ + 1)
+    try:  # the mode before a file object: fdopen of a directory fails (EISDIR)
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                raw = f.read(MAX_READ + 1)
     except OSError as e:
         raise ioerr("read", path, e) from e
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise Corrupt("is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
     try:
         rec: dict[str, Any] = jsondoc.decode(raw, MAX_READ, dict, "not a JSON object")
     except jsondoc.JsonRefused as e:

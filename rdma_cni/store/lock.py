@@ -7,7 +7,9 @@ path in the same thread waits for itself and times out (the store adds
 re-entrancy on top, see :meth:`rdma_cni.store.core.Store.lock`).
 
 Failures are never ignored: a wait past the deadline raises :class:`TryAgain`
-(code 11), any OS error opening or locking the file raises :class:`IOFailure`.
+(code 11), any OS error opening or locking the file raises :class:`IOFailure`, and so
+does anything but a regular file in the lock file's place (opened without waiting: a
+FIFO there never holds the caller).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import threading
 import time
 from types import TracebackType
 
 from rdma_cni.errors import IOFailure, TryAgain
+from rdma_cni.store.files import kind
 
 #: a waiter retries the flock after these pauses (doubling): a lock is held for a few
 #: milliseconds (an fsync at most), so a pause much longer than that only leaves it idle
@@ -110,14 +114,42 @@ class FileLock:
         self.release()
 
     def _open(self) -> int:
-        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-        try:
-            return os.open(self.path, flags, 0o600)
-        except OSError as e:
-            raise IOFailure(f"failed to open lock file {self.path}: {e.strerror or e}") from e
+        return open_lock(self.path)
 
     def _wait(self, fd: int, start: float) -> None:
         wait_flock(fd, self.path, start, self.timeout)
+
+
+#: how a lock file is opened: never through a symlink, and without waiting (a FIFO in its
+#: place opens at once, then is refused: it is no regular file)
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def open_lock(path: str) -> int:
+    """The lock file at ``path`` opened (created 0600 when missing). :class:`IOFailure`
+    naming it when it cannot be, or when something else than a regular file is in its
+    place (a directory, a FIFO, a symlink: only a hand puts one there; a lock on it
+    would fail, or exclude no one)."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS, 0o600)
+    except OSError as e:
+        why = _not_regular(path) or e.strerror or str(e)
+        raise IOFailure(f"failed to open lock file {path}: {why}") from e
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise IOFailure(f"failed to open lock file {path}: {kind(mode)} is in its place, "
+                        "not a regular file")
+    return fd
+
+
+def _not_regular(path: str) -> str | None:
+    """What is wrong with what is at ``path`` when it is no regular file; else None."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else f"{kind(mode)} is in its place, not a regular file"
 
 
 def wait_flock(fd: int, path: str, start: float, timeout: float) -> None:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rdma_cni.errors import escaped, shown
+from rdma_cni.store.run import runfile
 from rdma_cni.store.run.heartbeat import heartbeat_path
 from rdma_cni.store.run.pluginstatus import ident
 
@@ -48,8 +49,7 @@ def read_heartbeat(component: str, now: float | None = None) -> dict[str, Any]:
     """The last heartbeat of ``component``; ProbeFailed when missing or stale."""
     path = heartbeat_path(component)
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        doc = json.loads(runfile.read_bytes(path, 1 << 20))  # a FIFO there: refused at once
     except FileNotFoundError:
         raise ProbeFailed(f"{component} has not finished a pass yet (no {path})") from None
     except (OSError, ValueError) as e:

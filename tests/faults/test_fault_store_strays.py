@@ -136,3 +136,81 @@ def test_a_fifo_among_the_records_is_quarantined_not_waited_on(rig, faults) -> N
         fifo.unlink(missing_ok=True)
         for p in (Path(rig.data_dir) / "corrupt").iterdir():
             p.unlink()
+
+
+def test_a_corrupt_record_beside_a_stray_corrupt_file_fails_no_del(rig, faults) -> None:  # type: ignore[no-untyped-def]
+    """``: > $dataDir/corrupt`` and a corrupt state record: the store could not move the
+    record aside, and every DEL that lists the states failed with code 5. The record
+    stays where it is, reads as absent and is logged; the DEL of its own container
+    salvages by the alias mark as for any corrupt record."""
+    rig.nic("rnic0", "198.51.100.1/26")
+    chain = faults.chain("shared-multi")
+    pod = rig.pod()
+    assert chain.add("cid-a", pod.path, rdma_blocks(1)).rc == 0
+    [own] = (Path(rig.data_dir) / "state").iterdir()
+    stray = _stray(rig, "corrupt")
+    other = Path(rig.data_dir) / "state" / FIFO_NAME  # no key has it
+    other.write_text('{"schema": 1, "key": {"netw')
+    try:
+        never = chain.delete("cid-never-added")  # lists every state record
+        assert never.rc == 0 and never.out is None, never
+        assert other.read_text() == '{"schema": 1, "key": {"netw'
+        assert f"corrupt state record {other}" in faults.log_text()
+        assert "left in place" in faults.log_text()
+        own.write_text("{")  # the attachment's own record is corrupt now
+        run = chain.delete("cid-a")
+        assert run.rc == 0, run
+        assert set(pod.links()) == {"lo", "eth0"}
+        assert rig.files() == [f"state/{FIFO_NAME}"]
+        assert stray.read_text() == "x\n"
+    finally:
+        other.unlink()
+        stray.unlink()
+
+
+def _no_lock(path: Path, what: str) -> None:
+    path.unlink()
+    if what == "directory":
+        path.mkdir()
+    elif what == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(path.parent.parent / "elsewhere")
+
+
+@pytest.mark.parametrize(("what", "kind"), [("directory", "a directory"), ("fifo", "a FIFO"),
+                                            ("symlink", "a symbolic link")])
+def test_a_lock_that_is_no_regular_file_fails_only_what_needs_the_lock(  # type: ignore[no-untyped-def]
+        rig, faults, what: str, kind: str) -> None:
+    """The store's lock a directory, a FIFO or a symlink: DEL of a container the store knows
+    nothing of succeeds; ADD fails with code 5 naming it and leaves nothing; DEL of an
+    attachment keeps its record (a retry finishes once the lock is a file again); STATUS
+    says the data dir is unusable (it said available for a FIFO and a symlink, and
+    created the symlink's target). Nothing waits on the FIFO."""
+    rig.nic("rnic0", "198.51.100.1/26")
+    chain = faults.chain("shared-multi")
+    pod, b = rig.pod(), rig.pod()
+    assert chain.add("cid-a", pod.path, rdma_blocks(1)).rc == 0
+    lock = Path(rig.data_dir) / "lock"
+    _no_lock(lock, what)
+    want = f"failed to open lock file {lock}: {kind} is in its place, not a regular file"
+    try:
+        never = chain.delete("cid-never-added")
+        assert never.rc == 0 and never.out is None, never
+        refused = chain.add("cid-b", b.path, rdma_blocks(1))
+        assert refused.code == 5 and refused.out["msg"] == want, refused
+        assert "Traceback" not in refused.err, refused.err
+        assert set(b.links()) == {"lo", "eth0"}
+        kept = chain.delete("cid-a")
+        assert kept.code == 5 and kept.out["msg"] == want, kept
+        assert len(rig.files()) == 2  # its state and its reservation
+        status = faults.chain("shared-multi", cni_version="1.1.0").status()
+        assert status.code == 50 and want in status.out["msg"], status
+        assert not (Path(rig.data_dir).parent / "elsewhere").exists()
+    finally:
+        if what == "directory":
+            lock.rmdir()
+        else:
+            lock.unlink()
+    assert chain.delete("cid-a").rc == 0
+    assert set(pod.links()) == {"lo", "eth0"}

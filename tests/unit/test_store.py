@@ -452,6 +452,82 @@ def test_a_fifo_in_a_records_place_is_corrupt_not_waited_on(tmp_path: Path) -> N
     assert str(Path(store.addrs_dir) / "192.0.2.3") in store.corrupt_records()
 
 
+def test_a_directory_in_a_records_place_is_corrupt_not_a_failure(tmp_path: Path) -> None:
+    """Opened, it failed the read (fdopen: EISDIR) and every listing with code 5."""
+    store = Store(str(tmp_path / "data"))
+    store.put_state(OLD, S({}))
+    assert store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
+    (Path(store.state_dir) / ("0" * 40 + ".json")).mkdir()
+    (Path(store.addrs_dir) / "192.0.2.3").mkdir()
+    assert [st.key for st in store.list_states()] == [OLD]
+    assert store.quarantined() == {"0" * 40}
+    assert store.ip_owners(POOL, fresh=True)[A("192.0.2.3")] == (UNKNOWN_OWNER, "")
+
+
+@pytest.mark.parametrize("record", ["cut", "fifo"])
+def test_a_corrupt_record_stays_where_it_is_when_corrupt_is_no_directory(
+        tmp_path: Path, record: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A regular file named ``corrupt`` and a corrupt state record: the move aside failed,
+    and with it every listing of the states (every DEL of the node: code 5). The record
+    stays, reads as absent and is logged; its key counts as one with an unreadable record
+    (its reservation stays held, its own DEL salvages and then removes it)."""
+    store = Store(str(tmp_path / "data"))
+    store.put_state(NEW, S({}))
+    assert store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")
+    (tmp_path / "data" / "corrupt").write_text("x")
+    path = Path(store.state_dir) / f"{OLD.digest()}.json"
+    if record == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_bytes(b'{"schema": 1, "key": {"netw')
+    assert [st.key for st in store.list_states()] == [NEW]
+    assert os.path.lexists(path) and store.quarantined() == {OLD.digest()}
+    assert store.owners() == {NEW} and str(path) in store.corrupt_records()
+    assert f"corrupt state record {path}" in caplog.text and "left in place" in caplog.text
+    again = Store(store.root)  # the key's own DEL, another process
+    assert again.get_state(OLD) is None and again.quarantined() == {OLD.digest()}
+    again.purge(OLD)
+    again.forget_quarantined(OLD)
+    assert not os.path.lexists(path) and again.quarantined() == set()
+    assert again.owners() == {NEW} and again.ips_of(OLD) == []
+
+
+def _not_a_lock(path: Path, what: str) -> None:
+    if what == "directory":
+        path.mkdir()
+    elif what == "fifo":
+        os.mkfifo(path)
+    else:
+        (path.parent / "elsewhere").write_text("")
+        path.symlink_to(path.parent / "elsewhere")
+
+
+@pytest.mark.parametrize(("what", "kind"), [("directory", "a directory"), ("fifo", "a FIFO"),
+                                            ("symlink", "a symbolic link")])
+def test_a_lock_that_is_no_regular_file_is_refused_naming_it(
+        tmp_path: Path, what: str, kind: str) -> None:
+    """Something else than a regular file as the store's lock: what takes the lock (ADD,
+    DEL of a container the store holds something of, GC, STATUS's check) fails with code 5
+    naming it, at once (a FIFO is never waited on); what holds nothing of the store's
+    (DEL of a container it knows nothing of) reads without the lock and succeeds."""
+    store = Store(str(tmp_path / "data"))
+    store.usable()
+    os.unlink(store.lock_path)
+    _not_a_lock(Path(store.lock_path), what)
+    want = f"failed to open lock file {store.lock_path}: {kind} is in its place, not a regular file"
+    def take() -> None:
+        with store.lock():
+            pass
+    for use in (store.usable, take, lambda: store.reserve_ip(POOL, A("192.0.2.2"), OLD, "eth1")):
+        with pytest.raises(IOFailure) as ei:
+            use()
+        assert ei.value.code == Code.IO_FAILURE and str(ei.value) == want
+    assert store.get_state(OLD) is None and store.owners() == set()
+    assert store.quarantined() == set()
+    if what == "symlink":
+        assert (tmp_path / "data" / "elsewhere").read_text() == ""  # never written through
+
+
 # -- locking and concurrency ------------------------------------------------------------
 
 def _hold_lock(data_dir: str, held: object, release: object) -> None:

@@ -164,3 +164,49 @@ def test_no_boot_id_sweeps_nothing_and_stamps_nothing(tmp_path: Path, boot_id: P
     boot._boot.clear()
     open_again(store)
     assert records(store) == before and stamp(store) == BOOT_A
+
+
+ODD = AttachmentKey("rdma-net", "sandbox-odd", "eth0")
+
+
+def _no_file(path: Path, what: str) -> None:
+    if what == "fifo":
+        os.mkfifo(path)
+    elif what == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(path.parent.parent.parent / "elsewhere")
+
+
+@pytest.mark.parametrize("what", ["fifo", "directory", "symlink"])
+def test_another_boot_handles_what_no_power_loss_makes_as_a_corrupt_record(
+        tmp_path: Path, boot_id: Path, what: str) -> None:
+    """A FIFO, a directory or a symlink where a record belongs is nothing a power loss
+    cut: the boot's sweep removed a FIFO or a symlink, and a directory failed every
+    command that took the lock in that boot (code 5). It is a corrupt record, as at any
+    other time: a state record is moved aside to corrupt/ (its key's reservation stays
+    held, its DEL salvages), a reservation stays, held by no one known."""
+    (tmp_path / "elsewhere").write_text("{}")
+    store = Store(str(tmp_path / "data"))
+    store.put_state(ODD, AttachmentState.from_json({"ifaces": ["eth1"]}))
+    assert store.reserve_ip(POOL, IPv4Address("192.0.2.5"), ODD, "eth1")
+    with store.lock():
+        pass
+    record = Path(store.state_dir) / f"{ODD.digest()}.json"
+    record.unlink()
+    _no_file(record, what)
+    held = Path(store.addrs_dir) / "192.0.2.6"
+    _no_file(held, what)
+
+    reboot(boot_id)
+    store = Store(store.root)
+    with store.lock():
+        pass
+    assert stamp(store) == BOOT_B
+    assert not os.path.lexists(record)
+    assert [p.name.startswith(record.name + ".")
+            for p in (Path(store.root) / "corrupt").iterdir()] == [True]
+    assert store.quarantined() == {ODD.digest()} and store.owners() == set()
+    assert os.path.lexists(held) and owner(store, "192.0.2.6") == (UNKNOWN_OWNER, "")
+    assert owner(store, "192.0.2.5") == (ODD, "eth1")
+    assert (tmp_path / "elsewhere").read_text() == "{}"

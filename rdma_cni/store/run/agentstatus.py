@@ -23,6 +23,7 @@ import tempfile
 from typing import Any
 
 from rdma_cni import defaults
+from rdma_cni.store.run import runfile
 
 DEFAULT_PATH = defaults.AGENT_STATUS
 SCHEMA = 1
@@ -30,12 +31,8 @@ _MAX = 4 << 20
 
 
 def read(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(_MAX + 1)
-    except OSError:
-        return None
-    if len(raw) > _MAX:
+    raw = runfile.read(path, _MAX)  # never waits: a FIFO there is refused
+    if raw is None or len(raw) > _MAX:
         return None
     try:
         doc = json.loads(raw)

@@ -33,6 +33,7 @@ from rdma_cni import defaults, jsondoc
 from rdma_cni.cliargs import say
 from rdma_cni.errors import CniError
 from rdma_cni.store.atomic import write_atomic
+from rdma_cni.store.run import runfile
 
 NAME = os.path.basename(defaults.CONFIG_RECORD)
 SCHEMA = 1
@@ -49,11 +50,8 @@ def path_for(write_config: str) -> str:
 
 def digest(path: str) -> str | None:
     """The SHA-256 of the file's bytes; None when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
+    raw = runfile.read(path)  # never waits: a FIFO there is refused
+    return None if raw is None else hashlib.sha256(raw).hexdigest()
 
 
 def started(config_file: str | None, label: str | None, label_used: bool, mode: str,
@@ -85,12 +83,12 @@ def _shown(value: object) -> str:
 
 def read(path: str) -> dict[str, Any] | None:
     """The record, or None when there is none or it is not one."""
-    if not os.path.exists(path):
+    raw = runfile.read(path, _MAX)  # never waits: a FIFO there is refused
+    if raw is None:
         return None
     try:
-        with open(path, "rb") as f:
-            doc = jsondoc.decode(f.read(_MAX + 1), _MAX, dict)
-    except (OSError, jsondoc.JsonRefused):
+        doc = jsondoc.decode(raw, _MAX, dict)
+    except jsondoc.JsonRefused:
         return None
     return doc if doc.get("schema") == SCHEMA else None
 

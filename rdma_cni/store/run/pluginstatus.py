@@ -15,9 +15,11 @@ import time
 from typing import Any
 
 from rdma_cni import defaults
+from rdma_cni.store.run import runfile
 
 DEFAULT_PATH = defaults.DEVICE_PLUGIN_STATUS
 Ident = tuple[int, int, int]
+_MAX = 1 << 16  # a few hundred bytes are written
 
 
 def ident(path: str) -> Ident | None:
@@ -44,10 +46,12 @@ def write(path: str, resource: str, endpoint: str, registered_on: Ident | None) 
 
 
 def read(path: str) -> dict[str, Any] | None:
+    raw = runfile.read(path, _MAX)  # never waits: a FIFO there is refused
+    if raw is None or len(raw) > _MAX:
+        return None
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
+        doc = json.loads(raw)
+    except ValueError:  # UnicodeDecodeError included
         return None
     return doc if isinstance(doc, dict) else None
 
