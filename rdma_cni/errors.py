@@ -142,17 +142,20 @@ def escaped(text: str) -> str:
     """``text`` with every character that could end, rewrite or hide a log line shown as
     an escape (``\\x0a``, ``\\u2028``): C0 and C1 controls, DEL, the Unicode line and
     paragraph separators, lone surrogates (undecodable bytes of the environment), and
-    the characters that reorder or hide what a terminal shows: the bidirectional
-    controls (an override turns the rest of a line around), zero-width characters and
-    the byte-order mark.
+    every format character (Unicode's ``Cf``: what reorders or hides what a terminal
+    shows: the bidirectional controls, an override turning the rest of a line around,
+    zero-width characters, the byte-order mark, the soft hyphen, tag characters).
     What the plugin logs or writes to stderr passes through it, so a key, a value or a
     path from a pod author or the runtime can never forge a line."""
     global _UNSAFE
     if _UNSAFE is None:
         import re
 
-        _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e"
-                             "\u2060-\u2069\ufeff\ud800-\udfff]")
+        _UNSAFE = re.compile(  # Cc, Zl, Zp, Cs and every Cf character of Unicode 14
+            "[\x00-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891"
+            "\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff"
+            "\ufff9-\ufffb\ud800-\udfff\U000110bd\U000110cd\U00013430-\U00013438"
+            "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]")
     return _UNSAFE.sub(_escape_one, text)
 
 
@@ -165,4 +168,6 @@ def clipped(text: str, limit: int) -> str:
 
 def _escape_one(m: re.Match[str]) -> str:
     code = ord(m.group(0))
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 _completing = _thread.RLock()  # reentrant: the real code may ask its own stand-in
+_HOOKS: list[Callable[[str], Any]] = []  # the stand-ins' own __getattr__ functions
 
 
 def light_package(name: str) -> None:
@@ -36,7 +37,7 @@ def light_package(name: str) -> None:
             return importlib.import_module(f"{name}.{attr}")  # `from <name> import <module>`
         return complete(attr)
 
-    pkg.__dict__["__getattr__"] = attribute
+    _install(pkg, attribute)
     sys.modules[name] = pkg
 
 
@@ -52,21 +53,42 @@ def light_module(name: str, preset: dict[str, Any]) -> None:
         return
     mod = importlib.util.module_from_spec(spec)
     mod.__dict__.update(preset)
-    mod.__dict__["__getattr__"] = _completer(mod, spec.loader, preset)
+    _install(mod, _completer(mod, spec.loader, preset))
     sys.modules[name] = mod
 
 
 def _completer(mod: Any, loader: Any, keep: dict[str, Any]) -> Callable[[str], Any]:
+    """The stand-in's ``__getattr__``: the real code run into it once (again after a
+    failure, as a failed import is tried again); a name the module then lacks, or asked
+    by the real code while it runs, is an AttributeError, as a partly made module gives."""
     def complete(attr: str) -> Any:
         with _completing:
-            if mod.__dict__.get("__getattr__") is not None and not done:
-                done.append(True)
-                ours = mod.__dict__["__getattr__"]
-                loader.exec_module(mod)
+            if not state:  # neither done nor running (in this thread: the lock is ours)
+                state.append("running")
+                try:
+                    loader.exec_module(mod)
+                except BaseException:
+                    state.clear()
+                    raise
                 mod.__dict__.update(keep)
-                if mod.__dict__.get("__getattr__") is ours:  # the real code has none
+                state[0] = "done"
+                if _ours(mod.__dict__.get("__getattr__")):  # the real code has none
                     del mod.__dict__["__getattr__"]
-        return getattr(mod, attr)  # AttributeError as the real module gives it
+        if attr in mod.__dict__:
+            return mod.__dict__[attr]
+        real = mod.__dict__.get("__getattr__")
+        if real is not None and not _ours(real):
+            return real(attr)
+        raise AttributeError(f"module {mod.__name__!r} has no attribute {attr!r}")
 
-    done: list[bool] = []
+    state: list[str] = []
     return complete
+
+
+def _install(mod: Any, hook: Callable[[str], Any]) -> None:
+    _HOOKS.append(hook)
+    mod.__dict__["__getattr__"] = hook
+
+
+def _ours(hook: object) -> bool:
+    return any(hook is h for h in _HOOKS)

@@ -125,7 +125,10 @@ class Server:
                     deferred = time.monotonic()
                 for conn, data, fds in ready:
                     self._submit(conn, data, fds)
-            # stopping (drain.py): what no thread took is refused, what runs answered
+            # stopping (drain.py): the listener closed here, in the loop's own thread (a
+            # signal handler closing it under a step, or before the intake was made,
+            # failed the step); what no thread took is refused, what runs answered
+            self.sock.close()
             self.intake.refuse_pending("resident server stopping")
             self.pool.running.drain(self.stopped_at + self.drain_timeout)
         finally:
@@ -184,11 +187,11 @@ class Server:
         self.unlisten()
 
     def unlisten(self) -> None:
-        """Close the listening socket (and, in the process that made it, remove its path)."""
+        """Wake the loop, which closes the listening socket (:meth:`serve_forever`), and,
+        in the process that made it, remove its path at once (a new server may bind it).
+        Safe in a signal handler: it closes nothing a step may be using."""
         if self.intake is not None:
             self.intake.wake()
-        if self.sock is not None:
-            self.sock.close()
         if not self.owner:
             return
         try:  # only the socket it made: a server started since took the path over

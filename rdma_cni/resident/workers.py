@@ -63,16 +63,13 @@ class _Children:
                 os.kill(pid, signal.SIGTERM)
 
     def reap(self, until: float) -> None:
-        """Wait for each to exit, until ``until`` (monotonic); then SIGKILL what is left."""
-        left = list(self.pids)
+        """Wait for each to exit, until ``until`` (monotonic); then SIGKILL what is left.
+        A reaped one leaves :attr:`pids` with signals held (a stop arriving in between
+        would signal its number, which another process may have by then)."""
+        left = self.pids
         while left:
             for pid in list(left):
-                try:
-                    gone = os.waitpid(pid, os.WNOHANG)[0] == pid
-                except ChildProcessError:
-                    gone = True
-                if gone:
-                    left.remove(pid)
+                self._reaped(pid)
             if left and time.monotonic() >= until:
                 logger.warning("resident workers still running past the drain: %s "
                                "killed", left)
@@ -82,6 +79,19 @@ class _Children:
                 until = float("inf")  # reaped below, now they die at once
             if left:
                 time.sleep(0.02)
+
+
+    def _reaped(self, pid: int) -> None:
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
+        try:
+            try:
+                gone = os.waitpid(pid, os.WNOHANG)[0] == pid
+            except ChildProcessError:
+                gone = True
+            if gone:
+                self.pids.remove(pid)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _fork(server: Server, count: int) -> _Children:
@@ -125,6 +135,8 @@ def serve(server: Server, workers: int) -> None:
     try:
         if server.stopping.is_set():  # told to stop before serving: the socket goes too
             server.unlisten()
+            if server.sock is not None:
+                server.sock.close()
         else:
             server.serve_forever()
     finally:

@@ -132,3 +132,30 @@ def test_the_exec_d_plugin_logs_without_traceback_until_an_error_report(
     assert "ADD failed: code 4" in (tmp_path / "log").read_text()
     assert "logging" in imported
     assert not {"traceback", "tokenize", "linecache", "textwrap"} & imported
+
+
+def test_a_completion_that_failed_is_tried_again(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real code failing once (EMFILE while it imports) left the stand-in asking
+    itself for ever (RecursionError); a failed import is tried again, as Python's own.
+    A name the real code asks of itself before defining it is an AttributeError."""
+    pkg = tmp_path / "lightflaky"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("tries = []\n")
+    (pkg / "mod.py").write_text(
+        "import lightflaky\nlightflaky.tries.append(1)\n"
+        "if len(lightflaky.tries) == 1:\n    raise OSError('transient')\n"
+        "import sys\ntry:\n    sys.modules[__name__].LATER\nexcept AttributeError:\n"
+        "    EARLY = 'attribute error'\nLATER = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        light_module("lightflaky.mod", {"A": 1})
+        mod = sys.modules["lightflaky.mod"]
+        with pytest.raises(OSError, match="transient"):
+            mod.B  # noqa: B018
+        assert mod.LATER == 2 and mod.EARLY == "attribute error" and mod.A == 1
+        with pytest.raises(AttributeError):
+            mod.B  # noqa: B018
+    finally:
+        for name in ("lightflaky.mod", "lightflaky"):
+            sys.modules.pop(name, None)

@@ -48,6 +48,17 @@ def test_escaped_shows_what_reorders_or_hides_a_line() -> None:
         "pod\\u202eevil\\u2066x\\u2069\\u200by\\u061c\\ufeff é ü"
 
 
+def test_escaped_shows_every_format_character() -> None:
+    """Unicode's Cf category (soft hyphen, tag characters, interlinear annotation...):
+    invisible, so two names that differ by one look the same."""
+    import sys
+    import unicodedata
+
+    fmt = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"]
+    assert fmt and [c for c in fmt if escaped(c) == c] == []
+    assert escaped("pod\U000e0041\u00ad") == "pod\\U000e0041\\xad"
+
+
 def test_a_record_is_one_line_and_the_file_private(logger: logging.Logger,
                                                    tmp_path: Path) -> None:
     logger.warning("key %s", "x\n2026-01-01 00:00:00,000 1 INFO forged\r")

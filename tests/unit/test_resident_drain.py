@@ -134,3 +134,50 @@ def test_a_second_stop_ends_the_drain(tmp_path: Path, warnings: _Lines) -> None:
         assert "abandoned (told to stop again)" in warnings.text
     finally:
         running.close()
+
+
+def test_a_stop_before_serving_ends_it_cleanly(tmp_path: Path) -> None:
+    """SIGTERM to a worker still starting up (its handler runs as it unblocks signals,
+    before the intake is made) closed the listener under it: the worker died with a
+    traceback (OSError EBADF from the intake's setblocking) and exited 1."""
+    server = Server(str(tmp_path / "s.sock"))
+    server.bind()
+    server.stop()
+    assert not os.path.exists(server.path)
+    server.serve_forever()  # returns at once, raising nothing
+    assert server.sock is not None and server.sock.fileno() < 0
+
+
+def test_stops_while_serving_never_fail_a_step(tmp_path: Path) -> None:
+    """The listener is closed by the loop's own thread, never under a step."""
+    for _ in range(20):
+        server = Server(str(tmp_path / "s.sock"))
+        server.bind()
+        failed: list[BaseException] = []
+
+        def run(s: Server = server, failed: list[BaseException] = failed) -> None:
+            try:
+                s.serve_forever()
+            except BaseException as exc:  # what the worker would die of
+                failed.append(exc)
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        time.sleep(0.005)
+        server.stop()
+        runner.join(5)
+        assert not runner.is_alive() and failed == []
+
+
+def test_a_reaped_worker_is_never_signalled_again() -> None:
+    """A second stop during the reap signalled every worker's number, those reaped
+    already too (a number another process may have been given since)."""
+    from rdma_cni.resident.workers import _Children
+
+    children = _Children()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    children.pids.append(pid)
+    children.reap(time.monotonic() + 5)
+    assert children.pids == []
