@@ -125,10 +125,7 @@ class Server:
                     deferred = time.monotonic()
                 for conn, data, fds in ready:
                     self._submit(conn, data, fds)
-            # stopping (drain.py): the listener closed here, in the loop's own thread (a
-            # signal handler closing it under a step, or before the intake was made,
-            # failed the step); what no thread took is refused, what runs answered
-            self.sock.close()
+            self.sock.close()  # stopping (drain.py): here, never under a step (unlisten)
             self.intake.refuse_pending("resident server stopping")
             self.pool.running.drain(self.stopped_at + self.drain_timeout)
         finally:
@@ -187,9 +184,8 @@ class Server:
         self.unlisten()
 
     def unlisten(self) -> None:
-        """Wake the loop, which closes the listening socket (:meth:`serve_forever`), and,
-        in the process that made it, remove its path at once (a new server may bind it).
-        Safe in a signal handler: it closes nothing a step may be using."""
+        """Wake the loop, which closes the listener, and (its maker) remove the path at
+        once: a new server may bind it. A signal handler's: it closes nothing a step uses."""
         if self.intake is not None:
             self.intake.wake()
         if not self.owner:
