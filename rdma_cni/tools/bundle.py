@@ -130,7 +130,9 @@ def install_tree(tree: str, bin_dir: str) -> tuple[str, bool]:
     name = f"{__version__}-{digest[:12]}"
     root = os.path.join(bin_dir, BUNDLE_DIR)
     dest = os.path.join(root, name)
-    if tree_digest(dest) == digest:
+    # reused only whole: a tree without .in-use is one a prune began to remove (killed
+    # between the unlink and the rmtree); the front takes it for going and never runs it
+    if tree_digest(dest) == digest and os.path.isfile(os.path.join(dest, IN_USE)):
         return name, False
     tmp = os.path.join(root, f".new-{name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
