@@ -106,6 +106,23 @@ def install_lock(bin_dir: str):  # type: ignore[no-untyped-def]
         os.close(fd)
 
 
+@contextlib.contextmanager
+def bin_lock(bin_dir: str):  # type: ignore[no-untyped-def]
+    """The bin dir itself locked (flock on its directory; nothing is created in it, so a
+    watch outliving an uninstall leaves nothing behind): a watch's re-apply of the
+    entry and an uninstall's removal of the plugin and the entry, one after the other."""
+    try:
+        fd = os.open(bin_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:  # no bin dir: no plugin to re-apply the entry for
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def forget_empty(bin_dir: str) -> None:
     """Remove ``<bin_dir>/rdma-cni.versions`` when it holds nothing but the install lock (a first
     install that failed leaves nothing behind)."""

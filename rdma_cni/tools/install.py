@@ -200,8 +200,9 @@ def watch(conf_dir: str, entry: dict[str, Any], interval: float,
                          name="config-check", daemon=True).start()
     installed = None if bin_dir is None else \
         (lambda: os.path.lexists(os.path.join(bin_dir, PLUGIN_TYPE)))
+    guard = None if bin_dir is None else (lambda: layout.bin_lock(bin_dir))
     try:
-        watch_entry(conf_dir, entry, interval, rounds, stop, root, installed)
+        watch_entry(conf_dir, entry, interval, rounds, stop, root, installed, guard)
     finally:
         ended.set()
 
@@ -209,16 +210,17 @@ def watch(conf_dir: str, entry: dict[str, Any], interval: float,
 def uninstall(args: argparse.Namespace) -> None:
     """The plugin's link goes first: a ``--watch`` still running (its DaemonSet being
     deleted) re-applies the entry only while the plugin is installed, so it cannot put
-    the entry back once this took it out."""
+    the entry back once this took it out; the bin dir's lock (:func:`bundle.bin_lock`),
+    which a re-apply holds from its check to its write, orders the two."""
     bin_dir = args.cni_bin_dir
     removed = []
-    for name in (PLUGIN_TYPE,):
-        path = os.path.join(bin_dir, name)
+    with layout.bin_lock(bin_dir):  # a watch's re-apply is done, or finds the plugin gone
+        path = os.path.join(bin_dir, PLUGIN_TYPE)
         if os.path.lexists(path):
             os.unlink(path)
-            removed.append(name)
-    changed = remove_entries(args.cni_conf_dir, host_root_of(args),
-                             lambda why: say(f"left alone: {why}", "uninstall"))
+            removed.append(PLUGIN_TYPE)
+        changed = remove_entries(args.cni_conf_dir, host_root_of(args),
+                                 lambda why: say(f"left alone: {why}", "uninstall"))
     for path in changed:
         say(f"removed the entry from {path}", "uninstall")
     for name in (NCCL_ENV,):
