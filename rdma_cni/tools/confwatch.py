@@ -214,8 +214,8 @@ def reapply(conf_dir: str, entry: dict[str, Any], say: Callable[[str], None],
     and the entry out between them)."""
     with guard() if guard is not None else contextlib.nullcontext():
         if installed is not None and not installed():
-            say("the plugin is gone from the CNI bin dir (uninstalled?): the entry is not "
-                "re-applied")
+            say("the plugin is gone from the CNI bin dir (uninstalled?) or another install "
+                "has taken its place: the entry is not re-applied")
             return False
         try:
             outcome = ensure_entry(conf_dir, entry, root)

@@ -185,10 +185,12 @@ def prune_loop(bin_dir: str, interval: float, stop: threading.Event) -> None:
 def watch(conf_dir: str, entry: dict[str, Any], interval: float,
           rounds: int | None = None, stop: threading.Event | None = None,
           root: str = "/", bin_dir: str | None = None,
-          checker: configrecord.Checker | None = None) -> None:
+          checker: configrecord.Checker | None = None, tree: str | None = None) -> None:
     """``--watch``: re-apply ``entry`` on every change of ``conf_dir`` (see confwatch),
     prune old trees of ``bin_dir`` and compare the configuration record (``checker``)
-    every ``interval``."""
+    every ``interval``. ``tree``: the tree this install laid out; once the link names
+    another (a newer install: a rollout's pods overlap), this watch re-applies nothing
+    (two watches rewrote each other's entry, the other version's plugin running it)."""
     from rdma_cni.tools.confwatch import watch_entry
 
     ended = threading.Event()
@@ -199,6 +201,7 @@ def watch(conf_dir: str, entry: dict[str, Any], interval: float,
         threading.Thread(target=checker.loop, args=(interval, ended),
                          name="config-check", daemon=True).start()
     installed = None if bin_dir is None else \
+        (lambda: layout.current_tree(bin_dir) == tree) if tree else \
         (lambda: os.path.lexists(os.path.join(bin_dir, PLUGIN_TYPE)))
     guard = None if bin_dir is None else (lambda: layout.bin_lock(bin_dir))
     try:
@@ -260,7 +263,8 @@ def main(argv: Sequence[str] | None = None,
                                            label_every=args.label_interval) \
                 if args.write_config else None
             watch(args.cni_conf_dir, entry, args.interval, root=host_root_of(args),
-                  bin_dir=args.cni_bin_dir, checker=checker)
+                  bin_dir=args.cni_bin_dir, checker=checker,
+                  tree=layout.current_tree(args.cni_bin_dir))
     except CniError as e:
         say(f"error: {e.msg}", parser.prog.split()[-1])
         return 1

@@ -7,6 +7,7 @@ import copy
 import hashlib
 import json
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
@@ -415,3 +416,27 @@ def test_an_uninstall_during_a_watchs_reapply_leaves_no_entry(
     assert done == [0]
     assert json.loads(conflist_path.read_text()) == vpc_cni()
     assert not (node["bin"] / "rdma-cni").exists()
+
+
+def test_a_watch_whose_install_was_replaced_re_applies_nothing(
+        node: dict[str, Path], tmp_path: Path) -> None:
+    """Two versions' watches overlap in a rollout: the older one kept writing its entry
+    over the newer one's, the newer version's plugin running it. The newest install wins."""
+    assert install.main(_args(node), _label) == 0
+    mine = bundle.current_tree(str(node["bin"]))
+    conflist_path = node["conf"] / "10-vpc-cni.conflist"
+    entry = json.loads(conflist_path.read_text())["plugins"][1]
+    newer = tmp_path / "newer-tree"
+    shutil.copytree(_tree_dir(node), newer, symlinks=True)
+    (newer / "_internal" / "newer").write_text("v2")
+    with bundle.install_lock(str(node["bin"])):
+        name, _ = bundle.install_tree(str(newer), str(node["bin"]))
+        bundle.switch_link(str(node["bin"]), name)
+    assert name != mine
+    conflist_path.write_text(json.dumps(vpc_cni()))  # the primary rewrote its file
+    install.watch(str(node["conf"]), {**entry, "mode": "exclusive"}, 0.0, rounds=0,
+                  bin_dir=str(node["bin"]), tree=mine)
+    assert json.loads(conflist_path.read_text()) == vpc_cni()
+    install.watch(str(node["conf"]), entry, 0.0, rounds=0, bin_dir=str(node["bin"]),
+                  tree=name)
+    assert json.loads(conflist_path.read_text())["plugins"][1] == entry
