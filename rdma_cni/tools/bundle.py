@@ -106,6 +106,23 @@ def install_lock(bin_dir: str):  # type: ignore[no-untyped-def]
         os.close(fd)
 
 
+@contextlib.contextmanager
+def bin_lock(bin_dir: str):  # type: ignore[no-untyped-def]
+    """The bin dir itself locked (flock on its directory; nothing is created in it, so a
+    watch outliving an uninstall leaves nothing behind): a watch's re-apply of the
+    entry and an uninstall's removal of the plugin and the entry, one after the other."""
+    try:
+        fd = os.open(bin_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:  # no bin dir: no plugin to re-apply the entry for
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def forget_empty(bin_dir: str) -> None:
     """Remove ``<bin_dir>/rdma-cni.versions`` when it holds nothing but the install lock (a first
     install that failed leaves nothing behind)."""
@@ -130,7 +147,9 @@ def install_tree(tree: str, bin_dir: str) -> tuple[str, bool]:
     name = f"{__version__}-{digest[:12]}"
     root = os.path.join(bin_dir, BUNDLE_DIR)
     dest = os.path.join(root, name)
-    if tree_digest(dest) == digest:
+    # reused only whole: a tree without .in-use is one a prune began to remove (killed
+    # between the unlink and the rmtree); the front takes it for going and never runs it
+    if tree_digest(dest) == digest and os.path.isfile(os.path.join(dest, IN_USE)):
         return name, False
     tmp = os.path.join(root, f".new-{name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

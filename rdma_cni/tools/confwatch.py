@@ -28,6 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from inotify_simple import INotify, flags
@@ -200,36 +201,45 @@ class _Pacer:
             stop.wait(self.PAUSE)
 
 
+Guard = Callable[[], AbstractContextManager[Any]]
+
+
 def reapply(conf_dir: str, entry: dict[str, Any], say: Callable[[str], None],
-            root: str = "/", installed: Callable[[], bool] | None = None) -> bool:
+            root: str = "/", installed: Callable[[], bool] | None = None,
+            guard: Guard | None = None) -> bool:
     """One watch step: put the entry back if the first conflist lost it; True if it did.
     Not once the plugin is gone from the bin dir (``installed``: uninstalled while this
-    watch still runs): an entry without its plugin fails every pod's ADD."""
-    if installed is not None and not installed():
-        say("the plugin is gone from the CNI bin dir (uninstalled?): the entry is not "
-            "re-applied")
-        return False
-    try:
-        outcome = ensure_entry(conf_dir, entry, root)
-    except (CniError, OSError) as e:
-        say(str(getattr(e, "msg", e)))
-        return False
+    watch still runs): an entry without its plugin fails every pod's ADD. ``guard``: held
+    from that check to the write (an uninstall holds it too: it cannot take the plugin
+    and the entry out between them)."""
+    with guard() if guard is not None else contextlib.nullcontext():
+        if installed is not None and not installed():
+            say("the plugin is gone from the CNI bin dir (uninstalled?) or another install "
+                "has taken its place: the entry is not re-applied")
+            return False
+        try:
+            outcome = ensure_entry(conf_dir, entry, root)
+        except (CniError, OSError) as e:
+            say(str(getattr(e, "msg", e)))
+            return False
     say(f"entry re-applied: {outcome}" if outcome != "unchanged" else "")
     return outcome != "unchanged"
 
 
 def watch_entry(conf_dir: str, entry: dict[str, Any], interval: float,
                 rounds: int | None = None, stop: threading.Event | None = None,
-                root: str = "/", installed: Callable[[], bool] | None = None) -> None:
+                root: str = "/", installed: Callable[[], bool] | None = None,
+                guard: Guard | None = None) -> None:
     """Re-apply ``entry`` within a moment of any change to ``conf_dir`` (inotify), and
     every ``interval`` seconds as a backstop (only polling where inotify is unavailable).
-    ``rounds`` and ``stop`` bound it, for tests; ``root``: see conffile."""
+    ``rounds`` and ``stop`` bound it, for tests; ``root``: see conffile; ``installed``
+    and ``guard``: see :func:`reapply`."""
     stop = stop or threading.Event()
     watcher = open_watch(conf_dir, lambda: linked_files(conf_dir, root))
     if watcher is None:
         _say(f"watch: inotify unavailable, polling {conf_dir} every {interval:g} s")
     say, pacer = _Reporter(), _Pacer()
-    reapply(conf_dir, entry, say, root, installed)  # what changed before the watch was armed
+    reapply(conf_dir, entry, say, root, installed, guard)  # changed before the watch was armed
     n = 0
     try:
         while (rounds is None or n < rounds) and not stop.is_set():
@@ -239,7 +249,7 @@ def watch_entry(conf_dir: str, entry: dict[str, Any], interval: float,
             elif stop.wait(interval):
                 break
             if not stop.is_set():
-                pacer.after(reapply(conf_dir, entry, say, root, installed), stop)
+                pacer.after(reapply(conf_dir, entry, say, root, installed, guard), stop)
     finally:
         if watcher is not None:
             watcher.close()

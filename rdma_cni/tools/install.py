@@ -185,10 +185,12 @@ def prune_loop(bin_dir: str, interval: float, stop: threading.Event) -> None:
 def watch(conf_dir: str, entry: dict[str, Any], interval: float,
           rounds: int | None = None, stop: threading.Event | None = None,
           root: str = "/", bin_dir: str | None = None,
-          checker: configrecord.Checker | None = None) -> None:
+          checker: configrecord.Checker | None = None, tree: str | None = None) -> None:
     """``--watch``: re-apply ``entry`` on every change of ``conf_dir`` (see confwatch),
     prune old trees of ``bin_dir`` and compare the configuration record (``checker``)
-    every ``interval``."""
+    every ``interval``. ``tree``: the tree this install laid out; once the link names
+    another (a newer install: a rollout's pods overlap), this watch re-applies nothing
+    (two watches rewrote each other's entry, the other version's plugin running it)."""
     from rdma_cni.tools.confwatch import watch_entry
 
     ended = threading.Event()
@@ -199,9 +201,11 @@ def watch(conf_dir: str, entry: dict[str, Any], interval: float,
         threading.Thread(target=checker.loop, args=(interval, ended),
                          name="config-check", daemon=True).start()
     installed = None if bin_dir is None else \
+        (lambda: layout.current_tree(bin_dir) == tree) if tree else \
         (lambda: os.path.lexists(os.path.join(bin_dir, PLUGIN_TYPE)))
+    guard = None if bin_dir is None else (lambda: layout.bin_lock(bin_dir))
     try:
-        watch_entry(conf_dir, entry, interval, rounds, stop, root, installed)
+        watch_entry(conf_dir, entry, interval, rounds, stop, root, installed, guard)
     finally:
         ended.set()
 
@@ -209,16 +213,17 @@ def watch(conf_dir: str, entry: dict[str, Any], interval: float,
 def uninstall(args: argparse.Namespace) -> None:
     """The plugin's link goes first: a ``--watch`` still running (its DaemonSet being
     deleted) re-applies the entry only while the plugin is installed, so it cannot put
-    the entry back once this took it out."""
+    the entry back once this took it out; the bin dir's lock (:func:`bundle.bin_lock`),
+    which a re-apply holds from its check to its write, orders the two."""
     bin_dir = args.cni_bin_dir
     removed = []
-    for name in (PLUGIN_TYPE,):
-        path = os.path.join(bin_dir, name)
+    with layout.bin_lock(bin_dir):  # a watch's re-apply is done, or finds the plugin gone
+        path = os.path.join(bin_dir, PLUGIN_TYPE)
         if os.path.lexists(path):
             os.unlink(path)
-            removed.append(name)
-    changed = remove_entries(args.cni_conf_dir, host_root_of(args),
-                             lambda why: say(f"left alone: {why}", "uninstall"))
+            removed.append(PLUGIN_TYPE)
+        changed = remove_entries(args.cni_conf_dir, host_root_of(args),
+                                 lambda why: say(f"left alone: {why}", "uninstall"))
     for path in changed:
         say(f"removed the entry from {path}", "uninstall")
     for name in (NCCL_ENV,):
@@ -258,7 +263,8 @@ def main(argv: Sequence[str] | None = None,
                                            label_every=args.label_interval) \
                 if args.write_config else None
             watch(args.cni_conf_dir, entry, args.interval, root=host_root_of(args),
-                  bin_dir=args.cni_bin_dir, checker=checker)
+                  bin_dir=args.cni_bin_dir, checker=checker,
+                  tree=layout.current_tree(args.cni_bin_dir))
     except CniError as e:
         say(f"error: {e.msg}", parser.prog.split()[-1])
         return 1

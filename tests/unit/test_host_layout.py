@@ -200,3 +200,18 @@ def test_the_front_knows_the_versions_dir_by_its_name() -> None:
     tells one by the name of its parent, which must be install's."""
     source = (Path(__file__).resolve().parents[2] / "front" / "rdma-cni-front.c").read_text()
     assert f'#define VERSIONS_DIR "{bundle.BUNDLE_DIR}"' in source
+
+
+def test_a_tree_a_prune_began_to_remove_is_copied_again(tmp_path: Path) -> None:
+    """A prune killed between unlinking a tree's .in-use and removing it leaves the tree
+    whole but for .in-use; a rollback to that very version reused it (same digest), and
+    the front, which takes a tree without .in-use for one being removed, never ran it:
+    every in-process request failed with code 11."""
+    bin_dir = tmp_path / "bin"
+    tree = _tree(tmp_path / "v1", "v1")
+    name = _install(tree, bin_dir)
+    _install(_tree(tmp_path / "v2", "v2"), bin_dir)
+    (bin_dir / "rdma-cni.versions" / name / ".in-use").unlink()  # the prune, cut short
+    assert _install(tree, bin_dir) == name
+    assert (bin_dir / "rdma-cni.versions" / name / ".in-use").is_file()
+    assert (bin_dir / "rdma-cni").read_text().endswith("v1\n")

@@ -7,6 +7,7 @@ import copy
 import hashlib
 import json
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
@@ -378,3 +379,64 @@ def test_write_config_records_what_the_entry_was_rendered_from(node: dict[str, P
                               str(node["out"])), _label) == 0
     record = json.loads((node["out"].parent / "config-source.json").read_text())
     assert (record["labelUsed"], record["label"], record["mode"]) == (False, None, "exclusive")
+
+
+def test_an_uninstall_during_a_watchs_reapply_leaves_no_entry(
+        node: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch checked that the plugin was installed, then merged the entry back into
+    the primary's rewritten file; an uninstall between the two took the plugin out and
+    found no entry to remove: the entry came back without its plugin (every pod's ADD
+    failed). The bin dir's lock orders them."""
+    import threading
+    import time
+
+    from rdma_cni.tools import confwatch
+
+    assert install.main(_args(node), _label) == 0
+    conflist_path = node["conf"] / "10-vpc-cni.conflist"
+    entry = json.loads(conflist_path.read_text())["plugins"][1]
+    conflist_path.write_text(json.dumps(vpc_cni()))  # the primary rewrote its file
+    real = confwatch.ensure_entry
+    done: list[int] = []
+
+    def slow_merge(*a: Any, **kw: Any) -> str:
+        uninstaller = threading.Thread(target=lambda: done.append(install.main(
+            ["uninstall", "--cni-bin-dir", str(node["bin"]),
+             "--cni-conf-dir", str(node["conf"])])))
+        uninstaller.start()
+        time.sleep(0.5)  # the uninstall runs now, unless it waits for this re-apply
+        try:
+            return str(real(*a, **kw))
+        finally:
+            slow_merge.uninstaller = uninstaller  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(confwatch, "ensure_entry", slow_merge)
+    install.watch(str(node["conf"]), entry, 0.0, rounds=0, bin_dir=str(node["bin"]))
+    slow_merge.uninstaller.join(10)  # type: ignore[attr-defined]
+    assert done == [0]
+    assert json.loads(conflist_path.read_text()) == vpc_cni()
+    assert not (node["bin"] / "rdma-cni").exists()
+
+
+def test_a_watch_whose_install_was_replaced_re_applies_nothing(
+        node: dict[str, Path], tmp_path: Path) -> None:
+    """Two versions' watches overlap in a rollout: the older one kept writing its entry
+    over the newer one's, the newer version's plugin running it. The newest install wins."""
+    assert install.main(_args(node), _label) == 0
+    mine = bundle.current_tree(str(node["bin"]))
+    conflist_path = node["conf"] / "10-vpc-cni.conflist"
+    entry = json.loads(conflist_path.read_text())["plugins"][1]
+    newer = tmp_path / "newer-tree"
+    shutil.copytree(_tree_dir(node), newer, symlinks=True)
+    (newer / "_internal" / "newer").write_text("v2")
+    with bundle.install_lock(str(node["bin"])):
+        name, _ = bundle.install_tree(str(newer), str(node["bin"]))
+        bundle.switch_link(str(node["bin"]), name)
+    assert name != mine
+    conflist_path.write_text(json.dumps(vpc_cni()))  # the primary rewrote its file
+    install.watch(str(node["conf"]), {**entry, "mode": "exclusive"}, 0.0, rounds=0,
+                  bin_dir=str(node["bin"]), tree=mine)
+    assert json.loads(conflist_path.read_text()) == vpc_cni()
+    install.watch(str(node["conf"]), entry, 0.0, rounds=0, bin_dir=str(node["bin"]),
+                  tree=name)
+    assert json.loads(conflist_path.read_text())["plugins"][1] == entry
