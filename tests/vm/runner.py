@@ -29,6 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 GUEST_MODULES = ("virtio_net", "dummy", "veth", "ipvlan", "macvlan", "rdma_rxe", "ib_uverbs")
 SENTINEL = "@@RDMA_CNI_VM_EXIT="
 SENTINEL_RE = re.compile(re.escape(SENTINEL) + r"(\d+)@@")
+#: the guest script's first line: a VM that stops before it printed this never booted
+STARTED = "@@RDMA_CNI_VM_STARTED@@"
 EXIT_TIMEOUT = 124
 EXIT_INFRA = 125
 DEFAULT_TIMEOUT = 45 * 60  # the tier: 13 min on an idle machine, past 25 on a loaded one
@@ -79,6 +81,7 @@ def guest_script(command: str, status_file: str, modules: Sequence[str] = GUEST_
     return "\n".join(
         [
             "#!/bin/sh",
+            f"echo '{STARTED}'",
             f"modprobe -a {mods} || echo 'vm-run: warning: modprobe failed' >&2",
             "export RDMA_CNI_IN_VM=1 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1",
             "export HYPOTHESIS_STORAGE_DIRECTORY=/tmp/hypothesis",
@@ -196,16 +199,48 @@ class _Pump(threading.Thread):
     def __init__(self, stream: IO[bytes], out: IO[bytes]) -> None:
         super().__init__(daemon=True)
         self.stream, self.out, self.tail = stream, out, b""
+        self.started = False
 
     def run(self) -> None:
         for chunk in iter(lambda: self.stream.read1(4096), b""):  # type: ignore[attr-defined]
             self.out.write(chunk)
             self.out.flush()
+            self.started = self.started or STARTED.encode() in self.tail[-64:] + chunk
             self.tail = (self.tail + chunk)[-8192:]
+
+
+@dataclass
+class Outcome:
+    """One boot's end: the guest's status (or 124/125) and whether its script ran."""
+
+    status: int
+    guest_ran: bool = True
 
 
 def run_vm(cmd: list[str], timeout: float, status_file: Path) -> int:
     """Boot, stream output, enforce the deadline, never leave the VM behind."""
+    return boot(cmd, timeout, status_file).status
+
+
+def run_vm_retrying(cmd: list[str], timeout: float, status_file: Path) -> int:
+    """A boot that stops before the guest script ran (an early kernel panic under
+    emulation, qemu gone) is an infrastructure failure: boot once more, with the
+    kernel's console shown, so that a second one says why."""
+    started = time.monotonic()
+    first = boot(cmd, timeout, status_file)
+    if first.guest_ran or first.status == EXIT_TIMEOUT:
+        return first.status
+    print(
+        "vm-run: the VM stopped before the guest ran; booting once more with the "
+        "kernel's console shown",
+        file=sys.stderr,
+    )
+    verbose = [cmd[0], "--verbose", *cmd[1:]]
+    return boot(verbose, max(timeout - (time.monotonic() - started), 1.0), status_file).status
+
+
+def boot(cmd: list[str], timeout: float, status_file: Path) -> Outcome:
+    """One boot: stream output, enforce the deadline, never leave the VM behind."""
     env = {**os.environ, "PATH": f"{Path(cmd[0]).parent}:{os.environ.get('PATH', '')}"}
     # qemu reopens stdout/stderr: a pipe is the only safe target (files get clobbered).
     proc = subprocess.Popen(
@@ -225,7 +260,7 @@ def run_vm(cmd: list[str], timeout: float, status_file: Path) -> int:
         print(
             f"vm-run: timed out after {timeout:.0f}s; stopping VM (pid {proc.pid})", file=sys.stderr
         )
-        return EXIT_TIMEOUT
+        return Outcome(EXIT_TIMEOUT)
     finally:
         kill_group(proc)
         pump.join(timeout=5)
@@ -233,8 +268,8 @@ def run_vm(cmd: list[str], timeout: float, status_file: Path) -> int:
     status = parse_status(text, pump.tail.decode(errors="replace"))
     if status is None:
         print(f"vm-run: the VM reported no status (vng exit {proc.returncode})", file=sys.stderr)
-        return EXIT_INFRA
-    return status
+        return Outcome(EXIT_INFRA, pump.started)
+    return Outcome(status)
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -296,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.monotonic()
         signal.signal(signal.SIGTERM, _interrupt)
         try:
-            status = run_vm(cmd, opts.timeout, status_file)
+            status = run_vm_retrying(cmd, opts.timeout, status_file)
         except KeyboardInterrupt:
             print("vm-run: interrupted; VM stopped", file=sys.stderr)
             return 130

@@ -73,6 +73,7 @@ def test_guest_script_reports_status_in_file_and_sentinel(tmp_path: Path) -> Non
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
     assert status.read_text().strip() == "3"
     assert runner.parse_status(None, out.stdout) == 3
+    assert out.stdout.startswith(runner.STARTED + "\n")
     assert "RDMA_CNI_IN_VM=1" in script
 
 
@@ -117,6 +118,27 @@ def test_run_vm_returns_guest_status_and_reaps_leftovers(tmp_path: Path) -> None
 def test_run_vm_without_status_is_an_infrastructure_failure(tmp_path: Path) -> None:
     status = runner.run_vm([_fake_vng(tmp_path, "exit 255")], 30.0, tmp_path / "status")
     assert status == runner.EXIT_INFRA
+
+
+def test_a_boot_that_never_ran_the_guest_is_tried_once_more_with_the_console(
+        tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    body = (
+        f'echo "$*" >> {calls}; case "$1" in --verbose) '
+        f"echo '{runner.STARTED}'; echo '{runner.SENTINEL}0@@';; *) exit 255;; esac"
+    )
+    status = runner.run_vm_retrying([_fake_vng(tmp_path, body), "--run"], 30.0,
+                                    tmp_path / "status")
+    assert status == 0
+    assert calls.read_text().splitlines() == ["--run", "--verbose --run"]
+
+
+def test_a_guest_that_ran_and_died_is_not_booted_again(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    body = f"echo x >> {calls}; echo '{runner.STARTED}'; exit 255"
+    status = runner.run_vm_retrying([_fake_vng(tmp_path, body)], 30.0, tmp_path / "status")
+    assert status == runner.EXIT_INFRA
+    assert calls.read_text().splitlines() == ["x"]
 
 
 def test_vm_marker_skips_outside_and_deselects_others_inside() -> None:
