@@ -42,7 +42,9 @@ def parse_json_object(raw: bytes, path: str) -> dict[str, Any]:
 
 
 def first_conf_file(conf_dir: str, any_link: bool = False) -> str | None:
-    """The CNI config file the runtime uses: the first of the dir in lexical order.
+    """The CNI config file the runtime uses: the first of the dir in lexical order, as
+    libcni's ConfFiles lists it for containerd and CRI-O (a name with a CNI extension,
+    one starting with a dot too).
     ``any_link``: a symlink counts whatever it points at (the caller resolves it; a
     container may not see an absolute target where the host does)."""
     try:
@@ -53,7 +55,7 @@ def first_conf_file(conf_dir: str, any_link: bool = False) -> str | None:
         raise ConfigError(f"failed to list CNI config dir {conf_dir}: {e.strerror or e}") from e
     for name in names:
         path = os.path.join(conf_dir, name)
-        if not name.endswith(CONF_EXTENSIONS) or name.startswith("."):
+        if not name.endswith(CONF_EXTENSIONS):  # a dot-file too, as libcni lists them
             continue
         if os.path.isfile(path) or (any_link and os.path.islink(path)):
             return path

@@ -46,12 +46,13 @@ def entry_written(directory: str) -> None:
 
 
 def write_temp(directory: str, name: str, data: bytes, *, mode: int = 0o600,
-               suffix: str = "", sync: bool = True) -> str:
+               suffix: str = "", sync: bool = True, prefix: str = TMP) -> str:
     """A complete temp file for ``directory/name``, fsynced unless ``sync`` is False (the
     store's records: :mod:`rdma_cni.store.boot`); ``suffix`` ends its name (a file in a
-    watched directory must not end in an extension the watcher reads)."""
+    watched directory must not end in an extension the watcher reads), ``prefix`` starts
+    it (outside the store: a name that says whose it is)."""
     tag = f"{_writer_tag()}-{os.urandom(4).hex()}"
-    tmp = os.path.join(directory, f"{TMP}{tag}-{name}{suffix}")
+    tmp = os.path.join(directory, f"{prefix}{tag}-{name}{suffix}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         fd = os.open(tmp, flags, 0o600)
@@ -78,11 +79,11 @@ def unlink_quietly(path: str) -> None:
 
 
 def write_atomic(directory: str, name: str, data: bytes, *, mode: int = 0o600,
-                 suffix: str = "", sync_dir: bool = False) -> None:
+                 suffix: str = "", sync_dir: bool = False, prefix: str = TMP) -> None:
     """Replace ``directory/name`` by ``data`` (temp file, fsync, rename); ``sync_dir``
     also fsyncs the directory (the store's records need not: :func:`entry_written`)."""
-    put_in_place(directory, name, write_temp(directory, name, data, mode=mode, suffix=suffix),
-                 sync_dir=sync_dir)
+    tmp = write_temp(directory, name, data, mode=mode, suffix=suffix, prefix=prefix)
+    put_in_place(directory, name, tmp, sync_dir=sync_dir)
 
 
 def put_in_place(directory: str, name: str, tmp: str, *, sync_dir: bool = False) -> None:

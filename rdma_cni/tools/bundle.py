@@ -41,6 +41,7 @@ from rdma_cni import __version__
 from rdma_cni.cliargs import say
 from rdma_cni.errors import ConfigError
 from rdma_cni.models.subconfig import PLUGIN_TYPE
+from rdma_cni.tools import leftovers
 from rdma_cni.tools.installfiles import fsync_dir, write_atomic
 
 BUNDLE_DIR = "rdma-cni.versions"
@@ -178,7 +179,7 @@ def switch_link(bin_dir: str, name: str) -> bool:
     target = link_target(name)
     if os.path.islink(link) and os.readlink(link) == target:
         return False
-    tmp = os.path.join(bin_dir, f".{PLUGIN_TYPE}.tmp-{os.getpid()}")
+    tmp = os.path.join(bin_dir, f"{leftovers.TMP}{os.getpid()}")
     if os.path.lexists(tmp):
         os.unlink(tmp)
     os.symlink(target, tmp)

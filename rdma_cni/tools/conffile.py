@@ -28,6 +28,14 @@ process has the file open for writing, in place) a moment later; content that do
 parse while a process has the file open for writing (:func:`being_written`: truncated,
 half written) is BUSY too.
 
+**A kill.** The temp file is renamed to its swap name (``leftovers.py``: our file's
+inode in it) before the first swap, so whatever a kill at any step leaves, the next
+run's :func:`leftovers.recover`, before it reads the file again, tells apart: our file
+not yet swapped (removed), the primary's file swapped off while ours is at the path
+(swapped back: the path never keeps our file built on an older generation), or the
+primary's file that a newer one of its own has replaced since (removed). The path
+always holds a whole file, the primary's or ours; no temp name has a CNI extension.
+
 What remains. Between a swap and its swap back (two system calls) a reader could see
 our file built on the older generation; nothing is lost. An in-place writer whose
 open() looked the path up before the swap and reached the file after the lease was let
@@ -48,6 +56,7 @@ from dataclasses import dataclass
 from rdma_cni.adapters import fsops
 from rdma_cni.errors import ConfigError, IOFailure
 from rdma_cni.store.atomic import fsync_dir, ioerr, unlink_quietly, write_temp
+from rdma_cni.tools import leftovers
 
 MAX_HOPS = 40  # the kernel's own limit on symlinks in one lookup
 MAX_BYTES = 1 << 20
@@ -183,11 +192,17 @@ def replace(snap: Snapshot, data: bytes) -> Outcome:
     """Put ``data`` at ``snap.path`` if the file there is still the one read (see the
     module docstring); IOFailure if it cannot be written."""
     directory = os.path.dirname(snap.path) or "."
-    tmp = write_temp(directory, os.path.basename(snap.path), data,
-                     mode=stat.S_IMODE(snap.st.st_mode), suffix=".part")
+    name = os.path.basename(snap.path)
+    tmp = write_temp(directory, name, data, mode=stat.S_IMODE(snap.st.st_mode),
+                     suffix=leftovers.PART, prefix=leftovers.TMP)
     if (snap.st.st_uid, snap.st.st_gid) != (os.geteuid(), os.getegid()):
         with contextlib.suppress(OSError):  # the primary's file keeps its owner
             os.chown(tmp, snap.st.st_uid, snap.st.st_gid)
+    try:
+        tmp = leftovers.swap_name(tmp, name)  # what a kill leaves is told by its name
+    except OSError as e:
+        unlink_quietly(tmp)
+        raise ioerr("write", snap.path, e) from e
     leased = fsops.take_read_lease(snap.fd)
     try:
         if leased is False or not _unchanged(snap):

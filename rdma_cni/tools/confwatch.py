@@ -17,8 +17,9 @@ Where inotify is unavailable (no kernel support, the watch limit reached)
 
 ``watch_entry`` re-reads the first conflist on every wake and inserts our entry into
 what the primary wrote (``conflist.ensure_entry``), so the primary's own changes are
-kept; an outcome is said once, not on every wake; and a writer that keeps removing
-the entry is answered at most once a second after a few fast rounds, not in a loop.
+kept, and takes it out of the other files (a new first file took over); an outcome is
+said once, not on every wake; and a writer that keeps removing the entry is answered
+at most once a second after a few fast rounds, not in a loop.
 """
 
 from __future__ import annotations

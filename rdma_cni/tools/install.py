@@ -5,10 +5,11 @@ the host tree (the CNI-only plugin, ``--host-tree``, default ``<bundle>-host``) 
 ``<bin>/rdma-cni.versions/<version>-<digest>/`` beside any older one, switch the one link
 ``<bin>/rdma-cni`` to its front, put ``nccl_env.sh`` next to it, prune the trees nothing
 runs from any more (bundle.py), then insert or update our entry right after the primary
-in the first CNI config file of the conf dir (lexical order, as libcni and containerd
-pick it). The file is backed up once as ``<file>.rdma-cni.bak`` and rewritten
-atomically, only if unchanged since it was read, and a symlink's target in place
-(``conflist.py``, ``conffile.py``). ``--watch`` keeps
+in the first CNI config file of the conf dir (lexical order, dot-files too, as libcni
+lists it for containerd and CRI-O), and out of the others. The file is backed up once
+as ``<file>.rdma-cni.bak`` and rewritten atomically, only if unchanged since it was
+read, and a symlink's target in place (``conflist.py``, ``conffile.py``); what a kill
+leaves is put right by the next run (``leftovers.py``). ``--watch`` keeps
 re-applying the entry (the primary's agent may rewrite its file at restart): it
 wakes on inotify events of the conf dir (within about 50 ms; a replaced dir is
 followed) and every ``--interval`` seconds as a backstop, re-reads the first file
@@ -41,13 +42,14 @@ from rdma_cni.errors import CniError
 from rdma_cni.models.subconfig import DEFAULT_CONF_DIR, PLUGIN_TYPE, read_json_object
 from rdma_cni.store.run import configrecord
 from rdma_cni.tools import bundle as layout
-from rdma_cni.tools import kernel
+from rdma_cni.tools import kernel, leftovers
 from rdma_cni.tools.bundle import BUNDLE_DIR, LEGACY_DIR, NCCL_ENV
 from rdma_cni.tools.conflist import ensure_entry, json_bytes, remove_entries
 from rdma_cni.tools.installentry import (
     MODE_LABEL,
     make_entry,
     node_settings,
+    previous_name,
     resolve_mode,
     valid_entry,
 )
@@ -143,7 +145,9 @@ def install(args: argparse.Namespace, label: Callable[[], str | None]) -> dict[s
     except BaseException:
         layout.forget_empty(args.cni_bin_dir)  # a first install that failed leaves nothing
         raise
-    outcome = ensure_entry(args.cni_conf_dir, entry, host_root_of(args))
+    with layout.bin_lock(args.cni_bin_dir):  # every writer of the conf dir (leftovers.py)
+        outcome = ensure_entry(args.cni_conf_dir, entry, host_root_of(args),
+                               previous_name(args.write_config))
     say(f"conflist entry (mode {entry['mode']}): {outcome}")
     if args.write_config:
         os.makedirs(os.path.dirname(os.path.abspath(args.write_config)), exist_ok=True)
@@ -226,6 +230,7 @@ def uninstall(args: argparse.Namespace) -> None:
                                  lambda why: say(f"left alone: {why}", "uninstall"))
     for path in changed:
         say(f"removed the entry from {path}", "uninstall")
+    removed += leftovers.sweep(bin_dir)  # a killed install's temp link and files
     for name in (NCCL_ENV,):
         path = os.path.join(bin_dir, name)
         if os.path.lexists(path):

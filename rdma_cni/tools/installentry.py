@@ -9,7 +9,8 @@ from typing import Any
 
 from rdma_cni import defaults
 from rdma_cni.errors import ConfigError
-from rdma_cni.models.subconfig import PLUGIN_TYPE
+from rdma_cni.models.subconfig import PLUGIN_TYPE, parse_json_object
+from rdma_cni.store.run import runfile
 from rdma_cni.vocab.modes import Mode
 
 MODE_LABEL = defaults.MODE_LABEL
@@ -65,3 +66,18 @@ def resolve_mode(flag: str | None, config: dict[str, Any],
             return Mode.of(value, source).value
     raise ConfigError(f"failed to decide the RDMA mode: no --mode, no node label {MODE_LABEL} "
                       "(NODE_NAME) and no mode in the config")
+
+
+def previous_name(written: str | None) -> str | None:
+    """The cniConfName of the entry an earlier install wrote to ``written`` (its
+    ``--write-config``: the DaemonSet's install keeps one), None without one. Entries of
+    our type are told apart by cniConfName (one per RDMA network, each installed with
+    its own record), so a network renamed by its install replaces its old entry, and
+    another network's stays."""
+    raw = runfile.read(written, 1 << 20) if written else None
+    try:
+        old = parse_json_object(raw, str(written)) if raw is not None else {}
+    except ConfigError:
+        return None
+    name = old.get("cniConfName", defaults.CNI_CONF_NAME)
+    return name if old.get("type") == PLUGIN_TYPE and isinstance(name, str) else None

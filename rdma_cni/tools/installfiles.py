@@ -13,15 +13,18 @@ from contextlib import contextmanager
 from rdma_cni.errors import IOFailure
 from rdma_cni.store.atomic import fsync_dir, unlink_quietly
 from rdma_cni.store.atomic import write_atomic as _store_write_atomic
+from rdma_cni.tools import leftovers
 
 __all__ = ["fsync_dir", "reason", "staged", "write_atomic"]
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     """Write ``path`` through a hidden temp file (no CNI extension, so a conf dir
-    watcher never reads it) and a rename, then fsync the directory."""
+    watcher never reads it; named as ours, so uninstall removes one a kill left:
+    leftovers.py) and a rename, then fsync the directory."""
     d, base = os.path.split(path)
-    _store_write_atomic(d or ".", base, data, mode=mode, suffix=".part", sync_dir=True)
+    _store_write_atomic(d or ".", base, data, mode=mode, suffix=leftovers.PART,
+                        sync_dir=True, prefix=leftovers.TMP)
 
 
 def reason(e: OSError) -> str:

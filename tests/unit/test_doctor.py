@@ -241,18 +241,22 @@ def test_config_errors_are_one_line(facts: Facts, tmp_path: Path,
 
 
 def test_conflist_check_reads_the_file_the_runtime_uses(tmp_path: Path) -> None:
-    """A dotfile (an installer's file in progress) and a directory sort first but are not
-    the runtime's config; a conflist whose plugins are not objects is named."""
+    """A directory sorts first but is not the runtime's config; a dotfile that sorts
+    first is (libcni's ConfFiles lists it: the extension decides); a conflist whose
+    plugins are not objects is named."""
     from rdma_cni.tools.doctor_files import check_conflist
 
     conf = tmp_path / "net.d"
     conf.mkdir()
-    (conf / ".00-new.conflist").write_text(json.dumps({"plugins": [OURS]}))
     (conf / "01-dir.conflist").mkdir()
     (conf / "10-vpc.conflist").write_text(json.dumps({"plugins": [PRIMARY, OURS]}))
     check = check_conflist(str(conf))
     assert (check.status, check.detail) == (
         "ok", f"rdma-cni chained after vpc-cni in {conf}/10-vpc.conflist")
+    (conf / ".00-new.conflist").write_text(json.dumps({"plugins": [PRIMARY]}))
+    check = check_conflist(str(conf))
+    assert check.status == "fail" and ".00-new.conflist" in check.detail
+    os.unlink(conf / ".00-new.conflist")
     (conf / "10-vpc.conflist").write_text(json.dumps({"plugins": ["vpc-cni", "rdma-cni"]}))
     check = check_conflist(str(conf))
     assert check.status == "fail" and "plugins are not a list of objects" in check.detail
