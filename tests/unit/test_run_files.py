@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.patience import within
 
 from rdma_cni.kube.exporter.agent import AgentCollector
 from rdma_cni.kube.exporter.configstate import ConfigCollector
@@ -25,23 +25,11 @@ from rdma_cni.tools import doctor_files, ls, probe
 PATIENCE = 5
 
 
-class BlockedError(Exception):
-    """A reader waited (not an OSError: the readers take those for a missing file)."""
-
-
 @pytest.fixture(autouse=True)
 def never_blocked() -> Iterator[None]:
-    """Fail a reader blocked on a FIFO's open (SIGALRM ends the wait) instead of hanging."""
-    def blocked(signum: int, frame: Any) -> None:
-        raise BlockedError(f"the reader waited on the FIFO for {PATIENCE} s")
-
-    old = signal.signal(signal.SIGALRM, blocked)
-    signal.alarm(PATIENCE)
-    try:
+    """Fail a reader blocked on a FIFO's open instead of hanging."""
+    with within(PATIENCE):
         yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture(autouse=True)
