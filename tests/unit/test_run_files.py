@@ -95,7 +95,8 @@ def test_ls_lists_past_a_fifo_as_the_agent_status(tmp_path: Path,
 
 def test_doctor_and_the_exporter_read_past_a_fifo(tmp_path: Path) -> None:
     fifo = str(_in_place(tmp_path / "run-file", "fifo"))
-    assert doctor_files.check_restart(fifo, 0.0).status == "ok"
+    restart = doctor_files.check_restart(fifo, 0.0)  # unreadable, not absent
+    assert restart.status == "warn" and "a FIFO, not a regular file" in restart.detail
     assert list(AgentCollector(fifo).collect()) == []
     assert list(ConfigCollector(fifo).collect()) == []
 
