@@ -15,6 +15,7 @@ from typing import Any
 from rdma_cni import defaults, jsondoc
 from rdma_cni.confdefaults import DEFAULTS
 from rdma_cni.errors import ConfigError
+from rdma_cni.regfile import read_regular
 
 PLUGIN_TYPE = "rdma-cni"
 DEFAULT_CONF_DIR = defaults.CNI_CONF_DIR
@@ -23,11 +24,11 @@ _MAX_FILE = 1 << 20
 
 
 def read_json_object(path: str) -> dict[str, Any]:
-    """The JSON object in ``path``; :class:`ConfigError` naming the file otherwise."""
+    """The JSON object in ``path``; :class:`ConfigError` naming the file otherwise (a FIFO
+    or a device there too, at once: symlinks are followed, but nothing waits)."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(_MAX_FILE + 1)
-    except OSError as e:
+        raw = read_regular(path, _MAX_FILE, follow=True)
+    except OSError as e:  # NotRegularError's strerror: "a FIFO, not a regular file"
         raise ConfigError(f"failed to read config {path}: {e.strerror or e}") from e
     return parse_json_object(raw, path)
 

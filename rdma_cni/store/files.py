@@ -7,13 +7,12 @@ and the crash-safety argument."""
 from __future__ import annotations
 
 import bisect
-import errno
 import json
 import os
 import stat
 from typing import Any
 
-from rdma_cni import jsondoc
+from rdma_cni import jsondoc, regfile
 from rdma_cni.errors import IOFailure
 from rdma_cni.log import LazyLogger
 from rdma_cni.store.atomic import TMP, fsync_dir, ioerr
@@ -23,20 +22,10 @@ log = LazyLogger(__name__)
 
 #: the largest record read: releases up to 0.1.0 wrote state without a bound
 MAX_READ = 16 << 20
-#: how a record is opened: never through a symlink, and without waiting for a writer (a
-#: FIFO in a record's place opens at once, then reads as corrupt: it is no regular file)
-_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 class Corrupt(Exception):
     """A record that is not a readable JSON object."""
-
-
-def kind(mode: int) -> str:
-    """What a file of ``mode`` (``st_mode``) that is no regular file is, for a message."""
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-             (stat.S_ISLNK, "a symbolic link"), (stat.S_ISSOCK, "a socket"))
-    return next((name for test, name in kinds if test(mode)), "a device")
 
 
 def encode(obj: dict[str, Any]) -> bytes:
@@ -105,25 +94,15 @@ def read_record(path: str) -> dict[str, Any] | None:
 def read_identified(path: str) -> tuple[dict[str, Any] | None, Identity | None]:
     """:func:`read_record`, and the :data:`Identity` of the file read (from the same open
     file, so the two always belong together)."""
-    try:
-        fd = os.open(path, _READ_FLAGS)
+    try:  # never through a symlink, never waiting (a FIFO in a record's place opens at once)
+        raw, st = regfile.read_stat(path, MAX_READ)
     except (FileNotFoundError, NotADirectoryError):  # ENOTDIR: its directory is not one
         return None, None
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.EISDIR):
-            raise Corrupt(f"not a regular file: {e.strerror or e}") from e
-        raise ioerr("read", path, e) from e
-    try:  # the mode before a file object: fdopen of a directory fails (EISDIR)
-        st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode):
-            with os.fdopen(fd, "rb", closefd=False) as f:
-                raw = f.read(MAX_READ + 1)
+    except regfile.NotRegularError as e:
+        raise Corrupt("is a directory" if stat.S_ISDIR(e.mode)
+                      else f"not a regular file: {e.what}") from e
     except OSError as e:
         raise ioerr("read", path, e) from e
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(st.st_mode):
-        raise Corrupt("is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
     try:
         rec: dict[str, Any] = jsondoc.decode(raw, MAX_READ, dict, "not a JSON object")
     except jsondoc.JsonRefused as e:

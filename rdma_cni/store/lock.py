@@ -23,7 +23,7 @@ import time
 from types import TracebackType
 
 from rdma_cni.errors import IOFailure, TryAgain
-from rdma_cni.store.files import kind
+from rdma_cni.regfile import kind
 
 #: a waiter retries the flock after these pauses (doubling): a lock is held for a few
 #: milliseconds (an fsync at most), so a pause much longer than that only leaves it idle

@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 from rdma_cni import defaults
 from rdma_cni.confdefaults import DEFAULTS
+from rdma_cni.regfile import open_regular
 
 DEFAULT_PATH = defaults.METRICS_FILE
 MAGIC = b"RCNIMET\x01"
@@ -216,8 +217,8 @@ def record(path: str, command: str, code: int, seconds: float) -> None:
 
 
 def _read_bytes(path: str) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:  # no regular file there (a FIFO, a symlink): regfile.NotRegularError, an OSError
+        fd, _ = open_regular(path)
     except FileNotFoundError:
         return b""
     try:

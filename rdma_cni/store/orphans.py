@@ -12,6 +12,7 @@ import os
 import time
 
 from rdma_cni.log import LazyLogger
+from rdma_cni.regfile import open_nowait
 from rdma_cni.store.atomic import TMP, pid_namespace, unlink_quietly
 
 log = LazyLogger(__name__)
@@ -54,7 +55,7 @@ def is_orphan(directory: str, name: str) -> bool:
         except OSError:
             return False
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = open_nowait(path)  # a flock on whatever is there: no read, no mode check
     except OSError:
         return False
     try:

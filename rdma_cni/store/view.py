@@ -12,11 +12,11 @@ anything they cannot parse (:attr:`StoreView.unreadable` counts the state record
 from __future__ import annotations
 
 import os
-import stat
 from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
 from rdma_cni import jsondoc
+from rdma_cni.regfile import read_regular
 from rdma_cni.store.atomic import TMP as _TMP
 from rdma_cni.store.core import MAX_READ, Store, pool_dirname
 from rdma_cni.store.state import AttachmentState, StateError
@@ -32,13 +32,8 @@ def _names(directory: str) -> list[str]:
 
 
 def _record(path: str) -> dict[str, Any] | None:
-    try:
-        # O_NONBLOCK: a FIFO in a record's place must not hold the reader
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None
-            raw = f.read(_MAX_RECORD + 1)
+    try:  # a FIFO in a record's place must not hold the reader: it reads as none
+        raw = read_regular(path, _MAX_RECORD)
         rec: dict[str, Any] = jsondoc.decode(raw, _MAX_RECORD, dict)
     except (OSError, jsondoc.JsonRefused):
         return None

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 
 from rdma_cni.adapters import fsops
 from rdma_cni.errors import ConfigError, IOFailure
+from rdma_cni.regfile import NotRegularError, open_regular
 from rdma_cni.store.atomic import fsync_dir, ioerr, unlink_quietly, write_temp
 from rdma_cni.tools import leftovers
 
@@ -147,17 +148,15 @@ class Snapshot:
 def read(path: str, shown: str | None = None) -> Snapshot:
     """Open and read ``path`` (not following a symlink: it is a link's resolved target);
     ``shown`` names it in errors (the conf dir entry)."""
-    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
-    try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
+    try:  # never waits: a FIFO there opens at once, and is refused
+        fd, st = open_regular(path)
+    except NotRegularError as e:
+        if stat.S_ISLNK(e.mode):  # a symlink since it was resolved
             raise Changed(path) from e
+        raise ConfigError(f"failed to read config {shown or path}: not a regular file") from e
+    except OSError as e:
         raise ConfigError(f"failed to read config {shown or path}: {e.strerror or e}") from e
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"failed to read config {shown or path}: not a regular file")
         data = os.pread(fd, MAX_BYTES + 1, 0)
     except BaseException:
         os.close(fd)

@@ -122,6 +122,8 @@ def _stale(value: object) -> list[str] | None:
     return [escaped(s) for s in value]
 
 
+UNREADABLE = ("remove it, then kubectl rollout restart -n <namespace> daemonset/rdma-cni "
+              "(the pods' start writes it: install --write-config)")
 RESTART = ("kubectl rollout restart -n <namespace> daemonset/rdma-cni (the pods read the "
            "ConfigMap and the node label only at their start)")
 
@@ -129,7 +131,10 @@ RESTART = ("kubectl rollout restart -n <namespace> daemonset/rdma-cni (the pods 
 def check_restart(path: str, now: float) -> Check:
     """Whether the ConfigMap's file or the node label changed since the DaemonSet's pod
     started, by the record ``install --write-config`` wrote and ``cni-watch`` keeps."""
-    record = configrecord.read(path)
+    record, why = configrecord.examine(path)
+    if why is not None:
+        return Check("restart", "warn", f"unknown: the record of the DaemonSet's start {path} "
+                     f"is unreadable: {escaped(why)}", UNREADABLE)
     if record is None:
         return Check("restart", "ok", f"no record of a DaemonSet start ({path} absent): "
                      "nothing to compare")

@@ -14,13 +14,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rdma_cni.models.subconfig import CONF_EXTENSIONS, PLUGIN_TYPE
+from rdma_cni.errors import ConfigError
+from rdma_cni.models.subconfig import CONF_EXTENSIONS, PLUGIN_TYPE, read_json_object
+from rdma_cni.regfile import read_regular
+
+#: the largest mountinfo read (a node with thousands of pods' mounts: a few MiB)
+MAX_MOUNTINFO = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -67,11 +71,13 @@ def netns_propagation(netns_dir: str, mountinfo: str) -> tuple[str, str, str]:
            "`mountPropagation: HostToContainer` on the /var/run/netns volume")
     if not os.path.isdir(netns_dir):
         return "warn", f"{netns_dir} does not exist yet (no pod netns on this node)", ""
-    try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as f:
-            mounts = parse_mountinfo(f.read())
+    try:  # never waits: a FIFO in its place (a test's, a hand's) is refused at once
+        raw = read_regular(mountinfo, MAX_MOUNTINFO, follow=True)
     except OSError as e:
         return "warn", f"cannot read {mountinfo}: {e.strerror or e}", ""
+    if len(raw) > MAX_MOUNTINFO:
+        return "warn", f"cannot read {mountinfo}: larger than {MAX_MOUNTINFO >> 20} MiB", ""
+    mounts = parse_mountinfo(raw.decode("utf-8", "replace"))
     real = os.path.realpath(netns_dir)
     m = mount_of(real, mounts)
     if m is None:
@@ -85,16 +91,16 @@ def netns_propagation(netns_dir: str, mountinfo: str) -> tuple[str, str, str]:
 
 
 def _entries(path: str) -> list[dict[str, Any]]:
-    """The rdma-cni entries of one CNI config file ([] when unreadable: `conflist` reports it)."""
+    """The rdma-cni entries of one CNI config file ([] when unreadable: `conflist` reports
+    it), read as the plugin reads it (a FIFO put in its place is refused at once)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
+        doc = read_json_object(path)
+    except ConfigError:
         return []
-    plugins = doc.get("plugins") if isinstance(doc, dict) else None
+    plugins = doc.get("plugins")
     if not isinstance(plugins, list):
         plugins = [doc]  # a single-plugin .conf
-    name = doc.get("name") if isinstance(doc, dict) else None
+    name = doc.get("name")
     return [{**p, "name": p.get("name") or name} for p in plugins
             if isinstance(p, dict) and p.get("type") == PLUGIN_TYPE]
 

@@ -17,12 +17,24 @@ import stat
 from typing import Any
 
 from rdma_cni import defaults
+from rdma_cni.regfile import read_regular
 from rdma_cni.tools.doctor_report import Check
 from rdma_cni.vocab.modes import parse
 
 #: the environment variable naming the kubelet root in the DaemonSet's containers
 ROOT_ENV = "RDMA_CNI_KUBELET_ROOT"
 SOURCES = ("podResourcesSocket", "checkpointFile")
+#: the largest kubelet config read (a few KiB in practice)
+MAX_CONFIG = 1 << 20
+
+
+def _config_text(path: str) -> str:
+    """The kubelet config's text. Never waits: a FIFO or a device there is refused at once
+    (``NotRegularError``; a plain ``open()`` of a FIFO waited for a writer for ever)."""
+    raw = read_regular(path, MAX_CONFIG, follow=True)
+    if len(raw) > MAX_CONFIG:
+        raise ValueError(f"larger than {MAX_CONFIG >> 20} MiB")
+    return raw.decode("utf-8")  # UnicodeDecodeError: a ValueError
 
 
 def check_kubelet(mode: str, path: str) -> Check:
@@ -30,15 +42,11 @@ def check_kubelet(mode: str, path: str) -> Check:
     if known is None or not known.traits.topology_policy:
         return Check("topology", "ok", f"no topology policy needed in mode {mode or 'unset'}")
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        return Check(
-            "topology",
-            "warn",
-            f"cannot read kubelet config {path}: {e.strerror or e}",
-            "check topologyManagerPolicy: best-effort by hand",
-        )
+        text = _config_text(path)
+    except (OSError, ValueError) as e:
+        return Check("topology", "warn", f"cannot read kubelet config {path}: "
+                     f"{(e.strerror if isinstance(e, OSError) else None) or e}",
+                     "check topologyManagerPolicy: best-effort by hand")
     m = re.search(r"""^\s*["']?topologyManagerPolicy["']?\s*:\s*["']?([\w-]+)""", text, re.M)
     policy = m.group(1) if m else "none"
     if policy != "best-effort":

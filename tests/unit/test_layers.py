@@ -22,8 +22,8 @@ PKG = "rdma_cni"
 #: lowest first; an import between two packages of one layer is refused, except in
 #: the first (leaf modules) and the last (the command line)
 LAYERS = [
-    {"errors", "defaults", "confdefaults", "jsondoc", "testhooks", "log", "logsetup", "cliargs",
-     "__init__", "proto", "records", "lightpkg"},
+    {"errors", "defaults", "confdefaults", "jsondoc", "regfile", "testhooks", "log", "logsetup",
+     "cliargs", "__init__", "proto", "records", "lightpkg"},
     {"vocab"}, {"adapters"}, {"models", "store"}, {"ipam"}, {"node"}, {"datapath"},
     {"cni"}, {"resident"}, {"tools"}, {"kube"}, {"cli", "__main__"},
 ]

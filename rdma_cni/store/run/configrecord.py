@@ -31,7 +31,7 @@ from typing import Any
 
 from rdma_cni import defaults, jsondoc
 from rdma_cni.cliargs import say
-from rdma_cni.errors import CniError
+from rdma_cni.errors import CniError, shown
 from rdma_cni.store.atomic import write_atomic
 from rdma_cni.store.run import runfile
 
@@ -84,13 +84,30 @@ def _shown(value: object) -> str:
 def read(path: str) -> dict[str, Any] | None:
     """The record, or None when there is none or it is not one."""
     raw = runfile.read(path, _MAX)  # never waits: a FIFO there is refused
-    if raw is None:
-        return None
+    return None if raw is None else _record(raw)[0]
+
+
+def examine(path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the record, None); (None, None) when there is no file; else (None, why it is no
+    record: not a regular file, unreadable, not JSON, another schema), said by the caller
+    (``doctor``: an unreadable record is no absent one)."""
     try:
-        doc = jsondoc.decode(raw, _MAX, dict)
-    except jsondoc.JsonRefused:
-        return None
-    return doc if doc.get("schema") == SCHEMA else None
+        raw = runfile.read_bytes(path, _MAX)  # never waits: a FIFO there is refused
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    except OSError as e:
+        return None, e.strerror or str(e)
+    return _record(raw)
+
+
+def _record(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        doc = jsondoc.decode(raw, _MAX, dict, "not a JSON object")
+    except jsondoc.JsonRefused as e:
+        return None, str(e)
+    if doc.get("schema") != SCHEMA:
+        return None, f"schema {shown(doc.get('schema'))}, not {SCHEMA}"
+    return doc, None
 
 
 def write(path: str, record: dict[str, Any]) -> None:

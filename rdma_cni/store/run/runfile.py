@@ -3,38 +3,27 @@
 
 A plain ``open()`` of a FIFO waits for a writer: a FIFO in a status file's place held
 ``rdma-cni ls``, ``doctor``, the agent's start and every scrape of the exporter forever.
-The file is opened with ``O_NONBLOCK`` (a FIFO opens at once) and anything but a regular
-file (symlinks followed: a ConfigMap's file is one) is refused. Stdlib only."""
+It is read by :func:`rdma_cni.regfile.read_regular`: opened with ``O_NONBLOCK`` (a FIFO
+opens at once), and anything but a regular file (symlinks followed: a ConfigMap's file
+is one) is refused. Stdlib only."""
 
 from __future__ import annotations
 
-import os
-import stat
 import sys
 
 from rdma_cni.errors import escaped
-from rdma_cni.store.files import kind
+from rdma_cni.regfile import NotRegularError, read_regular
+
+__all__ = ["NotRegularError", "read", "read_bytes"]
 
 _said: set[str] = set()
 
 
-class NotRegularError(OSError):
-    """Something other than a regular file is at the path."""
-
-
 def read_bytes(path: str, limit: int = -1) -> bytes:
     """The first ``limit`` + 1 bytes of the regular file at ``path`` (a negative ``limit``:
-    all of it); OSError when it cannot be read, :class:`NotRegularError` when it is no regular
-    file (its message says what it is)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:  # the mode before a file object: fdopen of a directory fails (EISDIR)
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularError(f"{path} is {kind(mode)}, not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(limit + 1 if limit >= 0 else -1)
-    finally:
-        os.close(fd)
+    all of it; symlinks followed); OSError when it cannot be read, :class:`NotRegularError`
+    when it is no regular file (its message says what it is)."""
+    return read_regular(path, limit, follow=True)
 
 
 def read(path: str, limit: int = -1) -> bytes | None:
