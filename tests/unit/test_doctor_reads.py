@@ -96,7 +96,7 @@ def test_uninstall_passes_a_fifo_as_a_conflist_backup(tmp_path: Path) -> None:
     (conf / "10-net.conflist").write_text(json.dumps(doc))
     backup = _fifo(conf / ("10-net.conflist" + conflist.BACKUP_SUFFIX))
     assert conflist.remove_entries(str(conf)) == [str(conf / "10-net.conflist")]
-    assert backup.is_fifo()  # not the entry-less file: kept
+    assert not backup.exists() and not backup.is_fifo()  # named ours: removed, never read
     assert json.loads((conf / "10-net.conflist").read_text())["plugins"] == [
         {"type": "primary"}]
 
