@@ -196,3 +196,34 @@ def test_front_with_a_closed_stdin_or_stdout(bin_dir: Path, command: str, shell:
             "rdma-cni: failed to read network config from stdin")
     else:
         assert json.loads(res.stdout)["cniVersion"]
+
+
+@pytest.mark.parametrize(("config", "version"), [
+    (b'{"cniVersion":"0.3.1","name":"n","residentSocket":""}', "0.3.1"),
+    (b'{"residentSocket":"","cniVersion":"0.4.0"}', "0.4.0"),
+    (b'{"cniVersion":"1.0.0","residentSocket":""}', "1.0.0"),
+    (b'{"cniVersion":"0.2.0","residentSocket":""}', "1.1.0"),
+    (b'{"cniVersion":7,"residentSocket":""}', "1.1.0"), (b"not json", "1.1.0"),
+    (None, "1.1.0")],
+    ids=["0.3.1", "0.4.0", "1.0.0", "unsupported", "not-a-string", "undecodable", "no-stdin"])
+def test_the_front_s_own_error_is_in_the_config_s_version(
+        built_binary: list[str], tmp_path: Path, config: bytes | None, version: str) -> None:
+    """The front's own error (here: no bundle beside it to run) is in the config's
+    cniVersion, as the spec asks and as the bundle answers; a runtime of 0.3.x or 0.4.0
+    may refuse a 1.x document. It said 1.0.0 whatever the config said. A config it
+    cannot read: the latest, as the bundle answers then. (``residentSocket`` "": the
+    front never tries a server.)"""
+    front = tmp_path / "rdma-cni-front"  # alone: no bundle "rdma-cni" beside it
+    front.write_bytes((Path(built_binary[0]).parent.parent / "rdma-cni-host" /
+                       "rdma-cni-front").read_bytes())
+    front.chmod(0o755)
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0",
+           "CNI_NETNS": "/proc/self/ns/net"}
+    if config is None:
+        env["CNI_COMMAND"] = "DEL"  # stdin closed: nothing read
+    res = subprocess.run([str(front)], input=config, capture_output=True, timeout=60,
+                         env=env, check=False,
+                         stdin=subprocess.DEVNULL if config is None else None)
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1 and doc["code"] == 5, res
+    assert doc["cniVersion"] == version, doc
