@@ -76,6 +76,10 @@ ENV_CASES = [
     Case("env-command-too-long", 4, "CNI_COMMAND", env={"CNI_COMMAND": "A" * 5000}),
     *[Case(f"env-{v.lower()[4:]}-missing", 4, v, env={v: DROP}) for v in ENV],
     *[Case(f"env-{v.lower()[4:]}-empty", 4, v, env={v: ""}) for v in ENV],
+    # a pass-through ADD needs CNI_NETNS all the same (skel requires it for ADD)
+    Case("env-netns-missing-pass-through", 4, "CNI_NETNS", env={"CNI_NETNS": DROP},
+         blocks=None),
+    Case("env-netns-empty-pass-through", 4, "CNI_NETNS", env={"CNI_NETNS": ""}, blocks=None),
     Case("env-path-missing", OK, env={"CNI_PATH": DROP}),
     Case("env-path-empty", OK, env={"CNI_PATH": ""}),
     Case("env-containerid-dotdot", 4, "CNI_CONTAINERID", env={"CNI_CONTAINERID": ".."}),

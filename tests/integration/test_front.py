@@ -12,12 +12,13 @@ import json
 import socket
 import struct
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cnirunner import rdma_blocks, sh
+from cnirunner import rdma_blocks, sh, vpc_result
 from support.resident import FakeServer, Serve
 
 from rdma_cni.tools import bundle
@@ -227,3 +228,42 @@ def test_the_front_s_own_error_is_in_the_config_s_version(
     doc = json.loads(res.stdout)
     assert res.returncode == 1 and doc["code"] == 5, res
     assert doc["cniVersion"] == version, doc
+
+
+_EXEC_RAW = """import ctypes, sys
+i = sys.argv.index("--")
+arr = lambda xs: (ctypes.c_char_p * (len(xs) + 1))(*[x.encode() for x in xs], None)
+ctypes.CDLL(None).execve(sys.argv[i + 1].encode(), arr(sys.argv[i + 1:]), arr(sys.argv[1:i]))
+sys.exit("execve failed")
+"""
+
+
+@pytest.mark.parametrize("resident", [True, False], ids=["serve", "in-process"])
+def test_duplicate_cni_variables_first_wins_on_every_path(  # type: ignore[no-untyped-def]
+        rig, bin_dir: Path, serve: Serve, resident: bool) -> None:
+    """An environment with a variable twice (an execve's raw list): the first entry
+    counts, as Go's runtime (syscall copyenv), and so skel and libcni's plugins, read
+    it; the front forwards the first to serve and CPython's os.environ keeps the first
+    too, so both paths act on one value."""
+    pod = rig.pod()
+    chain = rig.chain("shared-multi", binary=_front(bin_dir),
+                      residentSocket=str(serve.sock) if resident else "")
+    stdin = json.dumps(chain.conf(vpc_result(pod.path))).encode()  # no block: pass-through
+
+    def run(*env: str) -> tuple[int, dict[str, object]]:
+        res = subprocess.run(["ip", "netns", "exec", rig.node.ns, sys.executable, "-c",
+                              _EXEC_RAW, *env, "CNI_CONTAINERID=c1", "CNI_IFNAME=eth0",
+                              f"RDMA_CNI_TEST_LOG_FILE={rig.log_file}", "--",
+                              *_front(bin_dir)], input=stdin, capture_output=True,
+                             timeout=60, check=False)
+        return res.returncode, json.loads(res.stdout)
+
+    rc, doc = run("CNI_COMMAND=VERSION", "CNI_COMMAND=ADD", f"CNI_NETNS={pod.path}")
+    assert rc == 0 and "supportedVersions" in doc, doc
+    rc, doc = run("CNI_COMMAND=ADD", "CNI_COMMAND=VERSION", f"CNI_NETNS={pod.path}")
+    assert rc == 0 and doc["interfaces"] == vpc_result(pod.path)["interfaces"], doc
+    rc, doc = run("CNI_COMMAND=ADD", "CNI_NETNS=", f"CNI_NETNS={pod.path}")
+    assert rc == 1 and doc["code"] == 4 and "CNI_NETNS" in str(doc["msg"]), doc
+    rc, doc = run("CNI_COMMAND=ADD", f"CNI_NETNS={pod.path}", "CNI_NETNS=")
+    assert rc == 0 and "interfaces" in doc, doc
+    assert serve.served("ADD") == (3 if resident else 0)
