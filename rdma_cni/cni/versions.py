@@ -80,7 +80,7 @@ def _check_prev_version(version: object) -> None:
     """libcni hands prevResult over in the config's version. One without a version is
     taken as in it, as libcni's ParsePrevResult does; one in another supported version
     is converted (0.3.0 to 1.1.0 share one shape: only the IPs' ``version`` and 1.1.0's
-    keys differ). Any other version (0.2.0's ``ip4``/``ip6`` shape, a garbled value)
+    keys differ). Any other version (the ``ip4``/``ip6`` shape before 0.3.0, a garbled value)
     cannot be read: passed on relabelled, the runtime would find none of its addresses."""
     if version is None or version == "":
         return
