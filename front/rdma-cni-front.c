@@ -13,6 +13,9 @@
  * first: a FIFO never blocks it, a device is never opened; the bundle answers code 4)
  * and when an answer is not a complete CNI answer (an ADD success without its result,
  * a failure without its error document).
+ * Its own error documents (no bundle to run, stdin unreadable, a tree being replaced)
+ * are in the config's cniVersion when it names a supported one, else the latest, as the
+ * bundle's are (front_version_of).
  *
  * Protocol (rdma_cni/resident/protocol.py, version 3):
  *   request: u32 hlen, header JSON {"v":3,"env":{...}}, u32 slen, stdin;
@@ -71,6 +74,9 @@
 extern char **environ;
 static const char *FORWARDED[] = {"CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS",
                                   "CNI_IFNAME", "CNI_ARGS", "CNI_PATH"};
+/* rdma_cni/cni/versions.py SUPPORTED and LATEST (tests/unit/test_versions.py checks) */
+static const char *const VERSIONS[] = {"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"};
+#define LATEST_VERSION "1.1.0"
 
 struct buf { char *p; size_t n, cap; };
 
@@ -176,10 +182,11 @@ static const char *skip_value(const char *s, const char *end, int depth) {
     return *s == '-' || is_digit(*s) ? skip_number(s, end) : skip_literal(s, end);
 }
 
-/* 1: found (out = the plain string value), 0: absent, -1: malformed, not a plain
- * string (escapes), or too long for a socket path. */
-int front_socket_of(const char *s, size_t n, char *out, size_t outsz) {
+/* The config's top-level ``key`` (ASCII, no escapes). 1: found (out = the plain string
+ * value), 0: absent, -1: malformed, not a plain string (escapes), or too long for out. */
+static int string_of(const char *s, size_t n, const char *name, char *out, size_t outsz) {
     const char *end = s + n, *key, *val;
+    size_t nlen = strlen(name);
     int found = 0;
     s = skip_ws(s, end);
     if (s >= end || *s++ != '{') return -1;
@@ -190,7 +197,7 @@ int front_socket_of(const char *s, size_t n, char *out, size_t outsz) {
         key = s;
         if (!(s = skip_string(s, end))) return -1;
         if (memchr(key, '\\', (size_t)(s - key))) return -1;  /* escaped keys: Python decides */
-        int ours = (size_t)(s - key) == 16 && memcmp(key, "\"residentSocket\"", 16) == 0;
+        int ours = (size_t)(s - key) == nlen + 2 && memcmp(key + 1, name, nlen) == 0;
         s = skip_ws(s, end);
         if (s >= end || *s++ != ':') return -1;
         s = skip_ws(s, end);
@@ -209,6 +216,23 @@ int front_socket_of(const char *s, size_t n, char *out, size_t outsz) {
         if (*s++ != ',') return -1;
         s = skip_ws(s, end);
     }
+}
+
+/* The config's "residentSocket": as string_of, -1 also for a path too long for a socket. */
+int front_socket_of(const char *s, size_t n, char *out, size_t outsz) {
+    return string_of(s, n, "residentSocket", out, outsz);
+}
+
+/* The cniVersion of the front's own error document: the config's when it names one the
+ * plugin supports (the spec: the same value as the configuration's; a 0.3.x or 0.4.0
+ * runtime may refuse a 1.x document), else the latest, as the bundle answers then
+ * (rdma_cni/cni/dispatch.py, _serve and unreadable). */
+const char *front_version_of(const char *s, size_t n) {
+    char v[16];
+    if (string_of(s, n, "cniVersion", v, sizeof v) == 1)
+        for (size_t i = 0; i < sizeof VERSIONS / sizeof *VERSIONS; i++)
+            if (strcmp(v, VERSIONS[i]) == 0) return VERSIONS[i];
+    return LATEST_VERSION;
 }
 
 /* ---- request and reply frames ---- */
@@ -427,10 +451,16 @@ out:
 }
 
 /* ---- the fallback: the complete plugin, same argv, environment and stdin ---- */
+/* The config read from stdin, once read: the version of the front's own errors. */
+static const struct buf *config;
+
 static void fail_code(int code, const char *what) {
     char msg[512];
-    int n = snprintf(msg, sizeof msg, "{\"cniVersion\":\"1.0.0\",\"code\":%d,\"msg\":"
-                     "\"rdma-cni: %s: %s\"}\n", code, what, strerror(errno));
+    const char *why = strerror(errno);
+    const char *version = config && config->n <= MAX_STDIN ?
+        front_version_of(config->p ? config->p : "", config->n) : LATEST_VERSION;
+    int n = snprintf(msg, sizeof msg, "{\"cniVersion\":\"%s\",\"code\":%d,\"msg\":"
+                     "\"rdma-cni: %s: %s\"}\n", version, code, what, why);
     write_all(1, msg, n > 0 && (size_t)n < sizeof msg ? (size_t)n : 0);
     _exit(1);
 }
@@ -535,6 +565,7 @@ int main(int argc, char **argv) {
         lost("stdout is closed");
         return 1;
     }
+    config = &in;
     if (read_stdin(&in)) {
         /* nothing read (fd 0 closed, a directory): code 5, as the bundle answers
          * (cli.py); VERSION answers as for an empty config */
@@ -555,8 +586,9 @@ int main(int argc, char **argv) {
 
 #ifdef FRONT_FUZZ
 /* Driver of the bounded random-input test: records on stdin, one answer line each.
- * Record: kind ('S' config scan, 'R' reply parse, 'V' one JSON object), u32 length,
- * bytes. 'S' answers "rc hex(value)", 'R' answers "rc exit olen elen", 'V' "1" or "0". */
+ * Record: kind ('S' config scan, 'C' the error's cniVersion, 'R' reply parse, 'V' one
+ * JSON object), u32 length, bytes. 'S' answers "rc hex(value)", 'C' the version, 'R'
+ * answers "rc exit olen elen", 'V' "1" or "0". */
 int main(void) {
     uint32_t n;
     char kind, out[108];
@@ -565,6 +597,8 @@ int main(void) {
         if (!p || fread(p, 1, n, stdin) != n) return 2;
         if (kind == 'V') {
             printf("%d\n", front_one_object(p, n));
+        } else if (kind == 'C') {
+            printf("%s\n", front_version_of(p, n));
         } else if (kind == 'S') {
             int rc = front_socket_of(p, n, out, sizeof out);
             printf("%d ", rc);

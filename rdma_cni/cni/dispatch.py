@@ -232,11 +232,11 @@ def _cni_args(command: str, value: str) -> CniArgs:
 def _prev_result(prev: object, command: str) -> dict[str, Any] | None:
     try:
         return versions.normalize_prev_result(prev)
-    except DecodeError as exc:
+    except (DecodeError, VersionError) as exc:
         if command != "DEL":
             raise
         # DEL is best-effort and does not use prevResult: failing here would stop the chain
-        log.warning("DEL ignores an undecodable prevResult: %s", exc.msg)
+        log.warning("DEL ignores a prevResult it cannot read: %s", exc.msg)
         return None
 
 

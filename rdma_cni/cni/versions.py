@@ -56,6 +56,7 @@ def normalize_prev_result(prev: object) -> dict[str, Any]:
     """Validate the shape of a prevResult (any supported version) and return it in 1.1.0 form."""
     if not isinstance(prev, dict):
         raise DecodeError(f"failed to decode prevResult: expected an object, got {_kind(prev)}")
+    _check_prev_version(prev.get("cniVersion"))
     out = jsondoc.copied(prev)
     for key in ("interfaces", "ips", "routes"):
         value = out.get(key)
@@ -73,6 +74,19 @@ def normalize_prev_result(prev: object) -> dict[str, Any]:
         _check_index(ip, len(out.get("interfaces", [])))
     out["cniVersion"] = LATEST
     return out
+
+
+def _check_prev_version(version: object) -> None:
+    """libcni hands prevResult over in the config's version. One without a version is
+    taken as in it, as libcni's ParsePrevResult does; one in another supported version
+    is converted (0.3.0 to 1.1.0 share one shape: only the IPs' ``version`` and 1.1.0's
+    keys differ). Any other version (the ``ip4``/``ip6`` shape before 0.3.0, a garbled value)
+    cannot be read: passed on relabelled, the runtime would find none of its addresses."""
+    if version is None or version == "":
+        return
+    if not isinstance(version, str) or version not in SUPPORTED:
+        raise VersionError(f"prevResult has cniVersion {shown(version)}, which this plugin "
+                           f"cannot read: supported versions are {', '.join(SUPPORTED)}")
 
 
 def _check_index(ip: dict[str, Any], n_interfaces: int) -> None:

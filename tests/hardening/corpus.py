@@ -76,6 +76,10 @@ ENV_CASES = [
     Case("env-command-too-long", 4, "CNI_COMMAND", env={"CNI_COMMAND": "A" * 5000}),
     *[Case(f"env-{v.lower()[4:]}-missing", 4, v, env={v: DROP}) for v in ENV],
     *[Case(f"env-{v.lower()[4:]}-empty", 4, v, env={v: ""}) for v in ENV],
+    # a pass-through ADD needs CNI_NETNS all the same (skel requires it for ADD)
+    Case("env-netns-missing-pass-through", 4, "CNI_NETNS", env={"CNI_NETNS": DROP},
+         blocks=None),
+    Case("env-netns-empty-pass-through", 4, "CNI_NETNS", env={"CNI_NETNS": ""}, blocks=None),
     Case("env-path-missing", OK, env={"CNI_PATH": DROP}),
     Case("env-path-empty", OK, env={"CNI_PATH": ""}),
     Case("env-containerid-dotdot", 4, "CNI_CONTAINERID", env={"CNI_CONTAINERID": ".."}),
@@ -192,6 +196,12 @@ STDIN_CASES = [
     Case("prev-0.3.1-in-1.0.0", OK, conf={"cniVersion": "1.0.0"}, prev=PREV_031),
     Case("prev-1.1.0-in-0.4.0", OK, prev=PREV_110),
     Case("prev-absent", OK, prev=None),
+    Case("prev-0.2.0", 1, 'prevResult has cniVersion "0.2.0"',
+         prev={"cniVersion": "0.2.0", "ip4": {"ip": "203.0.113.5/24"}}),
+    Case("prev-0.2.0-pass-through", 1, "prevResult has cniVersion", blocks=None,
+         prev={"cniVersion": "0.2.0", "ip4": {"ip": "203.0.113.5/24"}}),
+    Case("prev-version-not-a-string", 1, "prevResult has cniVersion", prev={"cniVersion": 4}),
+    Case("del-prev-0.2.0", OK, cmd="DEL", prev={"cniVersion": "0.2.0", "ip4": {}}),
     # what Python's parser takes and no JSON parser reads back (a result echoes prevResult)
     Case("prev-metric-infinity", 6, "not a json number",
          prev={**PREV_ROUTE, "routes": [{"dst": "0.0.0.0/0", "metric": float("inf")}]}),

@@ -1,7 +1,8 @@
 """Bounded random-input test of the native front's parsers (front/rdma-cni-front.c),
-built with AddressSanitizer and UBSan: the config scan that finds ``residentSocket``
-and the server-reply parser, each checked against the Python reference on the same
-bytes (json.loads, rdma_cni.resident.protocol.decode_reply).
+built with AddressSanitizer and UBSan: the config scans that find ``residentSocket`` and
+the ``cniVersion`` of the front's own errors, and the server-reply parser, each checked
+against the Python reference on the same bytes (json.loads,
+rdma_cni.resident.protocol.decode_reply).
 
 Properties: no crash or sanitizer report on any input; on every input Python parses
 as a JSON object the front agrees (same socket path, or "absent", or it declines an
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 from harness import bump
 
+from rdma_cni.cni import versions
 from rdma_cni.resident import protocol
 
 SUITE = "front-fuzz"
@@ -121,6 +123,48 @@ def test_config_scan_agrees_with_python(driver: Path) -> None:
         agreed += got == want
     assert agreed > N_INPUTS // 3
     bump(SUITE, "config inputs", len(inputs))
+
+
+_VERSIONS: list[object] = [*versions.SUPPORTED, "0.2.0", "", "1.1.0 ", 7, None, "x" * 20]
+
+
+def _expected_version(text: bytes) -> str | None:
+    """The bundle's version for an error: the config's when supported, else the latest
+    (dispatch._serve); None when Python cannot parse the config either."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    value = doc.get("cniVersion") if isinstance(doc, dict) else None
+    return value if isinstance(value, str) and value in versions.SUPPORTED else versions.LATEST
+
+
+def test_error_version_scan_agrees_with_python(driver: Path) -> None:
+    """The front's own error document is in the config's cniVersion, read as Python
+    reads it, or the latest (declining an escaped value or key is safe)."""
+    rng = random.Random(29)
+    inputs = []
+    for _ in range(N_INPUTS):
+        text = _config(rng)
+        if rng.random() < 0.6:
+            value = rng.choice([*_VERSIONS, "ESCAPED"])
+            new = b'"0.4\\u002e0"' if value == "ESCAPED" else json.dumps(value).encode()
+            text = text.replace(b'"0.4.0"', new, 1)
+        inputs.append(text)
+    inputs += [b"", b'{"cniVersion":"0.3.1","cniVersion":"1.0.0"}', b'{"cniVersion":"0.3.1"',
+               b'{"cniVersion":"0.3.1"} x', b'{"a":{"cniVersion":"0.3.1"}}']
+    lines = _run(driver, [(b"C", t) for t in inputs])
+    agreed = 0
+    for text, got in zip(inputs, lines, strict=True):
+        assert got in versions.SUPPORTED, (text[:200], got)
+        want = _expected_version(text)
+        if want is None:
+            continue
+        assert got == want or got == versions.LATEST, (text[:200], got, want)
+        agreed += got == want and want != versions.LATEST
+    assert agreed > N_INPUTS // 5
+    assert lines[N_INPUTS:] == ["1.1.0", "1.0.0", "1.1.0", "1.1.0", "1.1.0"]
+    bump(SUITE, "version inputs", len(inputs))
 
 
 def _reply(rng: random.Random) -> bytes:

@@ -12,12 +12,13 @@ import json
 import socket
 import struct
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cnirunner import rdma_blocks, sh
+from cnirunner import rdma_blocks, sh, vpc_result
 from support.resident import FakeServer, Serve
 
 from rdma_cni.tools import bundle
@@ -196,3 +197,73 @@ def test_front_with_a_closed_stdin_or_stdout(bin_dir: Path, command: str, shell:
             "rdma-cni: failed to read network config from stdin")
     else:
         assert json.loads(res.stdout)["cniVersion"]
+
+
+@pytest.mark.parametrize(("config", "version"), [
+    (b'{"cniVersion":"0.3.1","name":"n","residentSocket":""}', "0.3.1"),
+    (b'{"residentSocket":"","cniVersion":"0.4.0"}', "0.4.0"),
+    (b'{"cniVersion":"1.0.0","residentSocket":""}', "1.0.0"),
+    (b'{"cniVersion":"0.2.0","residentSocket":""}', "1.1.0"),
+    (b'{"cniVersion":7,"residentSocket":""}', "1.1.0"), (b"not json", "1.1.0"),
+    (None, "1.1.0")],
+    ids=["0.3.1", "0.4.0", "1.0.0", "unsupported", "not-a-string", "undecodable", "no-stdin"])
+def test_the_front_s_own_error_is_in_the_config_s_version(
+        built_binary: list[str], tmp_path: Path, config: bytes | None, version: str) -> None:
+    """The front's own error (here: no bundle beside it to run) is in the config's
+    cniVersion, as the spec asks and as the bundle answers; a runtime of 0.3.x or 0.4.0
+    may refuse a 1.x document. It said 1.0.0 whatever the config said. A config it
+    cannot read: the latest, as the bundle answers then. (``residentSocket`` "": the
+    front never tries a server.)"""
+    front = tmp_path / "rdma-cni-front"  # alone: no bundle "rdma-cni" beside it
+    front.write_bytes((Path(built_binary[0]).parent.parent / "rdma-cni-host" /
+                       "rdma-cni-front").read_bytes())
+    front.chmod(0o755)
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0",
+           "CNI_NETNS": "/proc/self/ns/net"}
+    if config is None:
+        env["CNI_COMMAND"] = "DEL"  # stdin closed: nothing read
+    res = subprocess.run([str(front)], input=config, capture_output=True, timeout=60,
+                         env=env, check=False,
+                         stdin=subprocess.DEVNULL if config is None else None)
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1 and doc["code"] == 5, res
+    assert doc["cniVersion"] == version, doc
+
+
+_EXEC_RAW = """import ctypes, sys
+i = sys.argv.index("--")
+arr = lambda xs: (ctypes.c_char_p * (len(xs) + 1))(*[x.encode() for x in xs], None)
+ctypes.CDLL(None).execve(sys.argv[i + 1].encode(), arr(sys.argv[i + 1:]), arr(sys.argv[1:i]))
+sys.exit("execve failed")
+"""
+
+
+@pytest.mark.parametrize("resident", [True, False], ids=["serve", "in-process"])
+def test_duplicate_cni_variables_first_wins_on_every_path(  # type: ignore[no-untyped-def]
+        rig, bin_dir: Path, serve: Serve, resident: bool) -> None:
+    """An environment with a variable twice (an execve's raw list): the first entry
+    counts, as Go's runtime (syscall copyenv), and so skel and libcni's plugins, read
+    it; the front forwards the first to serve and CPython's os.environ keeps the first
+    too, so both paths act on one value."""
+    pod = rig.pod()
+    chain = rig.chain("shared-multi", binary=_front(bin_dir),
+                      residentSocket=str(serve.sock) if resident else "")
+    stdin = json.dumps(chain.conf(vpc_result(pod.path))).encode()  # no block: pass-through
+
+    def run(*env: str) -> tuple[int, dict[str, object]]:
+        res = subprocess.run(["ip", "netns", "exec", rig.node.ns, sys.executable, "-c",
+                              _EXEC_RAW, *env, "CNI_CONTAINERID=c1", "CNI_IFNAME=eth0",
+                              f"RDMA_CNI_TEST_LOG_FILE={rig.log_file}", "--",
+                              *_front(bin_dir)], input=stdin, capture_output=True,
+                             timeout=60, check=False)
+        return res.returncode, json.loads(res.stdout)
+
+    rc, doc = run("CNI_COMMAND=VERSION", "CNI_COMMAND=ADD", f"CNI_NETNS={pod.path}")
+    assert rc == 0 and "supportedVersions" in doc, doc
+    rc, doc = run("CNI_COMMAND=ADD", "CNI_COMMAND=VERSION", f"CNI_NETNS={pod.path}")
+    assert rc == 0 and doc["interfaces"] == vpc_result(pod.path)["interfaces"], doc
+    rc, doc = run("CNI_COMMAND=ADD", "CNI_NETNS=", f"CNI_NETNS={pod.path}")
+    assert rc == 1 and doc["code"] == 4 and "CNI_NETNS" in str(doc["msg"]), doc
+    rc, doc = run("CNI_COMMAND=ADD", f"CNI_NETNS={pod.path}", "CNI_NETNS=")
+    assert rc == 0 and "interfaces" in doc, doc
+    assert serve.served("ADD") == (3 if resident else 0)

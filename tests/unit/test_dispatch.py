@@ -517,6 +517,44 @@ def test_pass_through_add_returns_prev_result_unchanged(body: dict[str, Any],
     assert only_doc(out) == VPC_PREV
 
 
+@pytest.mark.parametrize("version", [
+    "0.2.0", "0.1.0", "5678.456", "1.1", " 0.4.0", 4, 0.4, True, ["0.4.0"], {"v": 1}])
+@pytest.mark.parametrize("command", ["ADD", "CHECK"])
+def test_a_prev_result_in_a_version_the_plugin_cannot_read_is_code_1(
+        command: str, version: object, tmp_path: Path) -> None:
+    """libcni hands prevResult over in the config's version. One in a version this plugin
+    cannot read (0.2.0's ``ip4`` shape) was passed on relabelled as the config's: the
+    runtime found none of the primary's addresses in the result."""
+    prev = {"cniVersion": version, "ip4": {"ip": "198.51.100.7/24"}}
+    o = invoke(command, conf("0.4.0", prevResult=prev))
+    doc = assert_error(o, 1, "prevResult has cniVersion", "supported versions are")
+    assert doc["cniVersion"] == "0.4.0"
+    assert o.handlers.calls == []
+    status, out = default_run(command, conf("0.4.0", prevResult=prev), tmp_path)  # pass-through
+    assert status == 1 and only_doc(out)["code"] == 1
+
+
+def test_del_tolerates_a_prev_result_in_a_version_it_cannot_read() -> None:
+    o = invoke("DEL", conf("0.4.0", prevResult={"cniVersion": "0.2.0", "ip4": {}}))
+    assert (o.status, o.stdout) == (0, "")
+    assert o.handlers.calls[0][1].prev_result is None
+
+
+@pytest.mark.parametrize("prev_version", [*versions.SUPPORTED, None, "", "drop"])
+@pytest.mark.parametrize("version", versions.SUPPORTED)
+def test_a_pass_through_converts_a_prev_result_of_another_supported_version(
+        version: str, prev_version: object, tmp_path: Path) -> None:
+    """0.3.0 to 1.1.0 share one shape: a prevResult in another of them (or without a
+    version: taken as the config's, as libcni's ParsePrevResult does) comes back in the
+    config's version."""
+    prev = {**VPC_PREV, "cniVersion": prev_version}
+    if prev_version == "drop":
+        del prev["cniVersion"]
+    status, out = default_run("ADD", conf(version, prevResult=prev), tmp_path)
+    assert status == 0
+    assert only_doc(out) == versions.convert(versions.normalize_prev_result(VPC_PREV), version)
+
+
 def test_pass_through_tolerates_unknown_top_level_keys_and_bad_mode(tmp_path: Path) -> None:
     body = conf("1.0.0", somethingElse={"x": [1]}, mode="not-checked-on-pass-through")
     status, out = default_run("ADD", body, tmp_path)

@@ -230,3 +230,17 @@ def test_chained_append_never_changes_the_primary(res: dict[str, Any], ours: dic
         [ip["interface"] for ip in our_ips]
     again = versions.normalize_prev_result(versions.convert(out, version))
     assert again["interfaces"][:n_if] == prev["interfaces"]
+
+
+def test_the_front_knows_the_supported_versions() -> None:
+    """front/rdma-cni-front.c is C: the versions its own error documents may carry (the
+    config's when supported, else the latest) are checked against this module's."""
+    import re
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parents[2] / "front" / "rdma-cni-front.c").read_text()
+    listed = re.search(r"^static const char \*const VERSIONS\[\] = \{([^}]*)\};$", source,
+                       re.MULTILINE)
+    assert listed is not None
+    assert tuple(re.findall(r'"([^"]*)"', listed.group(1))) == versions.SUPPORTED
+    assert f'#define LATEST_VERSION "{versions.LATEST}"' in source
