@@ -240,5 +240,5 @@ def _expect_ok(world: World, case: Case, env: dict[str, str], stdin: bytes, rc: 
 def test_corpus_size() -> None:
     """The inputs of the corpus (each runs once per path: in-process and through serve)."""
     put(SUITE, "inputs", len(CORPUS))
-    assert len(CORPUS) == 177  # the figure docs/reliability.md and the README quote
+    assert len(CORPUS) == 183  # the figure docs/reliability.md and the README quote
     assert len({c.id for c in CORPUS}) == len(CORPUS), "duplicate case ids"
