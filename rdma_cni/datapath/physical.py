@@ -1,7 +1,8 @@
 """Exclusive NICs: the host's physical NIC moves into the pod (through a private
 netns, where it takes the pod's name and our mark), its RDMA device after it under RDMA
-netns mode "exclusive"; it returns under its own name (:mod:`.homename`) and gets its
-host configuration back (:mod:`rdma_cni.datapath.hostconfig`).
+netns mode "exclusive" (:mod:`.rdmadev`); it returns under its own name
+(:mod:`.homename`) and gets its host configuration back
+(:mod:`rdma_cni.datapath.hostconfig`).
 
 The NIC is only ever taken back under the identity ADD recorded (:func:`same_device`),
 never by a name, a MAC, our mark or its index, which a pod with CAP_NET_ADMIN can give
@@ -16,14 +17,13 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from rdma_cni import testhooks
-from rdma_cni.adapters import netns
 from rdma_cni.datapath.altnames import clean_altnames
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.datapath.homename import fallback_name, home_name
 from rdma_cni.datapath.hostconfig import restore_host
 from rdma_cni.datapath.stacked import drop_stacked
 from rdma_cni.datapath.sublinks import KINDS as SUBLINK_KINDS
-from rdma_cni.errors import CniError, IOFailure, NicUnavailable, TryAgain
+from rdma_cni.errors import CniError, NicUnavailable, TryAgain
 from rdma_cni.records import replace
 from rdma_cni.vocab.modes import Mode
 from rdma_cni.vocab.netlink import Link
@@ -56,6 +56,7 @@ def move_in(ctx: Ctx, p: IfacePlan) -> None:
     except BaseException:
         _undo_move_in(ctx, tmp, p)
         raise
+    testhooks.after_move(POD)
     # its index in the pod (another when the pod uses its own): a veth's identity
     ctx.made[p.k] = ctx.pod.require(p.name).index
 
@@ -84,6 +85,7 @@ def _undo_move_in(ctx: Ctx, tmp: NetlinkPort, p: IfacePlan) -> None:
 def _home_restored(ctx: Ctx, name: str, p: IfacePlan) -> None:
     """A rollback's NIC, home as ``name``: restored; under a fallback name, or not
     restored, the state is kept for DEL (which gives it its own name once free)."""
+    testhooks.after_move(HOST)
     failed = None  # the reason it is not restored
     try:
         restore_host(ctx.host, name, p)
@@ -174,22 +176,6 @@ def _back_to_pod(ctx: Ctx, tmp: NetlinkPort, index: int, current: str, p: IfaceP
                 "retry", p.nic, exc.msg, ctx.pod_path, back)
     raise NicNotBack(f"failed to return exclusive NIC {p.nic} to the host: {exc.msg}; it is "
                      f"back in the pod as {back}, the state is kept for a retry")
-
-
-def rdma_in(ctx: Ctx, p: IfacePlan) -> None:
-    """RDMA netns mode exclusive: the NIC's RDMA device follows its netdev into the pod."""
-    assert p.ibdev is not None
-    if not ctx.rdma_nl().move(p.ibdev, ctx.pod_fd):
-        raise IOFailure(f"failed to move RDMA device {p.ibdev} into {ctx.pod_path}: "
-                        "not visible in the host netns")
-
-
-def rdma_out(ctx: Ctx, p: IfacePlan) -> None:
-    """Return the RDMA device to the host (asked from inside the pod, where it is visible)."""
-    if p.ibdev is None:
-        return
-    with netns.entered(ctx.pod_fd, ctx.host_fd):
-        ctx.rdma_nl().move(p.ibdev, ctx.host_fd)
 
 
 def with_index(p: IfacePlan, index: int, where: str = POD) -> IfacePlan:

@@ -23,9 +23,9 @@ from rdma_cni.datapath.physical import (
     home_name,
     lookalikes,
     move_out,
-    rdma_out,
     restore_host,
 )
+from rdma_cni.datapath.rdmadev import rdma_out
 from rdma_cni.datapath.session import Session
 from rdma_cni.errors import CniError, IOFailure
 from rdma_cni.store.state import AttachmentState
