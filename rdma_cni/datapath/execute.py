@@ -87,7 +87,7 @@ def apply(ctx: Ctx, steps: Sequence[Step], owner: Owner | None = None) -> None:
             at_step(i)
             with _held(owner):
                 step.do(ctx, step.plan)
-            applied.append(step)
+                applied.append(step)  # undone even when the owner's record of it fails
         at_step(len(steps))
     except BaseException:
         # False already when a step's own undo of a half-made change left work for DEL

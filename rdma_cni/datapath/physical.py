@@ -33,9 +33,8 @@ from rdma_cni.vocab.ports import LinkView, NetlinkPort
 log = logging.getLogger("rdma_cni")
 #: the netns an index of a NIC without a bus device was recorded in
 HOST, POD = "host", "pod"
-__all__ = ["SUBLINK_KINDS", "NicNotBack", "fallback_name", "find_moved", "home_name",
-           "lookalikes", "move_in", "move_out", "peer_points_back", "restore_host",
-           "unprovable"]
+__all__ = ["SUBLINK_KINDS", "NicNotBack", "fallback_name", "find_moved", "home_name", "lookalikes",
+           "move_in", "move_out", "peer_points_back", "restore_host", "unprovable"]
 
 
 class NicNotBack(TryAgain):
@@ -56,9 +55,14 @@ def move_in(ctx: Ctx, p: IfacePlan) -> None:
     except BaseException:
         _undo_move_in(ctx, tmp, p)
         raise
-    testhooks.after_move(POD)
-    # its index in the pod (another when the pod uses its own): a veth's identity
-    ctx.made[p.k] = ctx.pod.require(p.name).index
+    try:
+        testhooks.after_move(POD)
+        # its index in the pod (another when the pod uses its own): a veth's identity
+        ctx.made[p.k] = ctx.pod.require(p.name).index
+    except BaseException:  # in the pod, where DEL finds it by its identity, as after a crash
+        ctx.undone_clean = False
+        log.error("rollback: %s is in the pod, its index unread: the state is kept for DEL", p.nic)
+        raise
 
 
 def _undo_move_in(ctx: Ctx, tmp: NetlinkPort, p: IfacePlan) -> None:
@@ -79,12 +83,21 @@ def _undo_move_in(ctx: Ctx, tmp: NetlinkPort, p: IfacePlan) -> None:
         except CniError as kept:
             log.error("rollback: %s", kept.msg)
         return
-    _home_restored(ctx, name, p)
+    try:
+        _home_restored(ctx, name, p)
+    except CniError as exc:  # home, perhaps not restored: the state is kept for DEL
+        ctx.undone_clean = False
+        log.error("rollback: %s", exc.msg)
 
 
 def _home_restored(ctx: Ctx, name: str, p: IfacePlan) -> None:
     """A rollback's NIC, home as ``name``: restored; under a fallback name, or not
-    restored, the state is kept for DEL (which gives it its own name once free)."""
+    restored, the state is kept for DEL (which gives it its own name once free). Its index
+    on the host is noted first (:attr:`Ctx.home`: a veth's identity), for the record of a
+    failure from here on."""
+    link = ctx.host.link(name)
+    if link is not None:
+        ctx.home[p.k] = link.index
     testhooks.after_move(HOST)
     failed = None  # the reason it is not restored
     try:
@@ -93,23 +106,24 @@ def _home_restored(ctx: Ctx, name: str, p: IfacePlan) -> None:
         failed = exc.msg
     if name != p.nic or failed:
         ctx.undone_clean = False
-        link = ctx.host.link(name)
-        if link is not None:  # the index the kept record names it by (a veth's identity)
-            ctx.home[p.k] = link.index
         log.error("rollback: exclusive NIC %s is back on the host as %s%s: the state is kept "
                   "for DEL", p.nic, name, f", not restored ({failed})" if failed else "")
 
 
 def move_back(ctx: Ctx, p: IfacePlan) -> None:
-    """Undo :func:`move_in`: only the NIC this request moved in (by its index in the pod)."""
-    if (index := ctx.made.pop(p.k, None)) is None:
+    """Undo :func:`move_in`: only the NIC this request moved in (by its index in the pod,
+    kept in :attr:`Ctx.made` until it has left the pod: one put back there stays so)."""
+    if (index := ctx.made.get(p.k)) is None:
         return
     current = next((lk.name for lk in ctx.pod.links() if lk.index == index), None)
     if current is None:
+        del ctx.made[p.k]
         log.warning("rollback: %s is no longer in %s under the index it was moved in "
                     "with: nothing moved back", p.nic, ctx.pod_path)
         return
-    _home_restored(ctx, _out_of_pod(ctx, current, with_index(p, index)), p)
+    name = _out_of_pod(ctx, current, with_index(p, index))
+    del ctx.made[p.k]
+    _home_restored(ctx, name, p)
 
 
 def move_out(ctx: Ctx, p: IfacePlan) -> bool:
