@@ -11,6 +11,10 @@ these variables is part of the configuration, and nothing reads them otherwise.
 - ``RDMA_CNI_TEST_STOP_IN_MOVE=1``: ADD stops its whole process (SIGSTOP) while an
   exclusive NIC is in the private netns on its way into the pod, between the step
   boundaries: the test changes the host or the pod under it, then resumes it.
+- ``RDMA_CNI_TEST_FAIL_AFTER_MOVE=pod|host``: ADD raises an IOFailure right after an
+  exclusive NIC has moved into the pod (``pod``: before its index there is read), or
+  right after a rollback has brought it home (``host``: before it is restored), as a
+  netlink error there would.
 - ``RDMA_CNI_TEST_SLEEP_AT_STEP=k:seconds``: ADD's thread sleeps that long at that
   boundary (the rest of its process runs on): a request held in the middle of its
   netlink steps while ``serve`` is told to stop (its drain).
@@ -37,6 +41,7 @@ CRASH_AT_STEP = "RDMA_CNI_TEST_CRASH_AT_STEP"
 FAIL_AT_STEP = "RDMA_CNI_TEST_FAIL_AT_STEP"
 STOP_AT_STEP = "RDMA_CNI_TEST_STOP_AT_STEP"
 STOP_IN_MOVE = "RDMA_CNI_TEST_STOP_IN_MOVE"
+FAIL_AFTER_MOVE = "RDMA_CNI_TEST_FAIL_AFTER_MOVE"
 SLEEP_AT_STEP = "RDMA_CNI_TEST_SLEEP_AT_STEP"
 CRASH_IN_DEL = "RDMA_CNI_TEST_CRASH_IN_DEL"
 
@@ -80,6 +85,12 @@ def in_move() -> None:
     """The seam inside an exclusive NIC's move into the pod (see the module doc)."""
     if _number(STOP_IN_MOVE) > 0:
         _stop()
+
+
+def after_move(where: str) -> None:
+    """The seam right after an exclusive NIC's move into ``where`` (see the module doc)."""
+    if os.environ.get(FAIL_AFTER_MOVE) == where:
+        raise IOFailure(f"injected failure after the move into the {where}")
 
 
 def _sleep_at() -> tuple[int, float]:

@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
 from rdma_cni import testhooks
-from rdma_cni.datapath import physical, podconfig, sublinks
+from rdma_cni.datapath import physical, podconfig, rdmadev, sublinks
 from rdma_cni.datapath.context import Ctx, NetnsOps
 from rdma_cni.errors import TryAgain
 from rdma_cni.records import record
@@ -58,8 +58,8 @@ def steps_for(plans: Sequence[IfacePlan]) -> list[Step]:
         if p.kind == LinkKind.PHYSICAL:
             steps.append(Step("move NIC in", p, physical.move_in, physical.move_back))
             if p.rdma_move:
-                steps.append(Step("move RDMA device in", p, physical.rdma_in,
-                                  physical.rdma_out))
+                steps.append(Step("move RDMA device in", p, rdmadev.rdma_in,
+                                  rdmadev.rdma_out))
         else:
             steps.append(Step(f"create {p.kind}", p, sublinks.create, sublinks.delete))
             steps.append(Step("rename", p, sublinks.rename))
@@ -87,7 +87,7 @@ def apply(ctx: Ctx, steps: Sequence[Step], owner: Owner | None = None) -> None:
             at_step(i)
             with _held(owner):
                 step.do(ctx, step.plan)
-            applied.append(step)
+                applied.append(step)  # undone even when the owner's record of it fails
         at_step(len(steps))
     except BaseException:
         # False already when a step's own undo of a half-made change left work for DEL

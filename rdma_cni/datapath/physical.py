@@ -1,7 +1,8 @@
 """Exclusive NICs: the host's physical NIC moves into the pod (through a private
 netns, where it takes the pod's name and our mark), its RDMA device after it under RDMA
-netns mode "exclusive"; it returns under its own name (:mod:`.homename`) and gets its
-host configuration back (:mod:`rdma_cni.datapath.hostconfig`).
+netns mode "exclusive" (:mod:`.rdmadev`); it returns under its own name
+(:mod:`.homename`) and gets its host configuration back
+(:mod:`rdma_cni.datapath.hostconfig`).
 
 The NIC is only ever taken back under the identity ADD recorded (:func:`same_device`),
 never by a name, a MAC, our mark or its index, which a pod with CAP_NET_ADMIN can give
@@ -16,14 +17,13 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from rdma_cni import testhooks
-from rdma_cni.adapters import netns
 from rdma_cni.datapath.altnames import clean_altnames
 from rdma_cni.datapath.context import Ctx
 from rdma_cni.datapath.homename import fallback_name, home_name
 from rdma_cni.datapath.hostconfig import restore_host
 from rdma_cni.datapath.stacked import drop_stacked
 from rdma_cni.datapath.sublinks import KINDS as SUBLINK_KINDS
-from rdma_cni.errors import CniError, IOFailure, NicUnavailable, TryAgain
+from rdma_cni.errors import CniError, NicUnavailable, TryAgain
 from rdma_cni.records import replace
 from rdma_cni.vocab.modes import Mode
 from rdma_cni.vocab.netlink import Link
@@ -33,9 +33,8 @@ from rdma_cni.vocab.ports import LinkView, NetlinkPort
 log = logging.getLogger("rdma_cni")
 #: the netns an index of a NIC without a bus device was recorded in
 HOST, POD = "host", "pod"
-__all__ = ["SUBLINK_KINDS", "NicNotBack", "fallback_name", "find_moved", "home_name",
-           "lookalikes", "move_in", "move_out", "peer_points_back", "restore_host",
-           "unprovable"]
+__all__ = ["SUBLINK_KINDS", "NicNotBack", "fallback_name", "find_moved", "home_name", "lookalikes",
+           "move_in", "move_out", "peer_points_back", "restore_host", "unprovable"]
 
 
 class NicNotBack(TryAgain):
@@ -56,8 +55,14 @@ def move_in(ctx: Ctx, p: IfacePlan) -> None:
     except BaseException:
         _undo_move_in(ctx, tmp, p)
         raise
-    # its index in the pod (another when the pod uses its own): a veth's identity
-    ctx.made[p.k] = ctx.pod.require(p.name).index
+    try:
+        testhooks.after_move(POD)
+        # its index in the pod (another when the pod uses its own): a veth's identity
+        ctx.made[p.k] = ctx.pod.require(p.name).index
+    except BaseException:  # in the pod, where DEL finds it by its identity, as after a crash
+        ctx.undone_clean = False
+        log.error("rollback: %s is in the pod, its index unread: the state is kept for DEL", p.nic)
+        raise
 
 
 def _undo_move_in(ctx: Ctx, tmp: NetlinkPort, p: IfacePlan) -> None:
@@ -78,12 +83,22 @@ def _undo_move_in(ctx: Ctx, tmp: NetlinkPort, p: IfacePlan) -> None:
         except CniError as kept:
             log.error("rollback: %s", kept.msg)
         return
-    _home_restored(ctx, name, p)
+    try:
+        _home_restored(ctx, name, p)
+    except CniError as exc:  # home, perhaps not restored: the state is kept for DEL
+        ctx.undone_clean = False
+        log.error("rollback: %s", exc.msg)
 
 
 def _home_restored(ctx: Ctx, name: str, p: IfacePlan) -> None:
     """A rollback's NIC, home as ``name``: restored; under a fallback name, or not
-    restored, the state is kept for DEL (which gives it its own name once free)."""
+    restored, the state is kept for DEL (which gives it its own name once free). Its index
+    on the host is noted first (:attr:`Ctx.home`: a veth's identity), for the record of a
+    failure from here on."""
+    link = ctx.host.link(name)
+    if link is not None:
+        ctx.home[p.k] = link.index
+    testhooks.after_move(HOST)
     failed = None  # the reason it is not restored
     try:
         restore_host(ctx.host, name, p)
@@ -91,23 +106,24 @@ def _home_restored(ctx: Ctx, name: str, p: IfacePlan) -> None:
         failed = exc.msg
     if name != p.nic or failed:
         ctx.undone_clean = False
-        link = ctx.host.link(name)
-        if link is not None:  # the index the kept record names it by (a veth's identity)
-            ctx.home[p.k] = link.index
         log.error("rollback: exclusive NIC %s is back on the host as %s%s: the state is kept "
                   "for DEL", p.nic, name, f", not restored ({failed})" if failed else "")
 
 
 def move_back(ctx: Ctx, p: IfacePlan) -> None:
-    """Undo :func:`move_in`: only the NIC this request moved in (by its index in the pod)."""
-    if (index := ctx.made.pop(p.k, None)) is None:
+    """Undo :func:`move_in`: only the NIC this request moved in (by its index in the pod,
+    kept in :attr:`Ctx.made` until it has left the pod: one put back there stays so)."""
+    if (index := ctx.made.get(p.k)) is None:
         return
     current = next((lk.name for lk in ctx.pod.links() if lk.index == index), None)
     if current is None:
+        del ctx.made[p.k]
         log.warning("rollback: %s is no longer in %s under the index it was moved in "
                     "with: nothing moved back", p.nic, ctx.pod_path)
         return
-    _home_restored(ctx, _out_of_pod(ctx, current, with_index(p, index)), p)
+    name = _out_of_pod(ctx, current, with_index(p, index))
+    del ctx.made[p.k]
+    _home_restored(ctx, name, p)
 
 
 def move_out(ctx: Ctx, p: IfacePlan) -> bool:
@@ -174,22 +190,6 @@ def _back_to_pod(ctx: Ctx, tmp: NetlinkPort, index: int, current: str, p: IfaceP
                 "retry", p.nic, exc.msg, ctx.pod_path, back)
     raise NicNotBack(f"failed to return exclusive NIC {p.nic} to the host: {exc.msg}; it is "
                      f"back in the pod as {back}, the state is kept for a retry")
-
-
-def rdma_in(ctx: Ctx, p: IfacePlan) -> None:
-    """RDMA netns mode exclusive: the NIC's RDMA device follows its netdev into the pod."""
-    assert p.ibdev is not None
-    if not ctx.rdma_nl().move(p.ibdev, ctx.pod_fd):
-        raise IOFailure(f"failed to move RDMA device {p.ibdev} into {ctx.pod_path}: "
-                        "not visible in the host netns")
-
-
-def rdma_out(ctx: Ctx, p: IfacePlan) -> None:
-    """Return the RDMA device to the host (asked from inside the pod, where it is visible)."""
-    if p.ibdev is None:
-        return
-    with netns.entered(ctx.pod_fd, ctx.host_fd):
-        ctx.rdma_nl().move(p.ibdev, ctx.host_fd)
 
 
 def with_index(p: IfacePlan, index: int, where: str = POD) -> IfacePlan:

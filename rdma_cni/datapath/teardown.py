@@ -23,13 +23,13 @@ from rdma_cni.datapath.physical import (
     home_name,
     lookalikes,
     move_out,
-    rdma_out,
     restore_host,
 )
+from rdma_cni.datapath.rdmadev import rdma_out
 from rdma_cni.datapath.session import Session
 from rdma_cni.errors import CniError, IOFailure
 from rdma_cni.store.state import AttachmentState
-from rdma_cni.vocab.kinds import LinkKind
+from rdma_cni.vocab.kinds import SALVAGED, LinkKind
 from rdma_cni.vocab.plan import IfacePlan
 from rdma_cni.vocab.ports import NetlinkPort
 
@@ -56,9 +56,11 @@ def teardown(session: Session, state: AttachmentState, digest: str) -> None:
     tick = testhooks.del_ticker()  # inert unless the test seam is set
     doomed: list[str] = []  # our sub-links in the pod, deleted together at the end
     back: list[tuple[IfacePlan, str]] = []  # exclusive NICs found on the host, and as what
+    # a record rebuilt from the pod (salvage) does not know which address bears the rule
+    every = state.status == SALVAGED
     for p in reversed(state.interfaces):
         try:
-            current = _undo(session, p, marker, priority, tick, doomed)
+            current = _undo(session, p, marker, priority, tick, doomed, every)
             if current is not None:
                 back.append((p, current))
         except CniError as exc:
@@ -80,12 +82,13 @@ def teardown(session: Session, state: AttachmentState, digest: str) -> None:
 
 
 def _undo(session: Session, p: IfacePlan, marker: str, priority: int,
-          tick: Callable[[], None], doomed: list[str]) -> str | None:
-    """Undo ``p`` in the pod (a sub-link's name added to ``doomed``); an exclusive NIC not
-    moved home from there: its name on the host (None: gone with its hardware)."""
+          tick: Callable[[], None], doomed: list[str], every: bool) -> str | None:
+    """Undo ``p`` in the pod (a sub-link's name added to ``doomed``; ``every``: the rule
+    of each of its addresses); an exclusive NIC not moved home from there: its name on
+    the host (None: gone with its hardware)."""
     home, fakes = False, list[str]()
     if session.has_pod:
-        names, home, fakes = _in_pod(session, p, marker, priority, tick)
+        names, home, fakes = _in_pod(session, p, marker, priority, tick, every)
         doomed += names
     if p.kind != LinkKind.PHYSICAL:
         return None
@@ -95,13 +98,14 @@ def _undo(session: Session, p: IfacePlan, marker: str, priority: int,
 
 
 def _in_pod(session: Session, p: IfacePlan, marker: str, priority: int,
-            tick: Callable[[], None]) -> tuple[list[str], bool, list[str]]:
-    """Undo ``p`` in the pod; for a sub-link, the names to delete (at the end, together);
-    for an exclusive NIC, whether it was moved home from the pod, and if not, the links
-    there that only look like it."""
+            tick: Callable[[], None], every: bool) -> tuple[list[str], bool, list[str]]:
+    """Undo ``p`` in the pod: the rule ADD made (from its first address: an exclusive NIC
+    with more has no rule of ours for the others); for a sub-link, the names to delete (at
+    the end, together); for an exclusive NIC, whether it was moved home from the pod, and
+    if not, the links there that only look like it."""
     ctx = session.ctx(marker, priority)
     tick()
-    for addr in p.addresses:
+    for addr in p.addresses if every else p.addresses[:1]:
         ctx.pod.del_rule(str(addr.ip), p.table, priority)
     tick()
     if p.kind == LinkKind.PHYSICAL:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fakenode import POD, PRIO, SHARED, Node
+from support.fakenode import EXCL, POD, PRIO, SHARED, Node
 
 from rdma_cni import testhooks
 from rdma_cni.cni.commands import add as add_cmd
@@ -147,3 +147,26 @@ def test_once_another_request_owns_the_attachment_nothing_more_is_done_or_undone
     assert sorted(lk.name for lk in pod.links()) == sorted(["eth0", "lo", SHARED[0].tmp])
     saved = Store(str(tmp_path / "data")).get_state(req.key)
     assert saved is not None and saved.request == "ffeeddccbbaa9988"
+
+
+def test_a_nic_moved_in_is_undone_when_the_record_of_its_move_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write that records an exclusive NIC's index in the pod fails once (a full disk
+    for a moment) after the NIC moved in: the move is undone all the same (before, the
+    step counted as never applied: no undo, the record purged, the NIC left in the pod)."""
+    node = Node()
+    real = Store.put_state
+    writes: list[int] = []
+
+    def put_state(self: Store, *a: Any, **kw: Any) -> Any:
+        writes.append(1)
+        if len(writes) == 2:  # the pending record, then the record of the move
+            raise IOFailure("injected: no space left on device")
+        return real(self, *a, **kw)
+    monkeypatch.setattr(Store, "put_state", put_state)
+    with pytest.raises(IOFailure, match="no space left"):
+        _apply(node, tmp_path, [EXCL])
+    assert node.pod is not None
+    assert sorted(lk.name for lk in node.kernel.port(node.pod).links()) == ["eth0", "lo"]
+    assert node.kernel.port(node.host).require("rnic0").mtu == 9000
+    assert os.listdir(tmp_path / "data" / "state") == []

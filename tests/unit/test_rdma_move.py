@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rdma_cni.datapath import execute, physical
+from rdma_cni.datapath import execute, rdmadev
 from rdma_cni.errors import IOFailure
 from rdma_cni.vocab.plan import IfacePlan
 
@@ -49,13 +49,13 @@ def test_no_rdma_step_unless_planned() -> None:
 
 def test_rdma_in_moves_the_nics_device_into_the_pod_netns() -> None:
     fake = FakeRdma()
-    physical.rdma_in(ctx(fake), plan())
+    rdmadev.rdma_in(ctx(fake), plan())
     assert fake.calls == [("mlx5_1", 42)]
 
 
 def test_rdma_in_fails_when_device_not_visible() -> None:
     with pytest.raises(IOFailure, match="mlx5_1"):
-        physical.rdma_in(ctx(FakeRdma(visible=False)), plan())
+        rdmadev.rdma_in(ctx(FakeRdma(visible=False)), plan())
 
 
 def test_rollback_undoes_rdma_before_netdev() -> None:

@@ -16,11 +16,14 @@ While it holds the record's lock after a step, the owner also records in the pen
 the index an exclusive NIC got in the pod (the identity DEL finds it by), so that a
 crash right after the move leaves DEL a record that names the NIC as it is; and, once a
 rollback has taken it back out of the pod, its identity on the host again (a rollback
-that left it there under another name keeps the record for DEL).
+that left it there under another name keeps the record for DEL). A step or undo that
+raises is recorded as well: one that failed after it moved the NIC (a netlink error
+right after) leaves the state for DEL naming the NIC where it is.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +38,8 @@ from rdma_cni.store.state import AttachmentState
 from rdma_cni.vocab.attachment import AttachmentKey
 from rdma_cni.vocab.kinds import LinkKind
 from rdma_cni.vocab.plan import IfacePlan
+
+log = logging.getLogger("rdma_cni")
 
 
 def new_token() -> str:
@@ -80,7 +85,11 @@ class AddOwner:
             if not self.still_mine(held):
                 raise Superseded(f"ADD of {self.key.container_id}: the attachment is another "
                                  "request's now; this one changes nothing more")
-            yield
+            try:
+                yield
+            except BaseException:
+                self._record_anyway()
+                raise
             self._record_moves()
 
     def plans(self) -> list[IfacePlan]:
@@ -99,6 +108,17 @@ class AddOwner:
         made = self.ctx.made
         return [sublinks.with_pod_index(p, made[p.k])
                 if p.kind != LinkKind.PHYSICAL and p.k in made else p for p in self.plans()]
+
+    def _record_anyway(self) -> None:
+        """A step or undo that raised may have moved a NIC before it did (what
+        :attr:`Ctx.made` and :attr:`Ctx.home` say): recorded as well, for the DEL a kept
+        state is left to; a record that cannot be written is logged (the step's failure
+        is what the request answers with)."""
+        try:
+            self._record_moves()
+        except Exception as exc:
+            log.error("ADD of %s: where its exclusive NICs are could not be recorded: %s",
+                      self.key.container_id, exc)
 
     def _record_moves(self) -> None:
         plans = self.plans()
