@@ -506,6 +506,14 @@ static void run_current(char **argv) {
     fail_code(11, "the plugin was upgraded as it started, try again");
 }
 
+/* Whether ``path`` is this very binary: a front copied alone under the bundle's name
+ * would exec itself for ever. */
+static int is_self(const char *path) {
+    struct stat me, it;
+    return stat("/proc/self/exe", &me) == 0 && stat(path, &it) == 0 &&
+           me.st_dev == it.st_dev && me.st_ino == it.st_ino;
+}
+
 static void exec_bundle(char **argv, const struct buf *in, int have_stdin) {
     char dir[PATH_MAX], bundle[PATH_MAX + 64], loader[PATH_MAX + 64], lib[PATH_MAX + 64];
     ssize_t k = readlink("/proc/self/exe", dir, sizeof dir - 1);
@@ -523,6 +531,8 @@ static void exec_bundle(char **argv, const struct buf *in, int have_stdin) {
         if (mfd != 0) close(mfd);
     }
     if (hold_tree(dir)) run_current(argv);
+    if (is_self(bundle))
+        fail("failed to find the plugin bundle: this front is the only rdma-cni here");
     int argc = 0;
     while (argv[argc]) argc++;
     if (access(loader, X_OK) == 0) {

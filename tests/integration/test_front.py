@@ -230,6 +230,24 @@ def test_the_front_s_own_error_is_in_the_config_s_version(
     assert doc["cniVersion"] == version, doc
 
 
+def test_a_front_alone_under_the_bundles_name_answers_instead_of_running_itself(
+        built_binary: list[str], tmp_path: Path) -> None:
+    """The front runs the bundle `rdma-cni` beside it; a front copied alone as
+    `rdma-cni` (a hand-made bin dir) exec'd itself for ever, the runtime's ADD hanging
+    until its own deadline. It answers code 5 at once."""
+    front = tmp_path / "rdma-cni"
+    front.write_bytes((Path(built_binary[0]).parent.parent / "rdma-cni-host" /
+                       "rdma-cni-front").read_bytes())
+    front.chmod(0o755)
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0",
+           "CNI_NETNS": "/proc/self/ns/net"}
+    res = subprocess.run([str(front)], input=b'{"cniVersion":"1.0.0","residentSocket":""}',
+                         capture_output=True, timeout=20, env=env, check=False)
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1 and doc["code"] == 5, res
+    assert "this front is the only rdma-cni here" in doc["msg"], doc
+
+
 _EXEC_RAW = """import ctypes, sys
 i = sys.argv.index("--")
 arr = lambda xs: (ctypes.c_char_p * (len(xs) + 1))(*[x.encode() for x in xs], None)
