@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cnirunner import PYTHON, link_detail, rdma_blocks, sh
+from cnirunner import PYTHON, REPO, link_detail, rdma_blocks, sh
 from support.resident import Serve
 
 pytestmark = pytest.mark.root
@@ -80,8 +80,8 @@ def test_settings_come_back_after_a_failed_add(rig, faults, tmp_path) -> None:  
     if faults.server is not None:  # the seam must reach the server that does the work
         faults.server.stop()
         faults.server = Serve(rig.node.ns, tmp_path / "r.sock", tmp_path / "serve.log",
-                              argv=("env", "RDMA_CNI_TEST_FAIL_AT_STEP=7", str(PYTHON),
-                                    "-m", "rdma_cni"))
+                              argv=("env", f"PYTHONPATH={REPO}", "RDMA_CNI_TEST_FAIL_AT_STEP=7",
+                                    str(PYTHON), "-m", "rdma_cni"))
     chain = faults.chain("exclusive")
     pod = rig.pod()
     run = chain.add("c1", pod.path, rdma_blocks(1), env=seam)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cnirunner import PYTHON, data_files, ip_json, rdma_blocks, snapshot
+from cnirunner import PYTHON, REPO, data_files, ip_json, rdma_blocks, snapshot
 from support.fakes.kubelet import FakeKubelet
 from support.resident import Serve
 from support.rigs import Rig
@@ -148,7 +148,7 @@ def test_a_stalled_server_resuming_changes_nothing_of_the_pod(
     seams = [f"RDMA_CNI_TEST_STOP_AT_STEP={stop}"] + (
         [f"RDMA_CNI_TEST_FAIL_AT_STEP={fail}"] if fail is not None else [])
     serve = Serve(rig.node.ns, tmp_path / "r.sock", tmp_path / "serve.log",
-                  argv=("env", *seams, str(PYTHON), "-m", "rdma_cni"),
+                  argv=("env", f"PYTHONPATH={REPO}", *seams, str(PYTHON), "-m", "rdma_cni"),
                   options=["--workers", "1"])  # one process: the one that stops
     try:
         chain = rig.chain(mode, binary=client, residentSocket=str(serve.sock))
