@@ -29,7 +29,7 @@ parse while a process has the file open for writing (:func:`being_written`: trun
 half written) is BUSY too.
 
 **A kill.** The temp file is renamed to its swap name (``leftovers.py``: our file's
-inode in it) before the first swap, so whatever a kill at any step leaves, the next
+inode and digest in it) before the first swap, so whatever a kill at any step leaves, the next
 run's :func:`leftovers.recover`, before it reads the file again, tells apart: our file
 not yet swapped (removed), the primary's file swapped off while ours is at the path
 (swapped back: the path never keeps our file built on an older generation), or the
@@ -198,7 +198,7 @@ def replace(snap: Snapshot, data: bytes) -> Outcome:
         with contextlib.suppress(OSError):  # the primary's file keeps its owner
             os.chown(tmp, snap.st.st_uid, snap.st.st_gid)
     try:
-        tmp = leftovers.swap_name(tmp, name)  # what a kill leaves is told by its name
+        tmp = leftovers.swap_name(tmp, name, data)  # a kill's leftover told by its name
     except OSError as e:
         unlink_quietly(tmp)
         raise ioerr("write", snap.path, e) from e

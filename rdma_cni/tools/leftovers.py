@@ -6,16 +6,19 @@ Names (all start with ``.rdma-cni.``; no CNI extension, so no runtime reads them
 - ``.rdma-cni.tmp-<writer>-<name><suffix>``: a temp file not yet in place (a conflist's
   ``.part``, a backup's, ``nccl_env.sh``'s) or the plugin link's temp link
   (``.rdma-cni.tmp-<pid>``); a kill leaves it as garbage.
-- ``.rdma-cni.swap-<inode>-<name>.part``: our new version of the conf file ``<name>``
-  (``<inode>`` is its inode) while conffile swaps it with the file at ``<name>``
-  (RENAME_EXCHANGE; conffile.py). After a swap it holds what came off the path: the
-  file read, or a newer one the primary renamed in; after a swap back, ours again.
+- ``.rdma-cni.swap-<inode>-<digest>-<name>.part``: our new version of the conf file
+  ``<name>`` (``<inode>`` is its inode, ``<digest>`` the start of its bytes' SHA-256)
+  while conffile swaps it with the file at ``<name>`` (RENAME_EXCHANGE; conffile.py).
+  After a swap it holds what came off the path: the file read, or a newer one the
+  primary renamed in; after a swap back, ours again.
 
 :func:`recover`, before a conf file is read again (install, the watch, uninstall): a
 swap file holding our own file is removed; one holding the primary's file while ours
-is at the path is swapped back (the primary's file, older or newer, is put back at
-its path, and the entry merged again or removed); one holding the primary's file while
-the path holds another of the primary's (written after our swap) is older: removed.
+is at the path (its inode and its bytes: the primary may have rewritten our inode in
+place since, or renamed in a file that got our freed inode) is swapped back (the
+primary's file, older or newer, is put back at its path, and the entry merged again or
+removed); one holding the primary's file while the path holds anything else (the
+primary's, written after our swap) is older: removed.
 Every writer of ours in the conf dir holds the bin dir's lock (bundle.bin_lock), so a
 name of ours seen under it belongs to a process that is gone.
 
@@ -25,25 +28,34 @@ name of ours seen under it belongs to a process that is gone.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import stat
 
 from rdma_cni.adapters import fsops
 from rdma_cni.errors import IOFailure
+from rdma_cni.regfile import read_regular
 from rdma_cni.store.atomic import unlink_quietly
 
 TMP = ".rdma-cni.tmp-"
 SWAP = ".rdma-cni.swap-"
 PART = ".part"
 BACKUP_SUFFIX = ".rdma-cni.bak"
+#: a conf file larger than this is not ours (conffile reads at most 1 MiB)
+_MAX_OURS = 1 << 20
 
 
-def swap_name(tmp: str, name: str) -> str:
-    """Rename the complete temp file ``tmp`` to the swap name of the conf file ``name``
-    (beside it); that path."""
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def swap_name(tmp: str, name: str, data: bytes) -> str:
+    """Rename the complete temp file ``tmp`` (holding ``data``) to the swap name of the
+    conf file ``name`` (beside it); that path."""
     directory = os.path.dirname(tmp) or "."
-    dest = os.path.join(directory, f"{SWAP}{os.lstat(tmp).st_ino}-{name}{PART}")
+    ino = os.lstat(tmp).st_ino
+    dest = os.path.join(directory, f"{SWAP}{ino}-{digest(data)}-{name}{PART}")
     os.rename(tmp, dest)
     return dest
 
@@ -60,7 +72,8 @@ def recover(path: str) -> None:
     docstring); IOFailure if a swap back fails."""
     directory, name = os.path.split(path)
     directory = directory or "."
-    swap = re.compile(re.escape(SWAP) + r"([0-9]+)-" + re.escape(name + PART) + r"\Z")
+    swap = re.compile(re.escape(SWAP) + r"([0-9]+)-([0-9a-f]{16})-" + re.escape(name + PART)
+                      + r"\Z")
     for entry in _listing(directory):
         full = os.path.join(directory, entry)
         if entry.startswith(TMP) and entry.endswith((f"-{name}{PART}",
@@ -69,17 +82,28 @@ def recover(path: str) -> None:
             continue
         m = swap.match(entry)
         if m:
-            _swap_back(full, path, int(m.group(1)))
+            _swap_back(full, path, int(m.group(1)), m.group(2))
 
 
-def _swap_back(leftover: str, path: str, ours: int) -> None:
+def _ours_at(path: str, dev: int, ino: int, sha: str) -> bool:
+    """Whether the file at ``path`` is still the one we swapped there: its inode and its
+    bytes (an inode alone is the primary's after an in-place rewrite, or a reused one)."""
+    if fsops.dev_ino(path, follow=False) != (dev, ino):
+        return False
+    try:
+        data = read_regular(path, _MAX_OURS)
+    except OSError:
+        return False
+    return len(data) <= _MAX_OURS and digest(data) == sha
+
+
+def _swap_back(leftover: str, path: str, ours: int, sha: str) -> None:
     try:
         st = os.lstat(leftover)
     except FileNotFoundError:
         return
-    here = fsops.dev_ino(path, follow=False)
-    if stat.S_ISREG(st.st_mode) and st.st_ino != ours and here is not None \
-            and here == (st.st_dev, ours):
+    if stat.S_ISREG(st.st_mode) and st.st_ino != ours and \
+            _ours_at(path, st.st_dev, ours, sha):
         try:  # our file at the path, the primary's here: the primary's back in place
             _put(leftover, path)
         except OSError as e:

@@ -215,3 +215,33 @@ def test_the_next_run_recovers_a_kill_between_swap_and_swap_back(
         assert generation(str(path)) == (newest, False)
     left = sorted(n for n in os.listdir(node["conf"]) if not n.endswith(".rdma-cni.bak"))
     assert left == [NAME, "99-loopback.conf"]
+
+
+@pytest.mark.parametrize("how", ["in-place", "rename-twice"])
+@pytest.mark.parametrize("then", ["install", "uninstall"])
+def test_a_primary_write_after_the_kill_is_never_undone_by_the_next_run(
+        node: dict[str, Path], monkeypatch: Any, how: str, then: str) -> None:
+    """Killed right after the swap (our file at the path, the primary's under the swap
+    name); then the primary writes its file again: in place (our inode, its bytes) or by
+    rename twice (the second file may get our freed inode). The next run told our file
+    by its inode alone, swapped the primary's older file back over its newest and
+    deleted the newest: the primary's config undone for good."""
+    path = node["conf"] / NAME
+    _kill_after_swaps(monkeypatch, path, 1, None)
+    with pytest.raises(Killed):
+        conflist.ensure_entry(str(node["conf"]), ENTRY)
+    monkeypatch.undo()
+    if how == "in-place":
+        write(str(path), primary(2), "in-place")
+        newest = 2
+    else:
+        write(str(path), primary(2), "rename")
+        write(str(path), primary(3), "rename")
+        newest = 3
+    if then == "install":
+        assert run_install(node) == 0
+    else:
+        assert run_uninstall(node) == 0
+    assert generation(str(path)) == (newest, then == "install")
+    left = sorted(n for n in os.listdir(node["conf"]) if not n.endswith(".rdma-cni.bak"))
+    assert left == [NAME, "99-loopback.conf"]
