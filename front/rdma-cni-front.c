@@ -456,11 +456,12 @@ static const struct buf *config;
 
 static void fail_code(int code, const char *what) {
     char msg[512];
-    const char *why = strerror(errno);
+    const char *why = errno ? strerror(errno) : NULL;  /* 0: ``what`` says it all */
     const char *version = config && config->n <= MAX_STDIN ?
         front_version_of(config->p ? config->p : "", config->n) : LATEST_VERSION;
     int n = snprintf(msg, sizeof msg, "{\"cniVersion\":\"%s\",\"code\":%d,\"msg\":"
-                     "\"rdma-cni: %s: %s\"}\n", version, code, what, why);
+                     "\"rdma-cni: %s%s%s\"}\n", version, code, what, why ? ": " : "",
+                     why ? why : "");
     write_all(1, msg, n > 0 && (size_t)n < sizeof msg ? (size_t)n : 0);
     _exit(1);
 }
@@ -531,8 +532,10 @@ static void exec_bundle(char **argv, const struct buf *in, int have_stdin) {
         if (mfd != 0) close(mfd);
     }
     if (hold_tree(dir)) run_current(argv);
-    if (is_self(bundle))
+    if (is_self(bundle)) {
+        errno = 0;
         fail("failed to find the plugin bundle: this front is the only rdma-cni here");
+    }
     int argc = 0;
     while (argv[argc]) argc++;
     if (access(loader, X_OK) == 0) {
