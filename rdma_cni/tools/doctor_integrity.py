@@ -114,7 +114,7 @@ def data_dirs(conf_dir: str, default: str) -> list[str]:
     users: dict[str, list[str]] = {}
     for name in names:
         path = os.path.join(conf_dir, name)
-        if name.startswith(".") or not name.endswith(CONF_EXTENSIONS) or not os.path.isfile(path):
+        if not name.endswith(CONF_EXTENSIONS) or not os.path.isfile(path):  # as libcni lists
             continue
         for entry in _entries(path):
             data = entry.get("dataDir") or default

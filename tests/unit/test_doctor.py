@@ -227,6 +227,10 @@ def test_one_data_dir_for_every_network(facts: Facts, tmp_path: Path) -> None:
     assert "one dataDir" in bad.fix
     (conf / "30-third.conflist").unlink()
     assert len(data_dirs(str(conf), "/var/lib/cni/rdma-cni")) == 1
+    (conf / ".05-hidden.conflist").write_text(json.dumps(  # libcni lists it, runtimes too
+        {"name": "hidden", "plugins": [PRIMARY, {**OURS, "dataDir": str(tmp_path / "h")}]}))
+    assert f"{tmp_path / 'h'} is used by hidden in .05-hidden.conflist" in data_dirs(
+        str(conf), "/var/lib/cni/rdma-cni")
 
 
 def test_config_errors_are_one_line(facts: Facts, tmp_path: Path,
