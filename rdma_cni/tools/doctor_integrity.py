@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdma_cni.errors import ConfigError
-from rdma_cni.models.subconfig import CONF_EXTENSIONS, PLUGIN_TYPE, read_json_object
+from rdma_cni.models.subconfig import PLUGIN_TYPE, read_json_object
 from rdma_cni.regfile import read_regular
+from rdma_cni.tools.conflist import conf_files
 
 #: the largest mountinfo read (a node with thousands of pods' mounts: a few MiB)
 MAX_MOUNTINFO = 64 << 20
@@ -107,14 +108,10 @@ def _entries(path: str) -> list[dict[str, Any]]:
 
 def data_dirs(conf_dir: str, default: str) -> list[str]:
     """One line per data dir the rdma-cni networks of ``conf_dir`` use (one is right)."""
-    try:
-        names = sorted(os.listdir(conf_dir))
-    except OSError:
-        return []
     users: dict[str, list[str]] = {}
-    for name in names:
-        path = os.path.join(conf_dir, name)
-        if not name.endswith(CONF_EXTENSIONS) or not os.path.isfile(path):  # as libcni lists
+    for path in conf_files(conf_dir):  # as libcni lists them
+        name = os.path.basename(path)
+        if not os.path.isfile(path):
             continue
         for entry in _entries(path):
             data = entry.get("dataDir") or default
